@@ -1,0 +1,28 @@
+// Package testtool finds the outside programs integration tests run against
+// (python3, a C++ compiler, redis-server, tinyproxy, ...).
+//
+// On a laptop that lacks one, the test is skipped, loudly. Under CI=true a
+// missing tool fails the test: CI installs everything the suite needs, so a
+// skip there would hide a test that never ran.
+package testtool
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// Require returns the path of the first of names found on PATH.
+func Require(t testing.TB, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and none of %v is installed: .ci/run must install it", names)
+	}
+	t.Skipf("SKIPPED: none of %v is installed; this test runs in CI", names)
+	return ""
+}

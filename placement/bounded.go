@@ -1,0 +1,278 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultEpsilon is the slack of a Bounded placer when
+// BoundedOptions.Epsilon is zero: no node takes more than 1.25 times the
+// average load.
+const DefaultEpsilon = 0.25
+
+// BoundedOptions configures a Bounded placer.
+type BoundedOptions struct {
+	Ring RingOptions
+	// Epsilon sets the load factor 1+Epsilon: a node at or above
+	// ceil((1+Epsilon) * total * weight/totalWeight) takes no new key.
+	// Zero means DefaultEpsilon.
+	Epsilon float64
+}
+
+// Bounded is consistent hashing with bounded loads (Mirrokni, Thorup &
+// Zadimoghaddam 2016; used by Vimeo and HAProxy's hash-balance-factor). Keys
+// are placed on a Ring, but a node whose load is at or above the bound does
+// not take a new key: the key walks on clockwise to the next node under it.
+// No node ever holds more than about (1+eps) times the average, however hot
+// a part of the ring is, and a key still lands on its ring owner whenever
+// that owner is not full.
+//
+// The load is whatever the caller says it is: Acquire places a key and
+// counts one unit on its node, Release gives the unit back. Both are safe
+// from any number of goroutines; a node's counter changes only by
+// compare-and-swap, so no Acquire overshoots the bound it saw.
+type Bounded struct {
+	eps   float64    // immutable after NewBounded
+	ring  *Ring      // membership; its snapshot is mirrored in snap
+	mu    sync.Mutex // serialises membership changes
+	snap  atomic.Pointer[boundedSnap]
+	total atomic.Int64 // units held on live nodes
+}
+
+var (
+	_ Mutable   = (*Bounded)(nil)
+	_ Explainer = (*Bounded)(nil)
+)
+
+// dead marks the counter of a node that has left: its units were taken off
+// the total when it left, so a late Release must not take them again.
+const dead = math.MinInt64 / 2
+
+type boundedSnap struct {
+	ring        *ringSnap
+	loads       []*atomic.Int64 // aligned with ring.nodes; shared across snapshots by name
+	byName      map[string]*atomic.Int64
+	totalWeight float64
+}
+
+// NewBounded builds a bounded-load placer over nodes.
+func NewBounded(nodes []Node, opts BoundedOptions) (*Bounded, error) {
+	if opts.Epsilon == 0 {
+		opts.Epsilon = DefaultEpsilon
+	}
+	if opts.Epsilon < 0 || math.IsNaN(opts.Epsilon) || math.IsInf(opts.Epsilon, 0) {
+		return nil, fmt.Errorf("placement: epsilon must be positive (got %v)", opts.Epsilon)
+	}
+	ring, err := NewRing(nodes, opts.Ring)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bounded{eps: opts.Epsilon, ring: ring}
+	b.publish()
+	return b, nil
+}
+
+// publish mirrors the ring's snapshot, carrying each remaining node's load
+// over by name and retiring the loads of nodes that left.
+func (b *Bounded) publish() {
+	rs := b.ring.snap.Load()
+	s := &boundedSnap{ring: rs, loads: make([]*atomic.Int64, len(rs.nodes)), byName: make(map[string]*atomic.Int64, len(rs.nodes))}
+	old := b.snap.Load()
+	for i, n := range rs.nodes {
+		c := (*atomic.Int64)(nil)
+		if old != nil {
+			c = old.byName[n.Name]
+		}
+		if c == nil {
+			c = new(atomic.Int64)
+		}
+		s.loads[i], s.byName[n.Name] = c, c
+		s.totalWeight += float64(n.Weight)
+	}
+	if old != nil {
+		for name, c := range old.byName {
+			if _, ok := s.byName[name]; !ok {
+				b.total.Add(-max(c.Swap(dead), 0))
+			}
+		}
+	}
+	b.snap.Store(s)
+}
+
+// Set replaces the node set. Loads of nodes that remain are kept.
+func (b *Bounded) Set(nodes []Node) error { return b.edit(func() error { return b.ring.Set(nodes) }) }
+
+// Add adds a node.
+func (b *Bounded) Add(node Node) error { return b.edit(func() error { return b.ring.Add(node) }) }
+
+// Remove removes a node. Its units leave the total; releasing them later is
+// a no-op.
+func (b *Bounded) Remove(name string) error {
+	return b.edit(func() error { return b.ring.Remove(name) })
+}
+
+func (b *Bounded) edit(change func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := change(); err != nil {
+		return err
+	}
+	b.publish()
+	return nil
+}
+
+// bound is the most units node i may hold when total units are placed.
+func (b *Bounded) bound(s *boundedSnap, i int32, total int64) int64 {
+	share := float64(s.ring.nodes[i].Weight) / s.totalWeight
+	return int64(math.Ceil((1 + b.eps) * float64(total) * share))
+}
+
+// Acquire places key on the first node clockwise from its hash whose load is
+// under the bound, counts one unit on it and returns it. Call Release with
+// the returned name when the key's work is done.
+func (b *Bounded) Acquire(key string) (string, error) {
+	s := b.snap.Load()
+	if len(s.ring.hashes) == 0 {
+		return "", ErrNoNodes
+	}
+	total := b.total.Add(1)
+	start := s.ring.search(b.ring.opts.Hash.Sum(key))
+	for step, i := 0, start; step < len(s.ring.hashes); step++ {
+		o := s.ring.owners[i]
+		c, limit := s.loads[o], b.bound(s, o, total)
+		for cur := c.Load(); cur >= 0 && cur < limit; cur = c.Load() {
+			if c.CompareAndSwap(cur, cur+1) {
+				return s.ring.nodes[o].Name, nil
+			}
+		}
+		if i++; i == len(s.ring.hashes) {
+			i = 0
+		}
+	}
+	// Every node was at its bound: only possible while other goroutines
+	// race this one, or a node left mid-walk. The ring owner takes it.
+	o := s.ring.owners[start]
+	s.loads[o].Add(1)
+	return s.ring.nodes[o].Name, nil
+}
+
+// Release gives back one unit acquired on node name. It reports false, and
+// changes nothing, when the node has left or holds no units.
+func (b *Bounded) Release(name string) bool {
+	c := b.snap.Load().byName[name]
+	if c == nil {
+		return false
+	}
+	for cur := c.Load(); cur > 0; cur = c.Load() {
+		if c.CompareAndSwap(cur, cur-1) {
+			b.total.Add(-1)
+			return true
+		}
+	}
+	return false
+}
+
+// Load returns the units node name holds now.
+func (b *Bounded) Load(name string) int64 {
+	if c := b.snap.Load().byName[name]; c != nil {
+		return max(c.Load(), 0)
+	}
+	return 0
+}
+
+// Total returns the units held across all nodes.
+func (b *Bounded) Total() int64 { return b.total.Load() }
+
+// Owner returns where Acquire would place key now, without counting it.
+func (b *Bounded) Owner(key string) (string, error) {
+	s := b.snap.Load()
+	if len(s.ring.hashes) == 0 {
+		return "", ErrNoNodes
+	}
+	total := b.total.Load() + 1
+	start := s.ring.search(b.ring.opts.Hash.Sum(key))
+	for step, i := 0, start; step < len(s.ring.hashes); step++ {
+		if o := s.ring.owners[i]; s.loads[o].Load() < b.bound(s, o, total) {
+			return s.ring.nodes[o].Name, nil
+		}
+		if i++; i == len(s.ring.hashes) {
+			i = 0
+		}
+	}
+	return s.ring.nodes[s.ring.owners[start]].Name, nil
+}
+
+// AppendOwners appends up to n distinct nodes in clockwise order from key's
+// hash, those under the bound first (the first is where Acquire would put
+// the key now), then those at or over it.
+func (b *Bounded) AppendOwners(dst []string, key string, n int) ([]string, error) {
+	s := b.snap.Load()
+	if len(s.ring.hashes) == 0 {
+		return dst, ErrNoNodes
+	}
+	n = min(n, len(s.ring.nodes))
+	start := len(dst)
+	total := b.total.Load() + 1
+	origin := s.ring.search(b.ring.opts.Hash.Sum(key))
+	for _, underOnly := range []bool{true, false} {
+		for step, i := 0, origin; step < len(s.ring.hashes) && len(dst)-start < n; step++ {
+			o := s.ring.owners[i]
+			name := s.ring.nodes[o].Name
+			under := s.loads[o].Load() < b.bound(s, o, total)
+			if under == underOnly && !containsName(dst[start:], name) {
+				dst = append(dst, name)
+			}
+			if i++; i == len(s.ring.hashes) {
+				i = 0
+			}
+		}
+	}
+	return dst, nil
+}
+
+// Nodes returns a copy of the node set.
+func (b *Bounded) Nodes() []Node { return b.ring.Nodes() }
+
+// Epsilon returns the load slack.
+func (b *Bounded) Epsilon() float64 { return b.eps }
+
+// Explain shows the clockwise walk with each node's load against its bound.
+func (b *Bounded) Explain(key string, n int) (Explanation, error) {
+	s := b.snap.Load()
+	e := Explanation{Algo: "bounded", Key: key, Hash: b.ring.opts.Hash}
+	if len(s.ring.hashes) == 0 {
+		return e, ErrNoNodes
+	}
+	e.KeyHash = b.ring.opts.Hash.Sum(key)
+	total := b.total.Load() + 1
+	i := s.ring.search(e.KeyHash)
+	e.Steps = append(e.Steps, Step{Note: fmt.Sprintf("load factor %.2f, %d units placed with this key", 1+b.eps, total)})
+	seen := 0
+	for step := 0; step < len(s.ring.hashes) && seen < len(s.ring.nodes); step++ {
+		o := s.ring.owners[i]
+		name := s.ring.nodes[o].Name
+		st := Step{Label: s.ring.pointName(i), Hash: s.ring.hashes[i], Node: name}
+		load, limit := max(s.loads[o].Load(), 0), b.bound(s, o, total)
+		switch {
+		case containsName(e.Owners, name):
+			st.Note = "already chosen, walk on"
+		case load >= limit:
+			st.Note = fmt.Sprintf("full (%d >= bound %d), walk on", load, limit)
+			seen++
+		default:
+			e.Owners = append(e.Owners, name)
+			st.Note = fmt.Sprintf("%s (%d < bound %d)", ordinalNote(len(e.Owners)), load, limit)
+			seen++
+		}
+		e.Steps = append(e.Steps, st)
+		if len(e.Owners) >= max(n, 1) {
+			break
+		}
+		if i++; i == len(s.ring.hashes) {
+			i = 0
+		}
+	}
+	return e, nil
+}

@@ -1,0 +1,127 @@
+package placement_test
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/rotor-lb/rotor/placement"
+)
+
+// One hot key acquired over and over is spread so that no node passes
+// ceil((1+eps) * total / N), where a plain ring would put it all on one.
+func TestBoundedCapsAHotKey(t *testing.T) {
+	const n, units = 5, 1000
+	b, err := placement.NewBounded(nodes(letters(n)...), placement.BoundedOptions{Epsilon: 0.1})
+	must(t, err)
+	ringOwner, _ := b.Owner("hot")
+	for range units {
+		if _, err := b.Acquire("hot"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := int64(math.Ceil(1.1 * units / n))
+	for _, nd := range b.Nodes() {
+		if l := b.Load(nd.Name); l > bound {
+			t.Errorf("node %s holds %d units, bound %d", nd.Name, l, bound)
+		}
+	}
+	if l := b.Load(ringOwner); l < bound-1 {
+		t.Errorf("the ring owner %s holds %d units: it should fill to the bound %d first", ringOwner, l, bound)
+	}
+	if b.Total() != units {
+		t.Errorf("total %d, want %d", b.Total(), units)
+	}
+}
+
+// With room everywhere a key goes to its ring owner, exactly as on a Ring.
+func TestBoundedIsARingWhenLight(t *testing.T) {
+	ns := nodes(letters(10)...)
+	ring, _ := placement.NewRing(ns, placement.RingOptions{})
+	b, _ := placement.NewBounded(ns, placement.BoundedOptions{Epsilon: 1000})
+	for _, k := range placement.Keys(2000) {
+		want, _ := ring.Owner(k)
+		got, _ := b.Acquire(k)
+		if got != want {
+			t.Fatalf("key %s: bounded %s, ring %s", k, got, want)
+		}
+	}
+}
+
+func TestBoundedConcurrentAcquireRelease(t *testing.T) {
+	b, _ := placement.NewBounded(nodes(letters(6)...), placement.BoundedOptions{Epsilon: 0.25})
+	const workers, each = 8, 2000
+	var wg sync.WaitGroup
+	held := make([][]string, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				name, err := b.Acquire("k" + strconv.Itoa(i%37))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held[w] = append(held[w], name)
+			}
+		}()
+	}
+	wg.Wait()
+	var sum int64
+	for _, nd := range b.Nodes() {
+		sum += b.Load(nd.Name)
+	}
+	if sum != workers*each || b.Total() != workers*each {
+		t.Fatalf("after acquires: loads sum to %d, total %d, want %d", sum, b.Total(), workers*each)
+	}
+	bound := int64(math.Ceil(1.25 * workers * each / 6))
+	for _, nd := range b.Nodes() {
+		// Racing acquirers each saw a total no larger than the final one,
+		// so the final bound holds for every node.
+		if l := b.Load(nd.Name); l > bound {
+			t.Errorf("node %s: %d units over bound %d", nd.Name, l, bound)
+		}
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, name := range held[w] {
+				if !b.Release(name) {
+					t.Errorf("release of %s refused", name)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Total() != 0 {
+		t.Fatalf("after releases: total %d", b.Total())
+	}
+	if b.Release("n0") {
+		t.Error("release on a node holding nothing succeeded")
+	}
+}
+
+func TestBoundedRemovedNodeUnitsLeave(t *testing.T) {
+	b, _ := placement.NewBounded(nodes("a", "b", "c"), placement.BoundedOptions{})
+	var onA int64
+	for _, k := range placement.Keys(300) {
+		if n, _ := b.Acquire(k); n == "a" {
+			onA++
+		}
+	}
+	must(t, b.Remove("a"))
+	if got := b.Total(); got != 300-onA {
+		t.Errorf("total after removing a: %d, want %d", got, 300-onA)
+	}
+	if b.Release("a") {
+		t.Error("release on a removed node succeeded")
+	}
+	must(t, b.Add(placement.Node{Name: "a"}))
+	if b.Load("a") != 0 {
+		t.Errorf("a returned with load %d", b.Load("a"))
+	}
+}

@@ -1,0 +1,198 @@
+package placement
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Rendezvous is highest-random-weight hashing (Thaler & Ravishankar 1998):
+// every node scores hash(key, node) and the highest score owns the key.
+// The next highest are the replicas. It keeps no table, spreads keys
+// perfectly evenly, and when a node leaves only the keys it owned move, each
+// to its own runner-up. A lookup costs O(N).
+//
+// Weights use the logarithmic method (Schindelhauer & Schomaker 2005): the
+// score is w / -ln(u) for u = hash(key, node) mapped into (0, 1), which
+// gives each node a share of keys exactly proportional to its weight. When
+// every weight is equal the log is skipped, as it cannot change the order.
+type Rendezvous struct {
+	mu   sync.Mutex // serialises membership changes
+	snap atomic.Pointer[hrwSnap]
+}
+
+var (
+	_ Mutable   = (*Rendezvous)(nil)
+	_ Explainer = (*Rendezvous)(nil)
+)
+
+type hrwSnap struct {
+	nodes   []Node
+	seeds   []uint64  // xxhash of each node's name
+	weights []float64 // each node's weight
+	uniform bool      // all weights equal: compare raw hashes
+}
+
+// NewRendezvous builds a rendezvous placer over nodes.
+func NewRendezvous(nodes []Node) (*Rendezvous, error) {
+	r := &Rendezvous{}
+	if err := r.Set(nodes); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Set replaces the node set.
+func (r *Rendezvous) Set(nodes []Node) error {
+	nodes, err := validateNodes(nodes)
+	if err != nil {
+		return err
+	}
+	s := &hrwSnap{nodes: nodes, seeds: make([]uint64, len(nodes)), weights: make([]float64, len(nodes)), uniform: true}
+	for i, n := range nodes {
+		s.seeds[i] = XXHash.Sum(n.Name)
+		s.weights[i] = float64(n.Weight)
+		if n.Weight != nodes[0].Weight {
+			s.uniform = false
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.snap.Store(s)
+	return nil
+}
+
+// Add adds one node.
+func (r *Rendezvous) Add(node Node) error {
+	return r.edit(func(nodes []Node) ([]Node, error) { return addNode(nodes, node), nil })
+}
+
+// Remove removes the named node.
+func (r *Rendezvous) Remove(name string) error {
+	return r.edit(func(nodes []Node) ([]Node, error) { return removeNode(nodes, name) })
+}
+
+func (r *Rendezvous) edit(change func([]Node) ([]Node, error)) error {
+	nodes, err := change(r.snap.Load().nodes)
+	if err != nil {
+		return err
+	}
+	return r.Set(nodes)
+}
+
+// score is node i's score for a key hash. Higher wins. With uniform
+// weights it is the hash's top 53 bits, exact in a float64.
+func (s *hrwSnap) score(kh uint64, i int) float64 {
+	h := mix64(kh ^ s.seeds[i])
+	if s.uniform {
+		return float64(h >> 11)
+	}
+	return s.weights[i] / -math.Log(unitFloat(h))
+}
+
+// better orders (score, name) pairs: a higher score first, equal scores by
+// name so the order never depends on the node list's order.
+func (s *hrwSnap) better(a float64, i int, b float64, j int) bool {
+	if a != b {
+		return a > b
+	}
+	return s.nodes[i].Name < s.nodes[j].Name
+}
+
+// Owner returns the node with the highest score for key.
+func (r *Rendezvous) Owner(key string) (string, error) {
+	s := r.snap.Load()
+	if len(s.nodes) == 0 {
+		return "", ErrNoNodes
+	}
+	kh := XXHash.Sum(key)
+	best := 0
+	if s.uniform {
+		// The hot loop of the common case: no log, no float, no call.
+		// Compared as score does, on the top 53 bits, so that Owner and
+		// AppendOwners agree even on a near tie.
+		bestHash := mix64(kh^s.seeds[0]) >> 11
+		for i := 1; i < len(s.seeds); i++ {
+			if h := mix64(kh^s.seeds[i]) >> 11; h > bestHash || h == bestHash && s.nodes[i].Name < s.nodes[best].Name {
+				best, bestHash = i, h
+			}
+		}
+		return s.nodes[best].Name, nil
+	}
+	bestScore := s.score(kh, 0)
+	for i := 1; i < len(s.nodes); i++ {
+		if sc := s.score(kh, i); s.better(sc, i, bestScore, best) {
+			best, bestScore = i, sc
+		}
+	}
+	return s.nodes[best].Name, nil
+}
+
+// AppendOwners appends the n highest-scoring nodes, best first. Each rank
+// is a fresh scan for the best node below the previous rank, which costs
+// O(n*N) but allocates nothing.
+func (r *Rendezvous) AppendOwners(dst []string, key string, n int) ([]string, error) {
+	s := r.snap.Load()
+	if len(s.nodes) == 0 {
+		return dst, ErrNoNodes
+	}
+	n = min(n, len(s.nodes))
+	kh := XXHash.Sum(key)
+	prev, prevScore := -1, math.Inf(1)
+	for range n {
+		best, bestScore := -1, math.Inf(-1)
+		for i := range s.nodes {
+			sc := s.score(kh, i)
+			if prev >= 0 && !s.better(prevScore, prev, sc, i) {
+				continue // ranked already
+			}
+			if best < 0 || s.better(sc, i, bestScore, best) {
+				best, bestScore = i, sc
+			}
+		}
+		dst = append(dst, s.nodes[best].Name)
+		prev, prevScore = best, bestScore
+	}
+	return dst, nil
+}
+
+// Nodes returns a copy of the node set.
+func (r *Rendezvous) Nodes() []Node { return copyNodes(r.snap.Load().nodes) }
+
+// Explain lists every node's score for key, best first.
+func (r *Rendezvous) Explain(key string, n int) (Explanation, error) {
+	s := r.snap.Load()
+	e := Explanation{Algo: "rendezvous", Key: key, Hash: XXHash}
+	if len(s.nodes) == 0 {
+		return e, ErrNoNodes
+	}
+	e.KeyHash = XXHash.Sum(key)
+	order := make([]int, len(s.nodes))
+	scores := make([]float64, len(s.nodes))
+	for i := range order {
+		order[i], scores[i] = i, s.score(e.KeyHash, i)
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		switch {
+		case a == b:
+			return 0
+		case s.better(scores[a], a, scores[b], b):
+			return -1
+		}
+		return 1
+	})
+	n = min(max(n, 1), len(s.nodes))
+	for rank, i := range order {
+		st := Step{Label: "hash(key,node)", Score: scores[i], Node: s.nodes[i].Name}
+		if rank < n {
+			e.Owners = append(e.Owners, s.nodes[i].Name)
+			st.Note = ordinalNote(rank + 1)
+		}
+		if s.uniform { // the score is the raw hash: show it as one
+			st.Score, st.Hash = 0, mix64(e.KeyHash^s.seeds[i])
+		}
+		e.Steps = append(e.Steps, st)
+	}
+	return e, nil
+}
