@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func runRotor(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestPlace(t *testing.T) {
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{
+			name: "keys as arguments, md5 ring as article 000",
+			args: []string{"place", "--hash", "md5", "--vnodes", "100", "--nodes", "a,b,c", "user:42", "user:7"},
+			// the owners the reference ring (placement/testdata/ring_ref.py) gives
+			want: "user:42\tb\nuser:7\tb\n",
+		},
+		{
+			name:  "keys from standard input with replicas",
+			stdin: "user:42\nuser:7\n",
+			args:  []string{"place", "--hash", "md5", "--nodes", "a,b,c", "--replicas", "2"},
+			want:  "user:42\tb,a\nuser:7\tb,a\n",
+		},
+		{
+			name: "modn",
+			args: []string{"place", "--algo", "modn", "--hash", "md5", "--nodes", "a,b,c", "user:42"},
+			want: "user:42\tc\n", // 1457184536 % 3 = 2
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runRotor(t, tt.stdin, tt.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			if diff := cmp.Diff(out, tt.want); diff != "" {
+				t.Errorf("(-got +want)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPlaceEveryAlgorithm(t *testing.T) {
+	for _, algo := range algorithms {
+		code, out, errs := runRotor(t, "", "place", "--algo", algo, "--nodes", "a,b,c,d", "--replicas", "2", "k1", "k2")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", algo, code, errs)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			key, owners, _ := strings.Cut(line, "\t")
+			o := strings.Split(owners, ",")
+			if (key != "k1" && key != "k2") || len(o) != 2 || o[0] == o[1] {
+				t.Errorf("%s: bad line %q", algo, line)
+			}
+		}
+		code, out, errs = runRotor(t, "", "place", "--algo", algo, "--nodes", "a,b,c,d", "--explain", "k1")
+		if code != 0 || !strings.Contains(out, `key "k1"`) || !strings.Contains(out, "owners: [") {
+			t.Errorf("%s: --explain: exit %d, out %q, err %q", algo, code, out, errs)
+		}
+	}
+}
+
+func TestExplainShowsTheWalk(t *testing.T) {
+	code, out, _ := runRotor(t, "", "place", "--hash", "md5", "--vnodes", "1", "--nodes", "a,b,c", "--explain", "user:42")
+	want := `key "user:42" (md5)  hash 1457184536
+  b#0            0509158149           node b          last point at or before the key (not the owner)
+  a#0            3627721093           node a          owner
+owners: [a]
+`
+	if code != 0 || out != want {
+		t.Errorf("exit %d, (-got +want)\n%s", code, cmp.Diff(out, want))
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no nodes", []string{"place", "k"}, "rotor: --nodes: at least one node is required"},
+		{"empty name", []string{"place", "--nodes", "a,,b", "k"}, "rotor: --nodes: node names must not be empty"},
+		{"duplicate", []string{"place", "--nodes", "a,b,a", "k"}, `rotor: --nodes: node "a" appears twice`},
+		{"weight zero", []string{"place", "--nodes", "a=0", "k"}, `rotor: --nodes: node "a": weight must be a whole number of at least 1 (got "0")`},
+		{"weight negative", []string{"moves", "--from", "a=-2"}, `rotor: --from: node "a": weight must be`},
+		{"weight not a number", []string{"moves", "--to", "a=x"}, `rotor: --to: node "a": weight must be`},
+		{"unknown algo", []string{"place", "--algo", "p3c", "--nodes", "a"}, `rotor: --algo: "p3c" is not an algorithm (ring, rendezvous, jump, maglev, bounded, modn)`},
+		{"all only for moves", []string{"place", "--algo", "all", "--nodes", "a"}, `rotor: --algo: "all" is not an algorithm`},
+		{"vnodes", []string{"place", "--vnodes", "0", "--nodes", "a"}, "rotor: --vnodes: must be at least 1 (got 0)"},
+		{"replicas above nodes", []string{"place", "--nodes", "a,b", "--replicas", "3", "k"}, "rotor: --replicas: must be between 1 and the node count 2 (got 3)"},
+		{"replicas zero", []string{"place", "--nodes", "a,b", "--replicas", "0", "k"}, "rotor: --replicas: must be between 1"},
+		{"hash", []string{"place", "--hash", "sha1", "--nodes", "a"}, `rotor: --hash: "sha1" is not a hash (xxhash, md5)`},
+		{"table size", []string{"moves", "--algo", "maglev", "--table-size", "100"}, "rotor: --table-size: must be a prime (got 100)"},
+		{"epsilon", []string{"moves", "--epsilon", "0"}, "rotor: --epsilon: must be positive (got 0)"},
+		{"keys", []string{"moves", "--keys", "0"}, "rotor: --keys: must be at least 1 (got 0)"},
+		{"jump weights", []string{"moves", "--algo", "jump", "--from", "a=2,b"}, `rotor: --from: node "a": jump does not support weights (got 2)`},
+		{"unknown flag", []string{"moves", "--nope"}, "rotor: unknown flag: --nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errs := runRotor(t, "", tt.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want non-zero; out %q", out)
+			}
+			if strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, tt.want) {
+				t.Errorf("stderr %q, want one line starting %q", errs, tt.want)
+			}
+		})
+	}
+}
+
+func TestMovesJSON(t *testing.T) {
+	code, out, errs := runRotor(t, "", "moves", "--algo", "all", "--from", "a,b,c", "--to", "a,b,c,d", "--keys", "20000", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rows []movesRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]movesRow{}
+	for _, r := range rows {
+		got[r.Algo] = r
+	}
+	if len(got) != len(algorithms) {
+		t.Fatalf("rows for %d algorithms, want %d", len(got), len(algorithms))
+	}
+	for _, algo := range []string{"ring", "rendezvous", "jump"} {
+		r := got[algo]
+		if !r.OnlyChanged || r.Stray != 0 || r.Fraction < 0.12 || r.Fraction > 0.35 || r.Ideal != 0.25 {
+			t.Errorf("%s: %+v, want a minimal move near 1/4", algo, r)
+		}
+	}
+	if r := got["modn"]; r.Fraction < 0.6 || r.OnlyChanged {
+		t.Errorf("modn: %+v, want most keys moved", r)
+	}
+}
+
+func TestMovesTable(t *testing.T) {
+	code, out, errs := runRotor(t, "", "moves", "--algo", "all", "--from", "a=2,b,c", "--keys", "5000")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"moved/ideal", "rendezvous", "jump: n/a: --from: node \"a\": jump does not support weights"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// FuzzParseNodes: the --nodes parser never panics, and whatever it accepts
+// is a valid set that prints back to itself.
+func FuzzParseNodes(f *testing.F) {
+	for _, s := range []string{"a,b,c", "a=3,b,c=2", " a = 1 , b ", "a,,b", "a=0", "a=-1", "a=b=c", "=", ",", "a,a", "ä=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		nodes, err := parseNodes("--nodes", spec)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "--nodes: ") || strings.Contains(err.Error(), "\n") && !strings.Contains(spec, "\n") {
+				t.Fatalf("error %q does not name the flag on one line", err)
+			}
+			return
+		}
+		var parts []string
+		seen := map[string]bool{}
+		for _, n := range nodes {
+			if n.Name == "" || n.Weight < 1 || seen[n.Name] {
+				t.Fatalf("accepted a bad set %+v from %q", nodes, spec)
+			}
+			seen[n.Name] = true
+			parts = append(parts, n.Name+"="+strconv.Itoa(n.Weight))
+		}
+		again, err := parseNodes("--nodes", strings.Join(parts, ","))
+		if err != nil || !cmp.Equal(again, nodes) {
+			t.Fatalf("%q parsed to %+v, which prints back as %+v (%v)", spec, nodes, again, err)
+		}
+	})
+}

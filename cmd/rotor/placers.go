@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rotor-lb/rotor/placement"
+)
+
+// algorithms are the placers `rotor place` and `rotor moves` know, in the
+// order `--algo all` shows them.
+var algorithms = []string{"ring", "rendezvous", "jump", "maglev", "bounded", "modn"}
+
+// placerFlags are the flags shared by place and moves.
+type placerFlags struct {
+	algo      string
+	vnodes    int
+	hash      string
+	epsilon   float64
+	tableSize int
+}
+
+func (f *placerFlags) register(cmd *cobra.Command, allowAll bool) {
+	usage := "placement algorithm: " + strings.Join(algorithms, "|")
+	if allowAll {
+		usage += "|all"
+	}
+	cmd.Flags().StringVar(&f.algo, "algo", "ring", usage)
+	cmd.Flags().IntVar(&f.vnodes, "vnodes", placement.DefaultVNodes, "ring and bounded: points per node per unit of weight")
+	cmd.Flags().StringVar(&f.hash, "hash", "xxhash", "ring, bounded and modn: xxhash|md5 (md5 reproduces article 000's ring)")
+	cmd.Flags().Float64Var(&f.epsilon, "epsilon", placement.DefaultEpsilon, "bounded: a node takes no new key at (1+epsilon) x the average load")
+	cmd.Flags().IntVar(&f.tableSize, "table-size", placement.DefaultTableSize, "maglev: lookup table size, a prime")
+}
+
+// validate checks the flags that do not depend on the node set.
+func (f *placerFlags) validate(allowAll bool) ([]string, placement.Hash, error) {
+	algos := []string{f.algo}
+	if f.algo == "all" && allowAll {
+		algos = algorithms
+	} else if !contains(algorithms, f.algo) {
+		return nil, 0, fmt.Errorf("--algo: %q is not an algorithm (%s)", f.algo, strings.Join(algorithms, ", "))
+	}
+	if f.vnodes < 1 {
+		return nil, 0, fmt.Errorf("--vnodes: must be at least 1 (got %d)", f.vnodes)
+	}
+	h, err := placement.ParseHash(f.hash)
+	if err != nil {
+		return nil, 0, fmt.Errorf("--hash: %v", err)
+	}
+	if !(f.epsilon > 0) {
+		return nil, 0, fmt.Errorf("--epsilon: must be positive (got %v)", f.epsilon)
+	}
+	if _, err := placement.NewMaglev(nil, placement.MaglevOptions{TableSize: f.tableSize}); err != nil || f.tableSize == 0 {
+		return nil, 0, fmt.Errorf("--table-size: must be a prime (got %d)", f.tableSize)
+	}
+	return algos, h, nil
+}
+
+// newPlacer builds the named placer. flag names the flag the nodes came
+// from, for error messages.
+func (f *placerFlags) newPlacer(algo string, h placement.Hash, nodes []placement.Node, flag string) (placement.Placer, error) {
+	var (
+		p   placement.Placer
+		err error
+	)
+	ring := placement.RingOptions{VNodes: f.vnodes, Hash: h}
+	switch algo {
+	case "ring":
+		p, err = placement.NewRing(nodes, ring)
+	case "rendezvous":
+		p, err = placement.NewRendezvous(nodes)
+	case "jump":
+		p, err = placement.NewJump(nodes)
+	case "maglev":
+		if len(nodes) > f.tableSize {
+			return nil, fmt.Errorf("--table-size: must be at least the node count %d (got %d)", len(nodes), f.tableSize)
+		}
+		p, err = placement.NewMaglev(nodes, placement.MaglevOptions{TableSize: f.tableSize})
+	case "bounded":
+		p, err = placement.NewBounded(nodes, placement.BoundedOptions{Ring: ring, Epsilon: f.epsilon})
+	case "modn":
+		p, err = placement.NewModN(nodes, h)
+	default:
+		return nil, fmt.Errorf("--algo: %q is not an algorithm (%s)", algo, strings.Join(algorithms, ", "))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s", flag, strings.TrimPrefix(err.Error(), "placement: "))
+	}
+	return p, nil
+}
+
+// parseNodes reads a node list: "a,b,c" or with weights "a=3,b,c=2".
+// flag names the flag for error messages.
+func parseNodes(flag, spec string) ([]placement.Node, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, fmt.Errorf("%s: at least one node is required", flag)
+	}
+	var nodes []placement.Node
+	seen := map[string]bool{}
+	for _, item := range strings.Split(spec, ",") {
+		name, weight, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
+		name = strings.TrimSpace(name)
+		n := placement.Node{Name: name, Weight: 1}
+		if name == "" {
+			return nil, fmt.Errorf("%s: node names must not be empty (in %q)", flag, spec)
+		}
+		if hasWeight {
+			w, err := strconv.Atoi(strings.TrimSpace(weight))
+			if err != nil || w < 1 {
+				return nil, fmt.Errorf("%s: node %q: weight must be a whole number of at least 1 (got %q)", flag, name, weight)
+			}
+			n.Weight = w
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%s: node %q appears twice", flag, name)
+		}
+		seen[name] = true
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs rotor's whole test suite on a fresh machine: installs the outside
+# programs the integration tests run against, then gofmt, go vet and
+# go test -race over every package. CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# need CMD PKG: install Debian package PKG unless CMD is already on PATH.
+missing=()
+need() {
+	command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+}
+need python3 python3    # the reference ring of article 000 (placement tests)
+need c++ g++            # the jump hash paper's C++ code (placement tests)
+
+if ((${#missing[@]})); then
+	sudo=""
+	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+	echo "installing: ${missing[*]}"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "gofmt: these files are not formatted:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 15m ./...
