@@ -132,30 +132,46 @@ func (b *Bounded) bound(s *boundedSnap, i int32, total int64) int64 {
 // Acquire places key on the first node clockwise from its hash whose load is
 // under the bound, counts one unit on it and returns it. Call Release with
 // the returned name when the key's work is done.
-func (b *Bounded) Acquire(key string) (string, error) {
+func (b *Bounded) Acquire(key string) (string, error) { return b.AcquireFunc(key, nil) }
+
+// AcquireFunc is Acquire over the nodes for which ok reports true (nil
+// means every node): a balancer passes its availability predicate, so the
+// walk also steps past endpoints that are down. When every acceptable node
+// is at its bound, the first acceptable one clockwise takes the key anyway;
+// when no node is acceptable, it returns ErrNoNodes.
+func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, error) {
 	s := b.snap.Load()
 	if len(s.ring.hashes) == 0 {
 		return "", ErrNoNodes
 	}
 	total := b.total.Add(1)
 	start := s.ring.search(b.ring.opts.Hash.Sum(key))
+	fallback := int32(-1)
 	for step, i := 0, start; step < len(s.ring.hashes); step++ {
 		o := s.ring.owners[i]
-		c, limit := s.loads[o], b.bound(s, o, total)
-		for cur := c.Load(); cur >= 0 && cur < limit; cur = c.Load() {
-			if c.CompareAndSwap(cur, cur+1) {
-				return s.ring.nodes[o].Name, nil
+		if ok == nil || ok(s.ring.nodes[o].Name) {
+			if fallback < 0 {
+				fallback = o
+			}
+			c, limit := s.loads[o], b.bound(s, o, total)
+			for cur := c.Load(); cur >= 0 && cur < limit; cur = c.Load() {
+				if c.CompareAndSwap(cur, cur+1) {
+					return s.ring.nodes[o].Name, nil
+				}
 			}
 		}
 		if i++; i == len(s.ring.hashes) {
 			i = 0
 		}
 	}
-	// Every node was at its bound: only possible while other goroutines
-	// race this one, or a node left mid-walk. The ring owner takes it.
-	o := s.ring.owners[start]
-	s.loads[o].Add(1)
-	return s.ring.nodes[o].Name, nil
+	if fallback < 0 {
+		b.total.Add(-1)
+		return "", ErrNoNodes
+	}
+	// Every acceptable node was at its bound: only possible while other
+	// goroutines race this one, or when most nodes are unacceptable.
+	s.loads[fallback].Add(1)
+	return s.ring.nodes[fallback].Name, nil
 }
 
 // Release gives back one unit acquired on node name. It reports false, and
