@@ -1,0 +1,453 @@
+package health
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerState is the state of an endpoint's circuit breaker.
+type BreakerState int32
+
+const (
+	// Closed: requests flow; consecutive failures are counted.
+	Closed BreakerState = iota
+	// Open: no requests until the cooldown has passed.
+	Open
+	// HalfOpen: the cooldown has passed; exactly one probe at a time may go
+	// through, and its outcome decides: success closes, failure reopens.
+	HalfOpen
+)
+
+func (b BreakerState) String() string {
+	switch b {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	}
+	return "unknown"
+}
+
+// Bits of State.flags.
+const (
+	flagDraining uint32 = 1 << iota // SetDraining
+	flagDown                        // SetDown
+	flagCapped                      // a max in-flight is set
+	flagBreaker                     // the breaker is not closed; written under mu
+)
+
+// Ticket is the breaker's permission for one request, handed out by Admit
+// and given back with the outcome to Observe. Its generation ties the
+// outcome to the breaker state it was admitted under: an outcome from an
+// older state still feeds the EWMAs but cannot move the breaker
+// (sony/gobreaker's generation counter).
+type Ticket struct {
+	gen   uint64
+	probe bool // the one half-open probe
+	// fallback: admitted past the breaker because nothing was available.
+	fallback bool
+}
+
+// Probe reports whether the ticket is the half-open probe.
+func (t Ticket) Probe() bool { return t.probe }
+
+// State is one endpoint's health: running estimates learned from outcomes
+// (success EWMA, latency EWMA, peak-EWMA latency), in-flight count, circuit
+// breaker, and the operator's flags (draining, down). It is keyed by
+// endpoint name in a Store and outlives config reloads.
+//
+// Every method is safe for concurrent use. The estimates and the breaker
+// change under one mutex, so concurrent outcomes are never lost (a
+// threshold of 3 is exactly 3 under any contention); what the pick path
+// reads is published in atomics, so a pick never takes the lock.
+type State struct {
+	name string // immutable
+
+	cfg atomic.Pointer[Config] // normalised, validated; replaced on reload
+
+	// Read on the pick path; each is written only as described.
+	//
+	// flags gathers everything that can make the endpoint unavailable, so
+	// that the common case, a healthy endpoint, is one atomic load.
+	flags       atomic.Uint32 // flag* bits
+	rawScore    atomic.Uint64 // float64 bits of the score ignoring the breaker; written under mu; next to flags, as scored reads both
+	inflight    atomic.Int64  // Begin/End
+	maxInflight atomic.Int64  // SetMaxInflight; 0 = no limit
+	cost        atomic.Uint64 // float64 bits; SetCost
+	breaker     atomic.Int32  // BreakerState, written under mu
+	openUntil   atomic.Int64  // unix ns the cooldown ends; written under mu
+	probing     atomic.Bool   // a half-open probe is out; written under mu
+	gen         atomic.Uint64 // breaker generation; written under mu
+	peakValue   atomic.Uint64 // float64 bits, seconds; written under mu
+	peakStamp   atomic.Int64  // unix ns of the last peak update; written under mu
+
+	// Counters for metrics.
+	requests                     atomic.Int64 // Begin calls
+	successes, failures, ignored atomic.Int64
+	opens                        atomic.Int64 // times the breaker opened
+
+	mu          sync.Mutex
+	successEWMA float64 // guarded by mu
+	latencyEWMA float64 // guarded by mu; seconds
+	samples     int64   // guarded by mu; outcomes that fed the EWMAs
+	timed       bool    // guarded by mu; latencyEWMA holds a measure
+	consecutive int     // guarded by mu; consecutive failures in this generation
+	peak        float64 // guarded by mu; seconds
+	peakAt      time.Time
+}
+
+// NewState returns the state of a new endpoint: optimistic (success 1,
+// latency 0, score 1), breaker closed. cfg is normalised; it must validate.
+func NewState(name string, cfg Config) *State {
+	s := &State{name: name, successEWMA: 1}
+	s.SetConfig(cfg)
+	s.publish()
+	return s
+}
+
+// Name returns the endpoint name the state belongs to.
+func (s *State) Name() string { return s.name }
+
+// SetConfig replaces the tuning, keeping every estimate.
+func (s *State) SetConfig(cfg Config) {
+	cfg = cfg.Normalize()
+	s.cfg.Store(&cfg)
+	s.mu.Lock()
+	s.publish()
+	s.mu.Unlock()
+}
+
+// Config returns the tuning in force.
+func (s *State) Config() Config { return *s.cfg.Load() }
+
+// SetCost sets the endpoint's cost for the score's cost factor.
+func (s *State) SetCost(cost float64) {
+	s.cost.Store(math.Float64bits(cost))
+	s.mu.Lock()
+	s.publish()
+	s.mu.Unlock()
+}
+
+// SetMaxInflight caps concurrent requests; 0 removes the cap.
+func (s *State) SetMaxInflight(n int64) {
+	s.maxInflight.Store(n)
+	s.setFlag(flagCapped, n > 0)
+}
+
+func (s *State) setFlag(f uint32, on bool) {
+	if on {
+		s.flags.Or(f)
+	} else {
+		s.flags.And(^f)
+	}
+}
+
+// SetDraining marks the endpoint draining: it takes no new requests, and
+// those in flight finish.
+func (s *State) SetDraining(v bool) { s.setFlag(flagDraining, v) }
+
+// Draining reports whether the endpoint is draining.
+func (s *State) Draining() bool { return s.flags.Load()&flagDraining != 0 }
+
+// SetDown records the verdict of active health checks: a down endpoint is
+// not picked.
+func (s *State) SetDown(v bool) { s.setFlag(flagDown, v) }
+
+// Down reports whether active checks have marked the endpoint down.
+func (s *State) Down() bool { return s.flags.Load()&flagDown != 0 }
+
+// Inflight returns the requests in flight.
+func (s *State) Inflight() int64 { return s.inflight.Load() }
+
+// Begin counts a request in flight. Every Begin is matched by one End.
+func (s *State) Begin() {
+	s.inflight.Add(1)
+	s.requests.Add(1)
+}
+
+// End counts a request done.
+func (s *State) End() { s.inflight.Add(-1) }
+
+// Full reports whether the in-flight cap is reached.
+func (s *State) Full() bool {
+	m := s.maxInflight.Load()
+	return m > 0 && s.inflight.Load() >= m
+}
+
+// Available is the one availability predicate every policy skips by: not
+// draining, not down, not full, and a breaker that would admit a request
+// now (closed; or open past its cooldown, or half-open, with no probe out).
+// It reads atomics only and asks clock the time only when the breaker is
+// not closed.
+func (s *State) Available(clock Clock) bool {
+	if s.flags.Load() == 0 { // small enough to inline: the common case costs one load
+		return true
+	}
+	return s.availableSlow(clock)
+}
+
+func (s *State) availableSlow(clock Clock) bool {
+	f := s.flags.Load()
+	if f&(flagDraining|flagDown) != 0 || f&flagCapped != 0 && s.Full() {
+		return false
+	}
+	return f&flagBreaker == 0 || s.breakerAdmits(clock)
+}
+
+func (s *State) breakerAdmits(clock Clock) bool {
+	switch BreakerState(s.breaker.Load()) {
+	case Closed:
+		return true
+	case Open:
+		return !s.probing.Load() && clock.Now().UnixNano() >= s.openUntil.Load()
+	default:
+		return !s.probing.Load()
+	}
+}
+
+// Breaker returns the breaker state at now: an open breaker whose cooldown
+// has passed reports HalfOpen, as it would admit a probe.
+func (s *State) Breaker(now time.Time) BreakerState {
+	b := BreakerState(s.breaker.Load())
+	if b == Open && now.UnixNano() >= s.openUntil.Load() {
+		return HalfOpen
+	}
+	return b
+}
+
+// Admit asks the breaker for one request. Closed admits everything; open
+// admits nothing until the cooldown has passed, then turns half-open and
+// admits exactly one probe; half-open admits one probe at a time. The clock
+// is read only when the breaker is not closed.
+func (s *State) Admit(clock Clock) (Ticket, bool) {
+	if BreakerState(s.breaker.Load()) == Closed {
+		return Ticket{gen: s.gen.Load()}, true
+	}
+	now := clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch BreakerState(s.breaker.Load()) {
+	case Closed:
+		return Ticket{gen: s.gen.Load()}, true
+	case Open:
+		if now.UnixNano() < s.openUntil.Load() {
+			return Ticket{}, false
+		}
+		s.breaker.Store(int32(HalfOpen)) // flagBreaker stays set
+		s.gen.Add(1)
+	}
+	if s.probing.Load() {
+		return Ticket{}, false
+	}
+	s.probing.Store(true)
+	return Ticket{gen: s.gen.Load(), probe: true}, true
+}
+
+// AdmitFallback admits a request past the breaker: for when nothing in the
+// pool is available and the least bad endpoint is tried anyway. A success
+// on such a request closes an open breaker, as a probe's would; a failure
+// leaves it as it is.
+func (s *State) AdmitFallback() Ticket {
+	return Ticket{gen: s.gen.Load(), fallback: true}
+}
+
+// Observe feeds one outcome's verdict and latency back, at now.
+func (s *State) Observe(t Ticket, v Verdict, latency time.Duration, now time.Time) {
+	switch v {
+	case Success:
+		s.successes.Add(1)
+	case Failure:
+		s.failures.Add(1)
+	default:
+		s.ignored.Add(1)
+	}
+	cfg := s.cfg.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	current := t.gen == s.gen.Load()
+	if v == Ignore {
+		// Not the endpoint's doing: learn nothing, but free the probe slot
+		// so another request can probe.
+		if t.probe && current {
+			s.probing.Store(false)
+		}
+		return
+	}
+	ok := v == Success
+	x := 0.0
+	if ok {
+		x = 1
+	}
+	s.successEWMA = cfg.SuccessDecay*x + (1-cfg.SuccessDecay)*s.successEWMA
+	if ok {
+		sec := latency.Seconds()
+		if !s.timed {
+			// Seed with the first measure rather than decay up from zero,
+			// which would make a slow endpoint look fast for its first
+			// few requests.
+			s.latencyEWMA, s.timed = sec, true
+		} else {
+			s.latencyEWMA = cfg.LatencyDecay*sec + (1-cfg.LatencyDecay)*s.latencyEWMA
+		}
+		s.observePeak(sec, now, cfg.PeakDecay)
+	}
+	s.samples++
+	if current {
+		s.step(ok, t, now, cfg)
+	}
+	s.publish()
+}
+
+// step moves the breaker on an outcome of the current generation.
+// Called with mu held.
+func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
+	switch BreakerState(s.breaker.Load()) {
+	case Closed:
+		if ok {
+			s.consecutive = 0
+			return
+		}
+		if s.consecutive++; s.consecutive >= cfg.Threshold {
+			s.open(now, cfg)
+		}
+	case HalfOpen:
+		if !t.probe && !t.fallback {
+			return
+		}
+		if ok {
+			s.close()
+		} else {
+			s.open(now, cfg)
+		}
+	case Open:
+		if ok && t.fallback {
+			s.close()
+		}
+	}
+}
+
+func (s *State) open(now time.Time, cfg *Config) {
+	s.breaker.Store(int32(Open))
+	s.flags.Or(flagBreaker)
+	s.openUntil.Store(now.Add(cfg.Cooldown).UnixNano())
+	s.probing.Store(false)
+	s.gen.Add(1)
+	s.opens.Add(1)
+}
+
+func (s *State) close() {
+	s.breaker.Store(int32(Closed))
+	s.flags.And(^flagBreaker)
+	s.probing.Store(false)
+	s.consecutive = 0
+	s.gen.Add(1)
+}
+
+// observePeak updates the peak-EWMA latency (Finagle, linkerd): a sample
+// above the estimate replaces it at once, one below pulls it down with a
+// weight that grows with the time since the last sample. Called with mu
+// held.
+func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
+	if s.peakAt.IsZero() || sec > s.peak {
+		s.peak = sec
+	} else {
+		w := math.Exp(-float64(now.Sub(s.peakAt)) / float64(tau))
+		s.peak = s.peak*w + sec*(1-w)
+	}
+	s.peakAt = now
+	s.peakValue.Store(math.Float64bits(s.peak))
+	s.peakStamp.Store(now.UnixNano())
+}
+
+// PeakLatency returns the peak-EWMA latency estimate at now, in seconds,
+// decayed toward zero since the last sample: an endpoint that has not been
+// used for a while looks cheaper, and is tried again.
+func (s *State) PeakLatency(now time.Time) float64 {
+	v := math.Float64frombits(s.peakValue.Load())
+	if v == 0 {
+		return 0
+	}
+	dt := float64(now.UnixNano() - s.peakStamp.Load())
+	if dt <= 0 {
+		return v
+	}
+	return v * math.Exp(-dt/float64(s.cfg.Load().PeakDecay))
+}
+
+// publish recomputes the score readers see. Called with mu held (or before
+// the state is shared).
+func (s *State) publish() {
+	cfg := s.cfg.Load()
+	score := s.successEWMA / (1 + s.latencyEWMA)
+	if cfg != nil && cfg.CostWeight > 0 {
+		score /= 1 + cfg.CostWeight*math.Float64frombits(s.cost.Load())
+	}
+	s.rawScore.Store(math.Float64bits(score))
+}
+
+// Score is article 001's score at now: success_ewma x 1/(1 + latency_ewma
+// in seconds), times 1/(1 + cost_weight x cost) when a cost weight is set;
+// exactly 0 while the breaker is open and cooling down.
+func (s *State) Score(now time.Time) float64 {
+	if BreakerState(s.breaker.Load()) == Open && now.UnixNano() < s.openUntil.Load() {
+		return 0
+	}
+	return math.Float64frombits(s.rawScore.Load())
+}
+
+// ScoreIgnoringBreaker is the score as if the breaker were closed: what
+// makes one endpoint less bad than another when every breaker is open.
+func (s *State) ScoreIgnoringBreaker() float64 {
+	return math.Float64frombits(s.rawScore.Load())
+}
+
+// Snapshot is a consistent copy of a state, for status pages and metrics.
+type Snapshot struct {
+	Name                string       `json:"name"`
+	SuccessEWMA         float64      `json:"success_ewma"`
+	LatencyEWMA         float64      `json:"latency_ewma_seconds"`
+	PeakLatency         float64      `json:"peak_latency_seconds"`
+	Score               float64      `json:"score"`
+	Breaker             BreakerState `json:"-"`
+	BreakerName         string       `json:"breaker"`
+	ConsecutiveFailures int          `json:"consecutive_failures"`
+	Inflight            int64        `json:"inflight"`
+	Draining            bool         `json:"draining"`
+	Down                bool         `json:"down"`
+	Samples             int64        `json:"samples"`
+	Requests            int64        `json:"requests"`
+	Successes           int64        `json:"successes"`
+	Failures            int64        `json:"failures"`
+	Ignored             int64        `json:"ignored"`
+	Opens               int64        `json:"breaker_opens"`
+}
+
+// Snapshot returns the state at now.
+func (s *State) Snapshot(now time.Time) Snapshot {
+	s.mu.Lock()
+	snap := Snapshot{
+		Name:                s.name,
+		SuccessEWMA:         s.successEWMA,
+		LatencyEWMA:         s.latencyEWMA,
+		ConsecutiveFailures: s.consecutive,
+		Samples:             s.samples,
+	}
+	s.mu.Unlock()
+	snap.PeakLatency = s.PeakLatency(now)
+	snap.Score = s.Score(now)
+	snap.Breaker = s.Breaker(now)
+	snap.BreakerName = snap.Breaker.String()
+	snap.Inflight = s.inflight.Load()
+	snap.Draining = s.Draining()
+	snap.Down = s.Down()
+	snap.Requests = s.requests.Load()
+	snap.Successes = s.successes.Load()
+	snap.Failures = s.failures.Load()
+	snap.Ignored = s.ignored.Load()
+	snap.Opens = s.opens.Load()
+	return snap
+}
