@@ -1,0 +1,200 @@
+// Package balance picks an endpoint for each request.
+//
+// A Pool holds the endpoints and a Policy. Membership and config changes go
+// through Configure, on the control plane: they build a new immutable Set
+// and a Picker over it, and publish both with one atomic store. Pick, on the
+// data plane, loads that snapshot and asks the Picker; it never blocks and
+// never takes the control plane's lock (grpc-go's Balancer and Picker).
+//
+// A pick returns the endpoint and a Done hook: the caller reports the
+// outcome, and everything that learns (in-flight counts, the success and
+// latency EWMAs, the circuit breaker, sticky tables, bounded loads) learns
+// through it. Every policy skips what the one availability predicate,
+// health.State.Available, rejects; when nothing is available the pool falls
+// back to the least bad endpoint rather than failing (article 001), and
+// counts it.
+//
+// Time and randomness are injected (health.Clock, Rand), so the simulator
+// drives this very code on virtual time, deterministically, from a seed.
+package balance
+
+import (
+	"errors"
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/rotor-lb/rotor/health"
+)
+
+// ErrNoEndpoint means no endpoint can take the request: the pool is empty,
+// or every endpoint is draining or full. The proxies answer 503.
+var ErrNoEndpoint = errors.New("balance: no endpoint available")
+
+// ErrRejected means a policy refused the request by rule: a sticky
+// session's endpoint is full and the pool is set to reject rather than
+// break affinity. The proxies answer 503.
+var ErrRejected = errors.New("balance: rejected: the pinned endpoint is full")
+
+// Endpoint is one place a request can go, as one snapshot knows it. Its
+// fields are immutable; its runtime State is shared by every snapshot the
+// endpoint is in.
+type Endpoint struct {
+	Name   string
+	Addr   string // opaque to this package: a URL, host:port, a route
+	Weight int    // >= 1
+	Cost   float64
+	State  *health.State
+}
+
+// Request is what a policy may look at to pick.
+type Request struct {
+	// Key is the request's key for key-based and sticky policies (a header,
+	// cookie, client address...). Empty when the request has none.
+	Key string
+}
+
+// Policy builds pickers. One Policy value lives as long as the pool's
+// config names it, so it is where state that must outlive a membership
+// change is kept (a round-robin counter, smooth weights, a sticky table).
+type Policy interface {
+	// Name is the policy's config name, e.g. "p2c".
+	Name() string
+	// Build returns a picker over s. It is called on the control plane,
+	// one call at a time; the previous picker keeps serving until the new
+	// one is published.
+	Build(s *Set) Picker
+}
+
+// Picker picks from one Set. Pick is called from any number of goroutines
+// and must never block. It returns ErrNoEndpoint when nothing it may pick
+// is available.
+type Picker interface {
+	Pick(r Request) (*Endpoint, error)
+}
+
+// Observer is implemented by pickers that keep per-request accounting of
+// their own (bounded loads): Done is called once for every endpoint the
+// picker returned, when its request ends.
+type Observer interface {
+	Done(ep *Endpoint, v health.Verdict)
+}
+
+// Rand is the random source policies draw from. It must be safe for
+// concurrent use.
+type Rand interface {
+	Uint64() uint64
+}
+
+// FastRand is the runtime's per-thread generator: concurrent and lock-free,
+// not reproducible. The default.
+type FastRand struct{}
+
+// Uint64 returns a random number.
+func (FastRand) Uint64() uint64 { return rand.Uint64() }
+
+// SeededRand is a reproducible source: the same seed gives the same
+// sequence. A mutex makes it safe for concurrent use.
+type SeededRand struct {
+	mu  sync.Mutex
+	pcg *rand.PCG // guarded by mu
+}
+
+// NewSeededRand returns a source seeded with seed.
+func NewSeededRand(seed uint64) *SeededRand {
+	return &SeededRand{pcg: rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)}
+}
+
+// Uint64 returns the next number in the sequence.
+func (r *SeededRand) Uint64() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pcg.Uint64()
+}
+
+// intn returns a number in [0, n) (Lemire's multiply-shift, no division).
+func intn(r Rand, n int) int {
+	hi, _ := bits.Mul64(r.Uint64(), uint64(n))
+	return int(hi)
+}
+
+// float returns a number in [0, 1).
+func float(r Rand) float64 { return float64(r.Uint64()>>11) / (1 << 53) }
+
+// Set is one immutable snapshot of a pool's endpoints, with the clock and
+// random source its pickers use.
+type Set struct {
+	endpoints []*Endpoint     // immutable
+	states    []*health.State // immutable; states[i] is endpoints[i].State, one hop closer for hot loops
+	byName    map[string]int  // immutable
+	clock     health.Clock
+	rand      Rand
+}
+
+// NewSet builds a set. Pools build their own; this is for pickers used
+// directly and for tests.
+func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
+	s := &Set{endpoints: endpoints, states: make([]*health.State, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
+	for i, ep := range endpoints {
+		s.byName[ep.Name] = i
+		s.states[i] = ep.State
+	}
+	return s
+}
+
+// Endpoints returns the endpoints in config order. Do not modify the slice.
+func (s *Set) Endpoints() []*Endpoint { return s.endpoints }
+
+// Len returns the number of endpoints.
+func (s *Set) Len() int { return len(s.endpoints) }
+
+// Get returns the named endpoint, or nil.
+func (s *Set) Get(name string) *Endpoint {
+	if i, ok := s.byName[name]; ok {
+		return s.endpoints[i]
+	}
+	return nil
+}
+
+// Clock returns the set's clock.
+func (s *Set) Clock() health.Clock { return s.clock }
+
+// Rand returns the set's random source.
+func (s *Set) Rand() Rand { return s.rand }
+
+// Available is the availability predicate, health.State.Available.
+func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock) }
+
+// randomAvailable picks uniformly among the available endpoints: a few
+// draws over the whole set, accepting only available ones, then an exact
+// count-and-choose when unavailable ones keep coming up.
+func randomAvailable(s *Set) *Endpoint {
+	n := len(s.endpoints)
+	if n == 0 {
+		return nil
+	}
+	for range 4 {
+		if ep := s.endpoints[intn(s.rand, n)]; s.Available(ep) {
+			return ep
+		}
+	}
+	k := 0
+	for _, ep := range s.endpoints {
+		if s.Available(ep) {
+			k++
+		}
+	}
+	if k == 0 {
+		return nil
+	}
+	j := intn(s.rand, k)
+	for _, ep := range s.endpoints {
+		if s.Available(ep) {
+			if j == 0 {
+				return ep
+			}
+			j--
+		}
+	}
+	return nil
+}

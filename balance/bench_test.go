@@ -1,0 +1,150 @@
+package balance_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
+)
+
+func benchPolicies(b *testing.B) []balance.Policy {
+	p2c, _ := balance.NewP2C(2)
+	peak, _ := balance.NewPeakEWMA(2)
+	sc, _ := balance.NewScored(1)
+	st, _ := balance.NewSticky(balance.StickyOptions{})
+	sth, _ := balance.NewSticky(balance.StickyOptions{Hash: true})
+	ring, _ := balance.NewKeyed("ring", balance.KeyedOptions{})
+	hrw, _ := balance.NewKeyed("rendezvous", balance.KeyedOptions{})
+	mag, _ := balance.NewKeyed("maglev", balance.KeyedOptions{})
+	bnd, _ := balance.NewKeyed("bounded", balance.KeyedOptions{})
+	return []balance.Policy{&balance.RoundRobin{}, balance.Random{}, balance.LeastConn{}, p2c,
+		&balance.SmoothWeighted{}, balance.WeightedLeastConn{}, peak, sc, st, sth, ring, hrw, mag, bnd}
+}
+
+func benchPool(b *testing.B, pol balance.Policy, n int) *balance.Pool {
+	p := balance.NewPool("bench", balance.Options{})
+	eps := make([]balance.EndpointConfig, n)
+	for i := range eps {
+		eps[i] = balance.EndpointConfig{Name: "e" + strconv.Itoa(i), Weight: 1 + i%4}
+	}
+	if err := p.Configure(balance.Config{Policy: pol, Endpoints: eps}); err != nil {
+		b.Fatal(err)
+	}
+	// Give every endpoint some history so scores and latencies differ.
+	for i := range 4 * n {
+		pk, err := p.Pick(balance.Request{Key: "warm" + strconv.Itoa(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pk.Done(health.Outcome{Status: 200, Latency: time.Duration(1+i%9) * time.Millisecond})
+	}
+	return p
+}
+
+// at stands for the end time a proxy reads to measure latency.
+var at = time.Now()
+
+var keys = func() []string {
+	k := make([]string, 1024)
+	for i := range k {
+		k[i] = "user:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// BenchmarkPickDone: the whole cycle through a pool, Pick then Done, as a
+// proxy runs it: picker, breaker admission, in-flight accounting, the
+// outcome's classification and the EWMA and breaker update. The outcome
+// carries the time it was known, as a proxy that has just measured the
+// latency passes it.
+func BenchmarkPickDone(b *testing.B) {
+	names := map[int]string{8: "sticky", 9: "sticky_hash"}
+	for i, pol := range benchPolicies(b) {
+		name := pol.Name()
+		if n, ok := names[i]; ok {
+			name = n
+		}
+		for _, n := range []int{8, 64, 1024} {
+			p := benchPool(b, pol, n)
+			b.Run(name+"/n="+strconv.Itoa(n), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
+					if err != nil {
+						b.Fatal(err)
+					}
+					pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
+					i++
+				}
+			})
+			b.Run(name+"/n="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := 0
+					for pb.Next() {
+						pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
+						if err != nil {
+							b.Fatal(err)
+						}
+						pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
+						i++
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkPicker: the picker's choice alone, without the pool's admission
+// and accounting, at n endpoints.
+func BenchmarkPicker(b *testing.B) {
+	names := map[int]string{8: "sticky", 9: "sticky_hash"}
+	for i, pol := range benchPolicies(b) {
+		name := pol.Name()
+		if n, ok := names[i]; ok {
+			name = n
+		}
+		for _, n := range []int{8, 64, 1024} {
+			eps := make([]*balance.Endpoint, n)
+			store := health.NewMemoryStore()
+			for j := range eps {
+				eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1 + j%4, State: store.State("e"+strconv.Itoa(j), health.Config{})}
+			}
+			pk := pol.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
+			obs, _ := pk.(balance.Observer)
+			b.Run(name+"/n="+strconv.Itoa(n), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					ep, err := pk.Pick(balance.Request{Key: keys[i&1023]})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if obs != nil {
+						obs.Done(ep, health.Success)
+					}
+					i++
+				}
+			})
+			b.Run(name+"/n="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := 0
+					for pb.Next() {
+						ep, err := pk.Pick(balance.Request{Key: keys[i&1023]})
+						if err != nil {
+							b.Fatal(err)
+						}
+						if obs != nil {
+							obs.Done(ep, health.Success)
+						}
+						i++
+					}
+				})
+			})
+		}
+	}
+}

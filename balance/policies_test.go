@@ -1,0 +1,334 @@
+package balance_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
+)
+
+// Article 000's known answers: 5:1:1 gives a a b a c a a; 3:2 gives
+// x y x y x over its first five, 6 and 4 over ten.
+func TestSmoothWeightedKnownAnswers(t *testing.T) {
+	p, _ := testPool(t, &balance.SmoothWeighted{}, "a=5", "b=1", "c=1")
+	if got := sequence(t, p, 14); got != "aabacaa"+"aabacaa" {
+		t.Errorf("5:1:1 gave %s, want aabacaa twice", got)
+	}
+	p, _ = testPool(t, &balance.SmoothWeighted{}, "x=3", "y=2")
+	got := sequence(t, p, 10)
+	if got[:5] != "xyxyx" || strings.Count(got, "x") != 6 || strings.Count(got, "y") != 4 {
+		t.Errorf("3:2 gave %s, want xyxyx... with 6 x and 4 y", got)
+	}
+}
+
+func longestRun(s string, c byte) int {
+	best, run := 0, 0
+	for i := range len(s) {
+		if s[i] == c {
+			run++
+			best = max(best, run)
+		} else {
+			run = 0
+		}
+	}
+	return best
+}
+
+// Smooth stays smooth when an endpoint leaves mid-cycle or a weight changes.
+func TestSmoothWeightedStaysSmooth(t *testing.T) {
+	p, _ := testPool(t, &balance.SmoothWeighted{}, "a=5", "b=1", "c=1")
+	sequence(t, p, 3)
+	state(p, "c").SetDraining(true)
+	got := sequence(t, p, 60)
+	if strings.Contains(got, "c") || longestRun(got, 'a') > 5 || strings.Count(got, "b") != 10 {
+		t.Errorf("with c out: %s, want a:b at 5:1 with no run of a over 5", got)
+	}
+	state(p, "c").SetDraining(false)
+	// Change b's weight mid-cycle: the credits carry over by name.
+	err := p.Configure(balance.Config{Policy: &balance.SmoothWeighted{}, Endpoints: []balance.EndpointConfig{
+		{Name: "a", Weight: 5}, {Name: "b", Weight: 5}, {Name: "c", Weight: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = sequence(t, p, 110)
+	if longestRun(got, 'a') > 2 || longestRun(got, 'b') > 2 || strings.Count(got, "c") != 10 {
+		t.Errorf("after b's weight went to 5: %s, want a and b interleaved, c 10 times", got)
+	}
+}
+
+func TestRoundRobin(t *testing.T) {
+	p, _ := testPool(t, &balance.RoundRobin{}, "a", "b", "c", "d")
+	if got := sequence(t, p, 8); got != "abcdabcd" {
+		t.Fatalf("got %s", got)
+	}
+	state(p, "b").SetDown(true)
+	c := counts(t, p, 300, nil)
+	if c["b"] != 0 || c["a"] != 100 || c["c"] != 100 || c["d"] != 100 {
+		t.Fatalf("with b down: %v, want a, c, d 100 each (no double share for c)", c)
+	}
+}
+
+func TestRandomUniform(t *testing.T) {
+	p, _ := testPool(t, balance.Random{}, letters(5)...)
+	state(p, "e2").SetDraining(true)
+	c := counts(t, p, 40000, nil)
+	for _, n := range []string{"e0", "e1", "e3", "e4"} {
+		if c[n] < 9500 || c[n] > 10500 {
+			t.Errorf("%s got %d of 40000, want 10000 +- 5%%", n, c[n])
+		}
+	}
+	if c["e2"] != 0 {
+		t.Errorf("draining e2 got %d", c["e2"])
+	}
+}
+
+func TestLeastConn(t *testing.T) {
+	p, _ := testPool(t, balance.LeastConn{}, "a", "b", "c")
+	// Ties at zero go to any, not always the first.
+	c := counts(t, p, 3000, nil)
+	for _, n := range []string{"a", "b", "c"} {
+		if c[n] < 850 || c[n] > 1150 {
+			t.Errorf("ties: %s got %d of 3000", n, c[n])
+		}
+	}
+	// Held requests: the next goes to the least loaded.
+	var held []balance.Pick
+	for range 2 {
+		pk, _ := p.Pick(balance.Request{})
+		held = append(held, pk)
+	}
+	pk, _ := p.Pick(balance.Request{})
+	for _, h := range held {
+		if h.Endpoint == pk.Endpoint {
+			t.Errorf("third request went to %s, which already has one", pk.Endpoint.Name)
+		}
+	}
+}
+
+// Mitzenmacher: 100,000 balls into 1,000 bins. One random choice leaves the
+// fullest bin near 100 + sqrt(2*100*ln 1000) = 137; two choices near
+// 100 + ln ln 1000 / ln 2 = 103.
+func TestP2CBallsIntoBins(t *testing.T) {
+	fullest := func(d int) int64 {
+		pol, err := balance.NewP2C(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := testPool(t, pol, letters(1000)...)
+		for range 100000 {
+			if _, err := p.Pick(balance.Request{}); err != nil { // held: in-flight is the load
+				t.Fatal(err)
+			}
+		}
+		var m int64
+		for _, ep := range p.Set().Endpoints() {
+			m = max(m, ep.State.Inflight())
+		}
+		return m
+	}
+	one, two := fullest(1), fullest(2)
+	if two > 106 || one < 120 || two >= one {
+		t.Fatalf("fullest bin: one choice %d, two choices %d; want two <= 106 and one >= 120", one, two)
+	}
+}
+
+func TestWeightedLeastConn(t *testing.T) {
+	p, _ := testPool(t, balance.WeightedLeastConn{}, "big=2", "small=1")
+	// Hold 300 requests: in-flight settles at 2:1.
+	for range 300 {
+		if _, err := p.Pick(balance.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big, small := state(p, "big").Inflight(), state(p, "small").Inflight()
+	if big != 200 || small != 100 {
+		t.Fatalf("in flight big %d small %d, want 200 and 100", big, small)
+	}
+}
+
+func TestPeakEWMAPrefersFast(t *testing.T) {
+	pol, _ := balance.NewPeakEWMA(2)
+	p, clock := testPool(t, pol, "fast", "slow")
+	c := map[string]int{}
+	for range 2000 {
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lat := 10 * time.Millisecond
+		if pk.Endpoint.Name == "slow" {
+			lat = 200 * time.Millisecond
+		}
+		clock.Advance(5 * time.Millisecond)
+		c[pk.Endpoint.Name]++
+		pk.Done(health.Outcome{Status: 200, Latency: lat})
+	}
+	if c["fast"] < 1800 {
+		t.Fatalf("fast got %d of 2000, want over 1800 (%v)", c["fast"], c)
+	}
+	// The slow endpoint's estimate decays while unused, so it is retried.
+	if c["slow"] == 0 {
+		t.Fatal("slow was never retried")
+	}
+}
+
+// scoredPool gives e0..e2 scores 1, 0.5 and 0.25 (success 1; latency 0,
+// 1 s, 3 s) by feeding each one success.
+func scoredPool(t *testing.T, gamma float64) *balance.Pool {
+	pol, err := balance.NewScored(gamma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, clock := testPool(t, pol, "e0", "e1", "e2")
+	for name, lat := range map[string]time.Duration{"e0": 0, "e1": time.Second, "e2": 3 * time.Second} {
+		st := state(p, name)
+		tk, _ := st.Admit(clock)
+		st.Observe(tk, health.Success, lat, clock.Now())
+	}
+	return p
+}
+
+func TestScoredProportionalToScore(t *testing.T) {
+	for _, tt := range []struct {
+		gamma float64
+		want  [3]float64 // shares
+	}{
+		{1, [3]float64{1 / 1.75, 0.5 / 1.75, 0.25 / 1.75}},
+		{2, [3]float64{1 / 1.3125, 0.25 / 1.3125, 0.0625 / 1.3125}},
+		{0, [3]float64{1.0 / 3, 1.0 / 3, 1.0 / 3}},
+		{0.5, [3]float64{1 / (1 + math.Sqrt(0.5) + 0.5), math.Sqrt(0.5) / (1 + math.Sqrt(0.5) + 0.5), 0.5 / (1 + math.Sqrt(0.5) + 0.5)}},
+	} {
+		p := scoredPool(t, tt.gamma)
+		// Picks are held, not finished, so the scores stay put.
+		c := map[string]int{}
+		const n = 60000
+		for range n {
+			pk, err := p.Pick(balance.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c[pk.Endpoint.Name]++
+		}
+		for i, name := range []string{"e0", "e1", "e2"} {
+			got := float64(c[name]) / n
+			if math.Abs(got-tt.want[i]) > 0.01 {
+				t.Errorf("gamma %v: %s share %.4f, want %.4f +- 0.01", tt.gamma, name, got, tt.want[i])
+			}
+		}
+	}
+	if _, err := balance.NewScored(-1); err == nil {
+		t.Error("negative gamma accepted")
+	}
+}
+
+func TestScoredSkipsOpenAndFallsBack(t *testing.T) {
+	pol, _ := balance.NewScored(1)
+	p, clock := testPool(t, pol, "a", "b", "c")
+	openBreaker(t, p, "a")
+	c := counts(t, p, 3000, nil)
+	if c["a"] != 0 {
+		t.Fatalf("open a got %d picks", c["a"])
+	}
+	openBreaker(t, p, "b")
+	openBreaker(t, p, "c")
+	// Everything open: still tries the least bad, and says so.
+	before := p.Stats().Fallbacks
+	pk, err := p.Pick(balance.Request{})
+	if err != nil || !pk.Fallback {
+		t.Fatalf("all open: pick %+v, err %v; want a fallback pick", pk, err)
+	}
+	pk.Done(health.Outcome{Status: 200})
+	if p.Stats().Fallbacks != before+1 {
+		t.Fatal("fallback not counted")
+	}
+	// A fallback success closes that breaker: it is evidence it works.
+	if st := state(p, pk.Endpoint.Name); st.Breaker(clock.Now()) != health.Closed {
+		t.Fatalf("fallback success left %s %v", pk.Endpoint.Name, st.Breaker(clock.Now()))
+	}
+}
+
+// After the cooldown exactly one request probes the endpoint, however many
+// picks race for it.
+func TestHalfOpenSingleProbeThroughPool(t *testing.T) {
+	p, clock := testPool(t, &balance.RoundRobin{}, "a", "b")
+	openBreaker(t, p, "a")
+	clock.Advance(health.DefaultCooldown)
+	var held []balance.Pick
+	probes := 0
+	for range 50 {
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pk.Endpoint.Name == "a" {
+			probes++
+			if !pk.Probe() {
+				t.Fatal("a request went to a half-open endpoint without being the probe")
+			}
+		}
+		held = append(held, pk)
+	}
+	if probes != 1 {
+		t.Fatalf("%d requests went to a while half-open, want exactly 1", probes)
+	}
+	for _, pk := range held {
+		pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond})
+	}
+	if b := state(p, "a").Breaker(clock.Now()); b != health.Closed {
+		t.Fatalf("after a successful probe a is %v", b)
+	}
+}
+
+func TestNoEndpoint(t *testing.T) {
+	p, _ := testPool(t, &balance.RoundRobin{})
+	if _, err := p.Pick(balance.Request{}); !errors.Is(err, balance.ErrNoEndpoint) {
+		t.Fatalf("empty pool: %v", err)
+	}
+	p, _ = testPool(t, &balance.RoundRobin{}, "a")
+	state(p, "a").SetDraining(true)
+	if _, err := p.Pick(balance.Request{}); !errors.Is(err, balance.ErrNoEndpoint) {
+		t.Fatalf("all draining: %v, want ErrNoEndpoint (draining never takes new requests)", err)
+	}
+	if p.Stats().Unavailable != 1 {
+		t.Fatal("not counted")
+	}
+}
+
+// Low scores defeat the O(1) rejection draws; the exact passes (buffered up
+// to 64 endpoints, two-pass beyond) must keep the same proportions.
+func TestScoredExactPaths(t *testing.T) {
+	for _, n := range []int{10, 100} {
+		pol, _ := balance.NewScored(1)
+		p, clock := testPool(t, pol, letters(n)...)
+		for i, ep := range p.Set().Endpoints() {
+			lat := 9 * time.Second // score 0.1
+			if i >= n/2 {
+				lat = 19 * time.Second // score 0.05
+			}
+			tk, _ := ep.State.Admit(clock)
+			ep.State.Observe(tk, health.Success, lat, clock.Now())
+		}
+		const picks = 30000
+		first := 0
+		for range picks {
+			pk, err := p.Pick(balance.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var i int
+			_, _ = fmt.Sscanf(pk.Endpoint.Name, "e%d", &i)
+			if i < n/2 {
+				first++
+			}
+		}
+		if got := float64(first) / picks; math.Abs(got-2.0/3) > 0.012 {
+			t.Errorf("n=%d: the half scoring 0.1 got %.4f of picks, want 2/3", n, got)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package balance
+
+import (
+	"sync/atomic"
+)
+
+// RoundRobin sends the i-th request to endpoint i mod N: no state but one
+// atomic counter, blind to load. Unavailable endpoints are skipped, and the
+// turns skipped are consumed, so the next request starts after the one
+// chosen and the endpoint after a dead one does not take its share too.
+type RoundRobin struct {
+	next atomic.Uint64 // survives rebuilds
+}
+
+var _ Policy = (*RoundRobin)(nil)
+
+// Name returns "round_robin".
+func (*RoundRobin) Name() string { return "round_robin" }
+
+// Build returns a picker over s.
+func (rr *RoundRobin) Build(s *Set) Picker { return &rrPicker{set: s, next: &rr.next} }
+
+type rrPicker struct {
+	set  *Set
+	next *atomic.Uint64
+}
+
+func (p *rrPicker) Pick(Request) (*Endpoint, error) {
+	eps := p.set.endpoints
+	n := uint64(len(eps))
+	if n == 0 {
+		return nil, ErrNoEndpoint
+	}
+	start := p.next.Add(1) - 1
+	for i := range n {
+		if ep := eps[(start+i)%n]; p.set.Available(ep) {
+			if i > 0 {
+				p.next.Add(i)
+			}
+			return ep, nil
+		}
+	}
+	return nil, ErrNoEndpoint
+}
+
+// Random picks uniformly among available endpoints. Like round robin on
+// average, worse in the short run, but it needs no shared counter.
+type Random struct{}
+
+var _ Policy = Random{}
+
+// Name returns "random".
+func (Random) Name() string { return "random" }
+
+// Build returns a picker over s.
+func (Random) Build(s *Set) Picker { return randomPicker{s} }
+
+type randomPicker struct{ set *Set }
+
+func (p randomPicker) Pick(Request) (*Endpoint, error) {
+	if ep := randomAvailable(p.set); ep != nil {
+		return ep, nil
+	}
+	return nil, ErrNoEndpoint
+}
+
+// LeastConn sends each request to the available endpoint with the fewest
+// requests in flight, choosing at random among ties (always taking the
+// first would pile every quiet-time request onto endpoint 0). O(N) a pick.
+type LeastConn struct{}
+
+var _ Policy = LeastConn{}
+
+// Name returns "least_conn".
+func (LeastConn) Name() string { return "least_conn" }
+
+// Build returns a picker over s.
+func (LeastConn) Build(s *Set) Picker { return leastConnPicker{s} }
+
+type leastConnPicker struct{ set *Set }
+
+func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
+	var best *Endpoint
+	var bestLoad int64
+	ties := 0
+	for _, ep := range p.set.endpoints {
+		if !p.set.Available(ep) {
+			continue
+		}
+		load := ep.State.Inflight()
+		switch {
+		case best == nil || load < bestLoad:
+			best, bestLoad, ties = ep, load, 1
+		case load == bestLoad:
+			// Reservoir sampling: the k-th tie replaces the choice with
+			// probability 1/k, so every tie is equally likely.
+			if ties++; intn(p.set.rand, ties) == 0 {
+				best = ep
+			}
+		}
+	}
+	if best == nil {
+		return nil, ErrNoEndpoint
+	}
+	return best, nil
+}
+
+// WeightedLeastConn is least connections with capacity: the endpoint with
+// the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
+// is preferred to an idle one of weight 1, and a busy big one takes twice
+// the requests of a small one. Ties are broken at random.
+type WeightedLeastConn struct{}
+
+var _ Policy = WeightedLeastConn{}
+
+// Name returns "weighted_least_conn".
+func (WeightedLeastConn) Name() string { return "weighted_least_conn" }
+
+// Build returns a picker over s.
+func (WeightedLeastConn) Build(s *Set) Picker { return wlcPicker{s} }
+
+type wlcPicker struct{ set *Set }
+
+func (p wlcPicker) Pick(Request) (*Endpoint, error) {
+	var best *Endpoint
+	ties := 0
+	for _, ep := range p.set.endpoints {
+		if !p.set.Available(ep) {
+			continue
+		}
+		if best == nil {
+			best, ties = ep, 1
+			continue
+		}
+		// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
+		a := (ep.State.Inflight() + 1) * int64(best.Weight)
+		b := (best.State.Inflight() + 1) * int64(ep.Weight)
+		switch {
+		case a < b:
+			best, ties = ep, 1
+		case a == b:
+			if ties++; intn(p.set.rand, ties) == 0 {
+				best = ep
+			}
+		}
+	}
+	if best == nil {
+		return nil, ErrNoEndpoint
+	}
+	return best, nil
+}

@@ -1,0 +1,218 @@
+package balance_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/placement"
+)
+
+func pickKey(t *testing.T, p *balance.Pool, key string) balance.Pick {
+	t.Helper()
+	pk, err := p.Pick(balance.Request{Key: key})
+	if err != nil {
+		t.Fatalf("key %s: %v", key, err)
+	}
+	return pk
+}
+
+func TestStickyTable(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
+	p, clock := testPool(t, st, "a", "b", "c")
+	home := map[string]string{}
+	for i := range 30 {
+		k := "user" + strconv.Itoa(i)
+		pk := pickKey(t, p, k)
+		home[k] = pk.Endpoint.Name
+		pk.Done(health.Outcome{Status: 200})
+	}
+	for round := range 3 {
+		for k, want := range home {
+			pk := pickKey(t, p, k)
+			if pk.Endpoint.Name != want {
+				t.Fatalf("round %d: %s went to %s, pinned to %s", round, k, pk.Endpoint.Name, want)
+			}
+			pk.Done(health.Outcome{Status: 200})
+		}
+	}
+	s := st.Stats()
+	if s.Pinned != 30 || s.Hits != 90 || s.Entries != 30 {
+		t.Fatalf("stats %+v, want 30 pinned, 90 hits", s)
+	}
+
+	// b leaves (drained): its keys are pinned again elsewhere, and stay there.
+	state(p, "b").SetDraining(true)
+	moved := 0
+	for k, was := range home {
+		pk := pickKey(t, p, k)
+		if pk.Endpoint.Name == "b" {
+			t.Fatalf("%s went to draining b", k)
+		}
+		if was == "b" {
+			moved++
+			home[k] = pk.Endpoint.Name
+		} else if pk.Endpoint.Name != was {
+			t.Fatalf("%s moved from %s though its endpoint stayed", k, was)
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+	state(p, "b").SetDraining(false)
+	for k, want := range home {
+		if pk := pickKey(t, p, k); pk.Endpoint.Name != want {
+			t.Fatalf("%s repinned to %s went back to %s when b returned", k, want, pk.Endpoint.Name)
+		}
+	}
+	if got := st.Stats().Repinned; got != int64(moved) || moved == 0 {
+		t.Fatalf("repinned %d, want %d", got, moved)
+	}
+
+	// Pins expire after the TTL without use.
+	clock.Advance(2 * time.Minute)
+	pickKey(t, p, "user0")
+	if got := st.Stats().Pinned; got != 31 {
+		t.Fatalf("after the TTL user0 should be pinned afresh: pinned %d", got)
+	}
+}
+
+func TestStickyFull(t *testing.T) {
+	for _, onFull := range []balance.OnFull{balance.BreakAffinity, balance.Reject} {
+		st, _ := balance.NewSticky(balance.StickyOptions{OnFull: onFull})
+		p, _ := testPool(t, st, "a", "b")
+		first := pickKey(t, p, "k")
+		home := first.Endpoint.Name
+		state(p, home).SetMaxInflight(1) // full while first is in flight
+		pk, err := p.Pick(balance.Request{Key: "k"})
+		switch onFull {
+		case balance.Reject:
+			if !errors.Is(err, balance.ErrRejected) || st.Stats().Rejected != 1 || p.Stats().Rejected != 1 {
+				t.Fatalf("reject: err %v, stats %+v", err, st.Stats())
+			}
+		case balance.BreakAffinity:
+			if err != nil || pk.Endpoint.Name == home || st.Stats().Broken != 1 {
+				t.Fatalf("break: went to %v (home %s), err %v, stats %+v", pk.Endpoint, home, err, st.Stats())
+			}
+			pk.Done(health.Outcome{Status: 200})
+		}
+		first.Done(health.Outcome{Status: 200})
+		// No longer full: the key is home again, its pin kept.
+		if again := pickKey(t, p, "k"); again.Endpoint.Name != home {
+			t.Fatalf("after the endpoint emptied, k went to %s, not home %s", again.Endpoint.Name, home)
+		}
+	}
+}
+
+// Hash mode: no table; a leaving endpoint moves only its own keys.
+func TestStickyHash(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{Hash: true})
+	p, _ := testPool(t, st, letters(5)...)
+	hrw, _ := placement.NewRendezvous([]placement.Node{{Name: "e0"}, {Name: "e1"}, {Name: "e2"}, {Name: "e3"}, {Name: "e4"}})
+	before := map[string]string{}
+	for i := range 500 {
+		k := "s" + strconv.Itoa(i)
+		pk := pickKey(t, p, k)
+		want, _ := hrw.Owner(k)
+		if pk.Endpoint.Name != want {
+			t.Fatalf("%s went to %s, rendezvous owner %s", k, pk.Endpoint.Name, want)
+		}
+		before[k] = want
+		pk.Done(health.Outcome{Status: 200})
+	}
+	openBreaker(t, p, "e3")
+	for k, was := range before {
+		pk := pickKey(t, p, k)
+		switch {
+		case was == "e3" && pk.Endpoint.Name == "e3":
+			t.Fatalf("%s still on open e3", k)
+		case was != "e3" && pk.Endpoint.Name != was:
+			t.Fatalf("%s moved %s -> %s though its endpoint is fine", k, was, pk.Endpoint.Name)
+		case was == "e3":
+			owners, _ := placement.Owners(hrw, k, 2)
+			if pk.Endpoint.Name != owners[1] {
+				t.Fatalf("%s went to %s, rendezvous runner-up is %s", k, pk.Endpoint.Name, owners[1])
+			}
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+	if st.Stats().Entries != 0 {
+		t.Fatal("hash mode kept a table")
+	}
+}
+
+func TestKeyedRingWalksPastUnavailable(t *testing.T) {
+	pol, err := balance.NewKeyed("ring", balance.KeyedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := testPool(t, pol, letters(6)...)
+	ring, _ := placement.NewRing([]placement.Node{{Name: "e0"}, {Name: "e1"}, {Name: "e2"}, {Name: "e3"}, {Name: "e4"}, {Name: "e5"}}, placement.RingOptions{})
+	state(p, "e2").SetDown(true)
+	for i := range 400 {
+		k := "k" + strconv.Itoa(i)
+		owners, _ := placement.Owners(ring, k, 2)
+		want := owners[0]
+		if want == "e2" {
+			want = owners[1] // next distinct clockwise
+		}
+		if pk := pickKey(t, p, k); pk.Endpoint.Name != want {
+			t.Fatalf("%s went to %s, want %s (ring owners %v)", k, pk.Endpoint.Name, want, owners)
+		}
+	}
+	if _, err := balance.NewKeyed("p3c", balance.KeyedOptions{}); err == nil {
+		t.Fatal("unknown placer accepted")
+	}
+}
+
+func TestKeyedEveryPlacerIsStable(t *testing.T) {
+	for _, algo := range balance.KeyedAlgorithms {
+		pol, err := balance.NewKeyed(algo, balance.KeyedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := testPool(t, pol, letters(4)...)
+		for i := range 50 {
+			k := "k" + strconv.Itoa(i)
+			a := pickKey(t, p, k)
+			a.Done(health.Outcome{Status: 200})
+			b := pickKey(t, p, k)
+			b.Done(health.Outcome{Status: 200})
+			if a.Endpoint != b.Endpoint {
+				t.Fatalf("%s: %s went to %s then %s", algo, k, a.Endpoint.Name, b.Endpoint.Name)
+			}
+		}
+		// No key: still picks something available.
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatalf("%s with no key: %v", algo, err)
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+}
+
+// Bounded: one hot key held in flight spreads at the bound, and Done gives
+// the units back.
+func TestKeyedBoundedSpreadsHotKey(t *testing.T) {
+	pol, _ := balance.NewKeyed("bounded", balance.KeyedOptions{Epsilon: 0.25})
+	p, _ := testPool(t, pol, letters(4)...)
+	var held []balance.Pick
+	for range 100 {
+		held = append(held, pickKey(t, p, "hot"))
+	}
+	for _, ep := range p.Set().Endpoints() {
+		if n := ep.State.Inflight(); n > 32 {
+			t.Fatalf("%s holds %d of 100, bound ceil(1.25*100/4) = 32", ep.Name, n)
+		}
+	}
+	for _, pk := range held {
+		pk.Done(health.Outcome{Status: 200})
+	}
+	// All units back: the hot key goes to its ring owner again.
+	ring, _ := placement.NewRing([]placement.Node{{Name: "e0"}, {Name: "e1"}, {Name: "e2"}, {Name: "e3"}}, placement.RingOptions{})
+	owner, _ := ring.Owner("hot")
+	if first := pickKey(t, p, "hot"); first.Endpoint.Name != owner {
+		t.Fatalf("with the units released, hot went to %s, not its ring owner %s", first.Endpoint.Name, owner)
+	}
+}
