@@ -7,12 +7,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/placement"
 )
 
 // algorithms are the placers `rotor place` and `rotor moves` know, in the
 // order `--algo all` shows them.
-var algorithms = []string{"ring", "rendezvous", "jump", "maglev", "bounded", "modn"}
+var algorithms = config.PlacerNames
 
 // placerFlags are the flags shared by place and moves.
 type placerFlags struct {
@@ -62,32 +63,15 @@ func (f *placerFlags) validate(allowAll bool) ([]string, placement.Hash, error) 
 // newPlacer builds the named placer. flag names the flag the nodes came
 // from, for error messages.
 func (f *placerFlags) newPlacer(algo string, h placement.Hash, nodes []placement.Node, flag string) (placement.Placer, error) {
-	var (
-		p   placement.Placer
-		err error
-	)
-	ring := placement.RingOptions{VNodes: f.vnodes, Hash: h}
-	switch algo {
-	case "ring":
-		p, err = placement.NewRing(nodes, ring)
-	case "rendezvous":
-		p, err = placement.NewRendezvous(nodes)
-	case "jump":
-		p, err = placement.NewJump(nodes)
-	case "maglev":
-		if len(nodes) > f.tableSize {
-			return nil, fmt.Errorf("--table-size: must be at least the node count %d (got %d)", len(nodes), f.tableSize)
-		}
-		p, err = placement.NewMaglev(nodes, placement.MaglevOptions{TableSize: f.tableSize})
-	case "bounded":
-		p, err = placement.NewBounded(nodes, placement.BoundedOptions{Ring: ring, Epsilon: f.epsilon})
-	case "modn":
-		p, err = placement.NewModN(nodes, h)
-	default:
-		return nil, fmt.Errorf("--algo: %q is not an algorithm (%s)", algo, strings.Join(algorithms, ", "))
+	if algo == "maglev" && len(nodes) > f.tableSize {
+		return nil, fmt.Errorf("--table-size: must be at least the node count %d (got %d)", len(nodes), f.tableSize)
 	}
+	p, err := config.NewPlacer(algo, nodes, config.PlacerParams{VNodes: f.vnodes, Hash: h, Epsilon: f.epsilon, TableSize: f.tableSize})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s", flag, strings.TrimPrefix(err.Error(), "placement: "))
+		if !contains(algorithms, algo) {
+			return nil, fmt.Errorf("--algo: %w", err)
+		}
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return p, nil
 }
