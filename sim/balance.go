@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DefaultPolicies are the policies the balance scenario compares.
+var DefaultPolicies = []string{"round_robin", "random", "least_conn", "p2c", "weighted_round_robin", "peak_ewma", "scored", "sticky"}
+
+// BalanceOptions set up the balance scenario: article 000's request
+// balancing, every policy on the same request stream.
+type BalanceOptions struct {
+	Policies []string // nil means DefaultPolicies
+	Factory  PolicyFactory
+	Servers  int           // 0 means 5
+	Workers  int           // per server; 0 means 1
+	Service  time.Duration // mean; 0 means 10 ms
+	// Load is the offered utilisation of the nominal capacity (all servers
+	// at speed 1); 0 means 0.7.
+	Load     float64
+	Requests int // 0 means 200,000
+	// Slow makes server i that many times slower: {0: 3}.
+	Slow map[int]float64
+	// Uneven makes request cost vary 10x (uniform in [1, 10]).
+	Uneven bool
+	// Hot is the share of requests from one user.
+	Hot       float64
+	LogNormal float64
+	Trace     []TraceEntry
+	Seed      uint64
+	Progress  Progress
+}
+
+// BalanceReport is the balance scenario's result.
+type BalanceReport struct {
+	Servers   int      `json:"servers"`
+	Workers   int      `json:"workers"`
+	Rate      float64  `json:"rate"`
+	Condition string   `json:"condition"`
+	Results   []Result `json:"results"`
+}
+
+func (o *BalanceOptions) defaults() {
+	if o.Policies == nil {
+		o.Policies = DefaultPolicies
+	}
+	if o.Servers == 0 {
+		o.Servers = 5
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Service == 0 {
+		o.Service = 10 * time.Millisecond
+	}
+	if o.Load == 0 {
+		o.Load = 0.7
+	}
+	if o.Requests == 0 {
+		o.Requests = 200000
+	}
+}
+
+// Balance runs the balance scenario.
+func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
+	o.defaults()
+	if o.Factory == nil {
+		return BalanceReport{}, fmt.Errorf("no policy factory")
+	}
+	if o.Servers < 1 || o.Workers < 1 || o.Load <= 0 {
+		return BalanceReport{}, fmt.Errorf("servers, workers and load must be positive")
+	}
+	servers := make([]Server, o.Servers)
+	for i := range servers {
+		servers[i] = Server{Workers: o.Workers, Speed: 1}
+	}
+	cond := "uniform"
+	for i, f := range o.Slow {
+		if i < 0 || i >= o.Servers || !(f > 0) {
+			return BalanceReport{}, fmt.Errorf("slow: server %d x%v: want a server in 0..%d and a factor above 0", i, f, o.Servers-1)
+		}
+		servers[i].Speed = 1 / f
+		cond = fmt.Sprintf("server %d %gx slower", i, f)
+	}
+	meanCost := 1.0
+	w := Workload{Requests: o.Requests, Service: o.Service, LogNormal: o.LogNormal, HotShare: o.Hot, Trace: o.Trace, Seed: o.Seed}
+	if o.Uneven {
+		w.CostSpread, meanCost = 10, 5.5
+		cond = join(cond, "cost varies 10x")
+	}
+	if o.Hot > 0 {
+		cond = join(cond, fmt.Sprintf("one user sends %.0f%%", 100*o.Hot))
+	}
+	if o.Trace != nil {
+		cond = join(cond, "trace")
+	}
+	capacity := float64(o.Servers*o.Workers) / (o.Service.Seconds() * meanCost)
+	w.Rate = o.Load * capacity
+	runs := make([]run, len(o.Policies))
+	for i, name := range o.Policies {
+		p, err := o.Factory(name)
+		if err != nil {
+			return BalanceReport{}, fmt.Errorf("policy %s: %w", name, err)
+		}
+		runs[i] = run{label: name, policy: p}
+	}
+	res, err := runAll(ctx, w, servers, o.Seed, runs, o.Progress)
+	if err != nil {
+		return BalanceReport{}, err
+	}
+	return BalanceReport{Servers: o.Servers, Workers: o.Workers, Rate: w.Rate, Condition: cond, Results: res}, nil
+}
+
+func join(a, b string) string {
+	if a == "uniform" {
+		return b
+	}
+	return a + ", " + b
+}
