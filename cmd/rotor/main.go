@@ -36,6 +36,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPlaceCmd(), newMovesCmd())
+	root.AddCommand(newPlaceCmd(), newMovesCmd(), newSimCmd())
 	return root
 }

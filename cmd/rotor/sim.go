@@ -1,0 +1,476 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/config"
+	"github.com/rotor-lb/rotor/placement"
+	"github.com/rotor-lb/rotor/sim"
+)
+
+// simFlags are the flags every scenario takes.
+type simFlags struct {
+	seed   uint64
+	asJSON bool
+	plot   string
+}
+
+func newSimCmd() *cobra.Command {
+	f := &simFlags{}
+	cmd := &cobra.Command{
+		Use:   "sim SCENARIO",
+		Short: "Simulate policies on a virtual clock and compare them with numbers",
+		Long: `Run rotor's own policies and health model on a virtual clock: the same
+seeded request stream through every policy, so the rows compare.
+
+Scenarios:
+  balance   policies on queueing servers: uniform, --slow 0=3, --uneven, --hot 0.45
+  bins      n balls into n bins with 1, 2 or d random choices, against the theory
+  keys      membership changes on every placer: keys moved and the cache-miss storm
+  rotation  article 001's routes: round robin against the health-scored policy`,
+	}
+	cmd.PersistentFlags().Uint64Var(&f.seed, "seed", 1, "random seed: the same seed gives the same numbers")
+	cmd.PersistentFlags().BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	cmd.PersistentFlags().StringVar(&f.plot, "plot", "", "also draw a chart to FILE.svg or FILE.png")
+	cmd.AddCommand(newSimBalanceCmd(f), newSimBinsCmd(f), newSimKeysCmd(f), newSimRotationCmd(f))
+	return cmd
+}
+
+func (f *simFlags) check() error {
+	if f.plot != "" && !strings.HasSuffix(strings.ToLower(f.plot), ".svg") && !strings.HasSuffix(strings.ToLower(f.plot), ".png") {
+		return fmt.Errorf("--plot: %q must end in .svg or .png", f.plot)
+	}
+	return nil
+}
+
+func (f *simFlags) emit(cmd *cobra.Command, v any, table func(io.Writer) error) error {
+	if f.asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return table(cmd.OutOrStdout())
+}
+
+// interruptible returns a context cancelled by Ctrl-C.
+func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), os.Interrupt)
+}
+
+// progress shows a bar on stderr for runs that last over a second.
+func progress(cmd *cobra.Command) (sim.Progress, func()) {
+	var (
+		mu    sync.Mutex
+		bar   *progressbar.ProgressBar
+		start = time.Now()
+	)
+	report := func(done, total int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar == nil {
+			if time.Since(start) < time.Second {
+				return
+			}
+			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+				progressbar.OptionSetDescription("simulating"), progressbar.OptionShowCount(),
+				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
+		_ = bar.Set64(done)
+	}
+	finish := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+	return report, finish
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) }
+
+func newSimBalanceCmd(f *simFlags) *cobra.Command {
+	var (
+		o        sim.BalanceOptions
+		policies string
+		slow     []string
+		uniform  bool
+		trace    string
+		choices  int
+		gamma    float64
+	)
+	cmd := &cobra.Command{
+		Use:   "balance",
+		Short: "Policies on queueing servers, on the same request stream",
+		Example: `  rotor sim balance --slow 0=3
+  rotor sim balance --uneven --plot uneven.svg
+  rotor sim balance --hot 0.45 --policies round_robin,p2c,sticky`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			if uniform && (len(slow) > 0 || o.Uneven || o.Hot > 0) {
+				return fmt.Errorf("--uniform: cannot be combined with --slow, --uneven or --hot")
+			}
+			if policies != "" {
+				o.Policies = strings.Split(policies, ",")
+			}
+			params := config.PolicyParams{Choices: choices, Gamma: &gamma}
+			o.Factory = func(name string) (balance.Policy, error) { return config.NewPolicy(name, params) }
+			for _, name := range o.Policies {
+				if _, err := o.Factory(name); err != nil {
+					return fmt.Errorf("--policies: %w", err)
+				}
+			}
+			if o.Hot < 0 || o.Hot > 1 {
+				return fmt.Errorf("--hot: must be between 0 and 1 (got %v)", o.Hot)
+			}
+			for _, s := range slow {
+				i, factor, ok := strings.Cut(s, "=")
+				n, err1 := strconv.Atoi(i)
+				x, err2 := strconv.ParseFloat(factor, 64)
+				if !ok || err1 != nil || err2 != nil || !(x > 0) {
+					return fmt.Errorf("--slow: %q is not SERVER=FACTOR, e.g. 0=3", s)
+				}
+				if o.Slow == nil {
+					o.Slow = map[int]float64{}
+				}
+				o.Slow[n] = x
+			}
+			if trace != "" {
+				fh, err := os.Open(trace)
+				if err != nil {
+					return fmt.Errorf("--trace: %w", err)
+				}
+				defer fh.Close()
+				if o.Trace, err = sim.ParseTrace(fh); err != nil {
+					return fmt.Errorf("--trace: %s: %w", trace, err)
+				}
+			}
+			for name, v := range map[string]int{"--servers": o.Servers, "--workers": o.Workers, "--requests": o.Requests} {
+				if v < 1 {
+					return fmt.Errorf("%s: must be at least 1 (got %d)", name, v)
+				}
+			}
+			if !(o.Load > 0) {
+				return fmt.Errorf("--load: must be positive (got %v)", o.Load)
+			}
+			if o.Service <= 0 {
+				return fmt.Errorf("--service: must be positive (got %v)", o.Service)
+			}
+			o.Seed = f.seed
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			var finish func()
+			o.Progress, finish = progress(cmd)
+			rep, err := sim.Balance(ctx, o)
+			finish()
+			if err != nil {
+				return err
+			}
+			if f.plot != "" {
+				labels := make([]string, len(rep.Results))
+				mean, p99 := make([]float64, len(rep.Results)), make([]float64, len(rep.Results))
+				for i, r := range rep.Results {
+					labels[i], mean[i], p99[i] = r.Policy, float64(r.Mean)/1e6, float64(r.P99)/1e6
+				}
+				if err := sim.BarChart(f.plot, "balance: "+rep.Condition, "latency (ms)", labels,
+					[]sim.Series{{Name: "mean", Values: mean}, {Name: "p99", Values: p99}}); err != nil {
+					return err
+				}
+			}
+			return f.emit(cmd, rep, func(w io.Writer) error { return writeBalanceTable(w, rep, o) })
+		},
+	}
+	cmd.Flags().StringVar(&policies, "policies", strings.Join(sim.DefaultPolicies, ","), "policies to compare, comma-separated")
+	cmd.Flags().IntVar(&o.Servers, "servers", 5, "servers")
+	cmd.Flags().IntVar(&o.Workers, "workers", 1, "workers per server")
+	cmd.Flags().DurationVar(&o.Service, "service", 10*time.Millisecond, "mean service time of a request of cost 1")
+	cmd.Flags().Float64Var(&o.Load, "load", 0.7, "offered load, as a share of the nominal capacity")
+	cmd.Flags().IntVar(&o.Requests, "requests", 200000, "requests per policy")
+	cmd.Flags().BoolVar(&uniform, "uniform", false, "identical servers and requests (the default condition)")
+	cmd.Flags().StringArrayVar(&slow, "slow", nil, "SERVER=FACTOR: make a server FACTOR times slower (repeatable)")
+	cmd.Flags().BoolVar(&o.Uneven, "uneven", false, "request cost varies 10x")
+	cmd.Flags().Float64Var(&o.Hot, "hot", 0, "share of requests from one user (sticky by user)")
+	cmd.Flags().Float64Var(&o.LogNormal, "lognormal", 0, "log-normal service times with this sigma (default exponential)")
+	cmd.Flags().StringVar(&trace, "trace", "", "replay a trace file of time,key,cost lines instead of Poisson arrivals")
+	cmd.Flags().IntVar(&choices, "choices", 2, "p2c and peak_ewma: random choices")
+	cmd.Flags().Float64Var(&gamma, "gamma", balance.DefaultGamma, "scored: exponent on scores")
+	return cmd
+}
+
+func writeBalanceTable(w io.Writer, rep sim.BalanceReport, o sim.BalanceOptions) error {
+	fmt.Fprintf(w, "balance: %s; %d servers x %d workers, %.0f req/s, %d requests per policy, seed %d\n\n",
+		rep.Condition, rep.Servers, rep.Workers, rep.Rate, o.Requests, o.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	shares := make([]string, rep.Servers)
+	for i := range shares {
+		shares[i] = "s" + strconv.Itoa(i)
+	}
+	fmt.Fprintf(tw, "policy\tmean ms\tp50 ms\tp99 ms\tp99.9 ms\tmax queue\tshare %% %s\tfailures\t\n", strings.Join(shares, "/"))
+	for _, r := range rep.Results {
+		for i, s := range r.Share {
+			shares[i] = strconv.FormatFloat(100*s, 'f', 0, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", r.Policy, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999),
+			r.MaxQueue, strings.Join(shares, "/"), r.Failures)
+	}
+	return tw.Flush()
+}
+
+func parseInts(flag, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a whole number of at least 1", flag, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func newSimBinsCmd(f *simFlags) *cobra.Command {
+	var (
+		o       sim.BinsOptions
+		choices string
+	)
+	cmd := &cobra.Command{
+		Use:     "bins",
+		Short:   "Balls into bins: the fullest bin with one, two or d random choices",
+		Example: "  rotor sim bins --bins 1000\n  rotor sim bins --bins 1000 --balls 100000 --choices 1,2,4",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			var err error
+			if o.Choices, err = parseInts("--choices", choices); err != nil {
+				return err
+			}
+			for _, d := range o.Choices {
+				if d > balance.MaxChoices {
+					return fmt.Errorf("--choices: at most %d (got %d)", balance.MaxChoices, d)
+				}
+			}
+			if o.Bins < 2 {
+				return fmt.Errorf("--bins: must be at least 2 (got %d)", o.Bins)
+			}
+			if o.Balls < 0 || o.Trials < 1 {
+				return fmt.Errorf("--balls and --trials: must be positive")
+			}
+			o.Seed = f.seed
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			rep, err := sim.Bins(ctx, o)
+			if err != nil {
+				return err
+			}
+			if f.plot != "" {
+				labels := make([]string, len(rep.Rows))
+				got, theory := make([]float64, len(rep.Rows)), make([]float64, len(rep.Rows))
+				for i, r := range rep.Rows {
+					labels[i], got[i], theory[i] = fmt.Sprintf("d=%d", r.Choices), r.MeanFullest, r.Theory
+				}
+				if err := sim.BarChart(f.plot, fmt.Sprintf("%d balls into %d bins: the fullest bin", rep.Balls, rep.Bins), "balls in the fullest bin",
+					labels, []sim.Series{{Name: "simulated (mean)", Values: got}, {Name: "theory", Values: theory}}); err != nil {
+					return err
+				}
+			}
+			return f.emit(cmd, rep, func(w io.Writer) error {
+				fmt.Fprintf(w, "bins: %d balls into %d bins, %d trials, seed %d\n\n", rep.Balls, rep.Bins, rep.Trials, o.Seed)
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintf(tw, "choices\tfullest (mean)\tmin\tmax\ttheory\t\n")
+				for _, r := range rep.Rows {
+					fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t\n", r.Choices, r.MeanFullest, r.MinFullest, r.MaxFullest, r.Theory)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().IntVar(&o.Bins, "bins", 1000, "bins (n)")
+	cmd.Flags().IntVar(&o.Balls, "balls", 0, "balls (m); default n")
+	cmd.Flags().StringVar(&choices, "choices", "1,2,3", "random choices to compare, comma-separated")
+	cmd.Flags().IntVar(&o.Trials, "trials", 10, "trials averaged per row")
+	return cmd
+}
+
+func newSimKeysCmd(f *simFlags) *cobra.Command {
+	var (
+		o      sim.KeysOptions
+		algos  string
+		change string
+		vnodes int
+	)
+	cmd := &cobra.Command{
+		Use:     "keys",
+		Short:   "Membership changes on every placer: keys moved and the cache-miss storm",
+		Example: "  rotor sim keys\n  rotor sim keys --change remove --nodes 100 --plot misses.svg",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			o.Algos = strings.Split(algos, ",")
+			for _, a := range o.Algos {
+				if !contains(config.PlacerNames, a) {
+					return fmt.Errorf("--algos: %q is not an algorithm (%s)", a, strings.Join(config.PlacerNames, ", "))
+				}
+			}
+			switch change {
+			case "all":
+			case "add", "remove", "replace":
+				o.Changes = []string{change}
+			default:
+				return fmt.Errorf("--change: %q is not add, remove, replace or all", change)
+			}
+			if vnodes < 1 {
+				return fmt.Errorf("--vnodes: must be at least 1 (got %d)", vnodes)
+			}
+			if o.Nodes < 2 || o.Keys < 1 || o.Seconds < 1 || !(o.Rate >= 1) {
+				return fmt.Errorf("--nodes must be at least 2; --keys, --seconds and --rate at least 1")
+			}
+			o.Factory = func(algo string, nodes []placement.Node) (placement.Placer, error) {
+				return config.NewPlacer(algo, nodes, config.PlacerParams{VNodes: vnodes})
+			}
+			o.Seed = f.seed
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			rep, err := sim.Keys(ctx, o)
+			if err != nil {
+				return err
+			}
+			if f.plot != "" {
+				var series []sim.Series
+				first := rep.Rows[0].Change
+				x := make([]float64, len(rep.Rows[0].MissesPerSecond))
+				for i := range x {
+					x[i] = float64(i + 1)
+				}
+				for _, r := range rep.Rows {
+					if r.Change != first {
+						continue
+					}
+					v := make([]float64, len(r.MissesPerSecond))
+					for i, m := range r.MissesPerSecond {
+						v[i] = float64(m)
+					}
+					series = append(series, sim.Series{Name: r.Algo, Values: v})
+				}
+				if err := sim.LineChart(f.plot, fmt.Sprintf("cache misses after %s (%d nodes, %d keys, %.0f req/s)", first, rep.Nodes, rep.Keys, rep.Rate),
+					"seconds after the change", "misses per second", x, series); err != nil {
+					return err
+				}
+			}
+			return f.emit(cmd, rep, func(w io.Writer) error {
+				fmt.Fprintf(w, "keys: %d nodes, %d keys, %.0f requests/s after the change, seed %d\n\n", rep.Nodes, rep.Keys, rep.Rate, o.Seed)
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintf(tw, "change\talgo\tmoved\tideal\tmisses 1st s\t10th s\ttotal misses\t99%% warm after\t\n")
+				for _, r := range rep.Rows {
+					tenth := 0
+					if len(r.MissesPerSecond) >= 10 {
+						tenth = r.MissesPerSecond[9]
+					}
+					warm := "never"
+					if r.Warm >= 0 {
+						warm = strconv.Itoa(r.Warm) + " s"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%.2f%%\t%.2f%%\t%d\t%d\t%d\t%s\t\n", r.Change, r.Algo, 100*r.Moved, 100*r.Ideal,
+						r.MissesPerSecond[0], tenth, r.TotalMisses, warm)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&algos, "algos", strings.Join(config.PlacerNames, ","), "placers to compare")
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 10, "nodes before the change")
+	cmd.Flags().IntVar(&o.Keys, "keys", 100000, "keys")
+	cmd.Flags().Float64Var(&o.Rate, "rate", 10000, "requests per second after the change")
+	cmd.Flags().IntVar(&o.Seconds, "seconds", 60, "seconds to watch after the change")
+	cmd.Flags().StringVar(&change, "change", "all", "add, remove, replace or all")
+	cmd.Flags().IntVar(&vnodes, "vnodes", placement.DefaultVNodes, "ring and bounded: points per node")
+	return cmd
+}
+
+func newSimRotationCmd(f *simFlags) *cobra.Command {
+	var o sim.RotationOptions
+	cmd := &cobra.Command{
+		Use:   "rotation",
+		Short: "Article 001's routes: round robin against the health-scored policy",
+		Long: `Three simulated routes: "fast" (200 ms) is blocked with 403s for the middle
+third of the run, "slow" (1.5 s) never fails, "flaky" (400 ms) answers 503 for
+10 s in every minute. Round robin, the control, against the scored policy with
+and without the breaker, at several gammas and decays.
+
+wasted: requests sent to fast while it was blocked; before open: those sent
+before its breaker first opened (at most the threshold, 3). recovery: how long
+after the block ended the first success on fast came.`,
+		Example: "  rotor sim rotation\n  rotor sim rotation --duration 10m --rate 50 --plot rotation.svg",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
+			if o.Duration < 3*time.Second {
+				return fmt.Errorf("--duration: must be at least 3s (got %v)", o.Duration)
+			}
+			if !(o.Rate > 0) {
+				return fmt.Errorf("--rate: must be positive (got %v)", o.Rate)
+			}
+			o.Seed = f.seed
+			ctx, cancel := interruptible(cmd)
+			defer cancel()
+			var finish func()
+			o.Progress, finish = progress(cmd)
+			rep, err := sim.Rotation(ctx, o)
+			finish()
+			if err != nil {
+				return err
+			}
+			if f.plot != "" {
+				labels := make([]string, len(rep.Rows))
+				succ, lat := make([]float64, len(rep.Rows)), make([]float64, len(rep.Rows))
+				for i, r := range rep.Rows {
+					labels[i], succ[i], lat[i] = r.Label, r.SuccessRate, r.Mean.Seconds()
+				}
+				if err := sim.BarChart(f.plot, "rotation: success rate and mean latency of successes", "success rate / seconds", labels,
+					[]sim.Series{{Name: "success rate", Values: succ}, {Name: "mean latency (s)", Values: lat}}); err != nil {
+					return err
+				}
+			}
+			return f.emit(cmd, rep, func(w io.Writer) error {
+				fmt.Fprintf(w, "rotation: routes fast (blocked %v-%v), slow, flaky (bursts); %v at %.0f req/s, seed %d\n\n",
+					rep.Duration/3, 2*rep.Duration/3, rep.Duration, rep.Rate, o.Seed)
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintf(tw, "policy\trequests\tsuccess\tmean ok s\tp95 ok s\tshare %% fast/slow/flaky\twasted\tbefore open\trecovery\t\n")
+				for _, r := range rep.Rows {
+					rec := "never"
+					if r.Recovery >= 0 {
+						rec = r.Recovery.Round(10 * time.Millisecond).String()
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.3f\t%.3f\t%.0f/%.0f/%.0f\t%d\t%d\t%s\t\n", r.Label, r.Requests, 100*r.SuccessRate,
+						r.Mean.Seconds(), r.P95.Seconds(), 100*r.Share[0], 100*r.Share[1], 100*r.Share[2], r.Wasted, r.WastedBeforeOpen, rec)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&o.Duration, "duration", 180*time.Second, "virtual length of the run")
+	cmd.Flags().Float64Var(&o.Rate, "rate", 20, "requests per second")
+	return cmd
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rotor-lb/rotor/sim"
+)
+
+func TestSimBalanceTableAndJSON(t *testing.T) {
+	code, out, errs := runRotor(t, "", "sim", "balance", "--slow", "0=3", "--requests", "20000", "--policies", "round_robin,p2c")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"server 0 3x slower", "round_robin", "p2c", "p99 ms", "share % s0/s1/s2/s3/s4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = runRotor(t, "", "sim", "balance", "--uneven", "--requests", "20000", "--json", "--seed", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep sim.BalanceReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != len(sim.DefaultPolicies) || rep.Results[0].Requests != 20000 || rep.Condition != "cost varies 10x" {
+		t.Fatalf("JSON report %+v", rep)
+	}
+}
+
+func TestSimScenariosRun(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"sim", "bins", "--bins", "200", "--trials", "2", "--plot", filepath.Join(dir, "bins.svg")},
+		{"sim", "keys", "--keys", "5000", "--seconds", "5", "--rate", "1000", "--plot", filepath.Join(dir, "keys.png")},
+		{"sim", "rotation", "--duration", "60s", "--plot", filepath.Join(dir, "rotation.svg")},
+		{"sim", "balance", "--requests", "5000", "--plot", filepath.Join(dir, "balance.png")},
+	} {
+		code, out, errs := runRotor(t, "", args...)
+		if code != 0 || out == "" {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		file := args[len(args)-1]
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("%v: no plot: %v", args, err)
+		}
+		if strings.HasSuffix(file, ".svg") && !strings.Contains(string(b[:200]), "<svg") ||
+			strings.HasSuffix(file, ".png") && string(b[1:4]) != "PNG" {
+			t.Fatalf("%v: %s is not an image", args, file)
+		}
+	}
+}
+
+func TestSimBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "balance", "--policies", "p3c"}, `rotor: --policies: "p3c" is not a policy (round_robin,`},
+		{[]string{"sim", "balance", "--slow", "zero=3"}, `rotor: --slow: "zero=3" is not SERVER=FACTOR`},
+		{[]string{"sim", "balance", "--slow", "9=3"}, "rotor: slow: server 9 x3: want a server in 0..4"},
+		{[]string{"sim", "balance", "--hot", "1.5"}, "rotor: --hot: must be between 0 and 1"},
+		{[]string{"sim", "balance", "--uniform", "--uneven"}, "rotor: --uniform: cannot be combined"},
+		{[]string{"sim", "balance", "--servers", "0"}, "rotor: --servers: must be at least 1"},
+		{[]string{"sim", "balance", "--plot", "x.gif"}, `rotor: --plot: "x.gif" must end in .svg or .png`},
+		{[]string{"sim", "balance", "--trace", "/nonexistent/trace"}, "rotor: --trace: open /nonexistent/trace"},
+		{[]string{"sim", "bins", "--choices", "1,x"}, `rotor: --choices: "x" is not a whole number`},
+		{[]string{"sim", "bins", "--choices", "17"}, "rotor: --choices: at most 16"},
+		{[]string{"sim", "keys", "--change", "swap"}, `rotor: --change: "swap" is not add, remove, replace or all`},
+		{[]string{"sim", "keys", "--algos", "ring,hrw"}, `rotor: --algos: "hrw" is not an algorithm`},
+		{[]string{"sim", "rotation", "--duration", "1s"}, "rotor: --duration: must be at least 3s"},
+	}
+	for _, tt := range tests {
+		code, _, errs := runRotor(t, "", tt.args...)
+		if code == 0 || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q, want one line starting %q", tt.args, code, errs, tt.want)
+		}
+	}
+}
+
+func TestSimTraceFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(file, []byte("0,a,1\n0.001,b,2\n0.002,a,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runRotor(t, "", "sim", "balance", "--trace", file, "--policies", "p2c", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep sim.BalanceReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Results[0].Requests != 3 {
+		t.Fatalf("report %+v, err %v", rep, err)
+	}
+	if err := os.WriteFile(file, []byte("0,a,1\nbad\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runRotor(t, "", "sim", "balance", "--trace", file)
+	if code == 0 || !strings.Contains(errs, "trace.csv: line 2: want time,key,cost") {
+		t.Fatalf("bad trace: exit %d, %q", code, errs)
+	}
+}
