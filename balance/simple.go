@@ -65,8 +65,11 @@ func (p randomPicker) Pick(Request) (*Endpoint, error) {
 }
 
 // LeastConn sends each request to the available endpoint with the fewest
-// requests in flight, choosing at random among ties (always taking the
-// first would pile every quiet-time request onto endpoint 0). O(N) a pick.
+// requests in flight. Ties are broken at random, since always taking the
+// first would pile every quiet-time request onto endpoint 0: the scan
+// starts at a random endpoint and keeps the first least loaded it meets,
+// one random draw a pick (where drawing for each tie would cost a draw per
+// endpoint when all are idle). O(N) a pick.
 type LeastConn struct{}
 
 var _ Policy = LeastConn{}
@@ -80,35 +83,34 @@ func (LeastConn) Build(s *Set) Picker { return leastConnPicker{s} }
 type leastConnPicker struct{ set *Set }
 
 func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
-	var best *Endpoint
-	var bestLoad int64
-	ties := 0
-	for _, ep := range p.set.endpoints {
-		if !p.set.Available(ep) {
-			continue
-		}
-		load := ep.State.Inflight()
-		switch {
-		case best == nil || load < bestLoad:
-			best, bestLoad, ties = ep, load, 1
-		case load == bestLoad:
-			// Reservoir sampling: the k-th tie replaces the choice with
-			// probability 1/k, so every tie is equally likely.
-			if ties++; intn(p.set.rand, ties) == 0 {
-				best = ep
-			}
-		}
-	}
-	if best == nil {
+	s := p.set
+	n := len(s.states)
+	if n == 0 {
 		return nil, ErrNoEndpoint
 	}
-	return best, nil
+	best := -1
+	var bestLoad int64
+	for k, i := 0, intn(s.rand, n); k < n; k++ {
+		st := s.states[i]
+		if st.Available(s.clock) {
+			if load := st.Inflight(); best < 0 || load < bestLoad {
+				best, bestLoad = i, load
+			}
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if best < 0 {
+		return nil, ErrNoEndpoint
+	}
+	return s.endpoints[best], nil
 }
 
 // WeightedLeastConn is least connections with capacity: the endpoint with
 // the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
 // is preferred to an idle one of weight 1, and a busy big one takes twice
-// the requests of a small one. Ties are broken at random.
+// the requests of a small one. Ties are broken as least_conn breaks them.
 type WeightedLeastConn struct{}
 
 var _ Policy = WeightedLeastConn{}
@@ -122,30 +124,31 @@ func (WeightedLeastConn) Build(s *Set) Picker { return wlcPicker{s} }
 type wlcPicker struct{ set *Set }
 
 func (p wlcPicker) Pick(Request) (*Endpoint, error) {
-	var best *Endpoint
-	ties := 0
-	for _, ep := range p.set.endpoints {
-		if !p.set.Available(ep) {
-			continue
-		}
-		if best == nil {
-			best, ties = ep, 1
-			continue
-		}
-		// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
-		a := (ep.State.Inflight() + 1) * int64(best.Weight)
-		b := (best.State.Inflight() + 1) * int64(ep.Weight)
-		switch {
-		case a < b:
-			best, ties = ep, 1
-		case a == b:
-			if ties++; intn(p.set.rand, ties) == 0 {
-				best = ep
-			}
-		}
-	}
-	if best == nil {
+	s := p.set
+	n := len(s.states)
+	if n == 0 {
 		return nil, ErrNoEndpoint
 	}
-	return best, nil
+	best := -1
+	for k, i := 0, intn(s.rand, n); k < n; k++ {
+		if st := s.states[i]; st.Available(s.clock) {
+			if best < 0 {
+				best = i
+			} else {
+				// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
+				a := (st.Inflight() + 1) * int64(s.endpoints[best].Weight)
+				b := (s.states[best].Inflight() + 1) * int64(s.endpoints[i].Weight)
+				if a < b {
+					best = i
+				}
+			}
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if best < 0 {
+		return nil, ErrNoEndpoint
+	}
+	return s.endpoints[best], nil
 }
