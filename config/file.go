@@ -1,0 +1,194 @@
+package config
+
+import (
+	"time"
+)
+
+// File is the whole configuration file of `rotor serve`. Its shape is a
+// contract users and tests write against: names are kept, fields are added.
+// Every field has a documented default (docs/CONFIG.md); zero means that
+// default.
+type File struct {
+	Admin     Admin      `yaml:"admin"`
+	Log       Log        `yaml:"log"`
+	Listeners []Listener `yaml:"listeners"`
+	Pools     []Pool     `yaml:"pools"`
+}
+
+// Admin is the admin listener: metrics, status, drain, reload.
+type Admin struct {
+	Listen string `yaml:"listen"` // default 127.0.0.1:9901; "off" disables it
+}
+
+// Log configures logging.
+type Log struct {
+	Format string `yaml:"format"` // text (default) or json
+	Level  string `yaml:"level"`  // debug, info (default), warn, error
+	Access bool   `yaml:"access"` // one line per request
+}
+
+// Listener is one place rotor accepts connections.
+type Listener struct {
+	Name   string  `yaml:"name"`
+	Kind   string  `yaml:"kind"` // http or tcp
+	Listen string  `yaml:"listen"`
+	Routes []Route `yaml:"routes"` // http
+	Pool   string  `yaml:"pool"`   // tcp; for http, the pool when no route matches
+	TLS    *TLS    `yaml:"tls"`    // http: serve HTTPS (and HTTP/2)
+	// TrustedProxies are the CIDRs whose X-Forwarded-* headers are kept and
+	// extended; from anyone else they are replaced.
+	TrustedProxies []string         `yaml:"trusted_proxies"`
+	Timeouts       ListenerTimeouts `yaml:"timeouts"`
+	// MaxHeaderBytes caps request headers (default 1 MiB).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+}
+
+// TLS names a certificate and key in PEM files.
+type TLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// ListenerTimeouts bound how long clients may take.
+type ListenerTimeouts struct {
+	ReadHeader time.Duration `yaml:"read_header"` // default 10s
+	Idle       time.Duration `yaml:"idle"`        // default 60s
+	// Shutdown is how long SIGTERM waits for requests and connections in
+	// flight before cutting them (default 30s).
+	Shutdown time.Duration `yaml:"shutdown"`
+}
+
+// Route sends the requests it matches to a pool. Every condition given
+// must hold.
+type Route struct {
+	Match Match  `yaml:"match"`
+	Pool  string `yaml:"pool"`
+}
+
+// Match is a route's conditions.
+type Match struct {
+	Host       string            `yaml:"host"`        // exact, or *.example.com
+	PathPrefix string            `yaml:"path_prefix"` // default /
+	Header     map[string]string `yaml:"header"`      // name: exact value ("*": present)
+	Cookie     map[string]string `yaml:"cookie"`      // name: exact value ("*": present)
+}
+
+// Pool is a named set of endpoints and the policy that picks among them.
+type Pool struct {
+	Name      string     `yaml:"name"`
+	Policy    string     `yaml:"policy"` // default round_robin
+	Choices   int        `yaml:"choices"`
+	Gamma     *float64   `yaml:"gamma"`
+	Sticky    Sticky     `yaml:"sticky"`
+	Placement Placement  `yaml:"placement"`
+	Key       Key        `yaml:"key"`
+	Endpoints []Endpoint `yaml:"endpoints"`
+	Health    Health     `yaml:"health"`
+	Retries   Retries    `yaml:"retries"`
+	Timeouts  Timeouts   `yaml:"timeouts"`
+	// FailStatuses are the statuses that count against an endpoint
+	// (default 5xx,429).
+	FailStatuses string `yaml:"fail_statuses"`
+	// StickyCookie, when set, pins each client to an endpoint with a
+	// cookie rotor sets and signs.
+	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
+}
+
+// Sticky configures the sticky policy.
+type Sticky struct {
+	Hash   bool          `yaml:"hash"`
+	TTL    time.Duration `yaml:"ttl"`
+	OnFull string        `yaml:"on_full"` // break (default) or reject
+	Inner  string        `yaml:"inner"`   // default least_conn
+}
+
+// Placement configures the key-placement policies.
+type Placement struct {
+	VNodes    int     `yaml:"vnodes"`
+	Hash      string  `yaml:"hash"`
+	Epsilon   float64 `yaml:"epsilon"`
+	TableSize int     `yaml:"table_size"`
+}
+
+// Key says where key-based policies find a request's key. One field.
+type Key struct {
+	Header   string `yaml:"header"`
+	Cookie   string `yaml:"cookie"`
+	Query    string `yaml:"query"`
+	ClientIP bool   `yaml:"client_ip"`
+	Path     bool   `yaml:"path"`
+}
+
+// Endpoint is one backend.
+type Endpoint struct {
+	Name        string  `yaml:"name"`
+	URL         string  `yaml:"url"`     // http pools
+	Address     string  `yaml:"address"` // tcp pools: host:port
+	Weight      int     `yaml:"weight"`
+	Backup      bool    `yaml:"backup"`
+	Cost        float64 `yaml:"cost"`
+	MaxInflight int64   `yaml:"max_inflight"`
+}
+
+// Health tunes the health model and active checks.
+type Health struct {
+	Check   *Check       `yaml:"check"`
+	Breaker Breaker      `yaml:"breaker"`
+	EWMA    EWMA         `yaml:"ewma"`
+	// SlowStart ramps an endpoint's share up over this window after it
+	// comes back (default 0: no ramp).
+	SlowStart time.Duration `yaml:"slow_start"`
+	// PanicThreshold: when fewer than this share of endpoints are healthy,
+	// spread over all of them (Envoy's panic mode). Default 0: off.
+	PanicThreshold float64 `yaml:"panic_threshold"`
+	// WaitFirstCheck keeps new endpoints out until their first check passes.
+	WaitFirstCheck bool `yaml:"wait_first_check"`
+}
+
+// Check is an active health check.
+type Check struct {
+	Kind     string        `yaml:"kind"`   // http (default for http pools) or tcp
+	Path     string        `yaml:"path"`   // default /
+	Expect   string        `yaml:"expect"` // statuses that pass, default 2xx
+	Interval time.Duration `yaml:"interval"`
+	Timeout  time.Duration `yaml:"timeout"`
+	Rise     int           `yaml:"rise"`
+	Fall     int           `yaml:"fall"`
+}
+
+// Breaker tunes the circuit breaker.
+type Breaker struct {
+	Threshold int           `yaml:"threshold"`
+	Cooldown  time.Duration `yaml:"cooldown"`
+}
+
+// EWMA tunes the running estimates.
+type EWMA struct {
+	SuccessDecay float64       `yaml:"success_decay"`
+	LatencyDecay float64       `yaml:"latency_decay"`
+	CostWeight   float64       `yaml:"cost_weight"`
+	PeakDecay    time.Duration `yaml:"peak_decay"`
+}
+
+// Retries bound how a failed request is tried again on another endpoint.
+type Retries struct {
+	Attempts int     `yaml:"attempts"` // tries in all, default 2 (one retry)
+	Budget   float64 `yaml:"budget"`   // extra tries as a share of requests, default 0.2
+	// Statuses are the statuses retried for idempotent requests
+	// (default 502,503,504).
+	Statuses string `yaml:"statuses"`
+}
+
+// Timeouts bound the work on one request.
+type Timeouts struct {
+	Connect time.Duration `yaml:"connect"` // default 2s
+	Try     time.Duration `yaml:"try"`     // to response headers, per attempt; default 10s
+	Total   time.Duration `yaml:"total"`   // all attempts; default 30s
+}
+
+// StickyCookie pins clients with a signed cookie.
+type StickyCookie struct {
+	Name   string        `yaml:"name"`   // default rotor_sticky
+	Secret string        `yaml:"secret"` // required: HMAC key, usually ${VAR}
+	TTL    time.Duration `yaml:"ttl"`    // default 1h
+}

@@ -1,0 +1,150 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/config"
+)
+
+// The file shape the serve issue fixes, verbatim.
+const contract = `admin: {listen: 127.0.0.1:9901}
+listeners:
+  - {name: web, kind: http, listen: 127.0.0.1:8080, routes: [{match: {path_prefix: /}, pool: app}]}
+  - {name: db, kind: tcp, listen: 127.0.0.1:6432, pool: pg}
+pools:
+  - name: app
+    policy: p2c                      # any policy name from the balancing issue
+    key: {header: X-User}            # for key-based policies: header|cookie|query|client_ip|path
+    endpoints:
+      - {name: a, url: http://127.0.0.1:9001, weight: 2}
+      - {name: b, url: http://127.0.0.1:9002}
+      - {name: spare, url: http://127.0.0.1:9003, backup: true}
+    health:
+      check: {path: /healthz, interval: 2s, timeout: 1s, rise: 2, fall: 3}
+      breaker: {threshold: 3, cooldown: 15s}
+      ewma: {success_decay: 0.3, latency_decay: 0.3}
+      slow_start: 30s
+      panic_threshold: 0.5
+    retries: {attempts: 2, budget: 0.2}
+    timeouts: {connect: 2s, try: 10s, total: 30s}
+  - name: pg
+    policy: least_conn
+    endpoints: [{name: pg1, address: 127.0.0.1:5432}]
+`
+
+func TestContractParses(t *testing.T) {
+	f, err := config.Parse("rotor.yaml", []byte(contract), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := f.Pools[0]
+	if app.Policy != "p2c" || app.Key.Header != "X-User" || app.Endpoints[0].Weight != 2 || !app.Endpoints[2].Backup ||
+		app.Health.Check.Interval != 2*time.Second || app.Health.Breaker.Cooldown != 15*time.Second ||
+		app.Health.SlowStart != 30*time.Second || app.Retries.Budget != 0.2 || app.Timeouts.Total != 30*time.Second {
+		t.Fatalf("decoded %+v", app)
+	}
+	if f.Listeners[1].Kind != "tcp" || f.Pools[1].Endpoints[0].Address != "127.0.0.1:5432" {
+		t.Fatalf("decoded %+v", f.Listeners[1])
+	}
+	if f.Listeners[0].Timeouts.ReadHeader != config.DefaultReadHeader || f.Log.Format != "text" {
+		t.Fatal("defaults not applied")
+	}
+}
+
+func TestBadConfigNamesFileLineAndPath(t *testing.T) {
+	base := strings.Split(contract, "\n")
+	edit := func(line int, text string) string {
+		lines := append([]string(nil), base...)
+		lines[line-1] = text
+		return strings.Join(lines, "\n")
+	}
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"unknown field", edit(7, "    polcy: p2c"), `rotor.yaml:7: pools.app.polcy: unknown field (known: name, policy,`},
+		{"unknown policy", edit(7, "    policy: p3c"), `rotor.yaml:7: pools.app.policy: "p3c" is not a policy (round_robin, random, least_conn, p2c,`},
+		{"wrong type", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: heavy}"), "rotor.yaml:10: cannot unmarshal `heavy` into int"},
+		{"bad duration", edit(15, "      breaker: {threshold: 3, cooldown: soon}"), "rotor.yaml:15: cannot unmarshal `soon` into time.Duration"},
+		{"duplicate endpoint", edit(11, "      - {name: a, url: http://127.0.0.1:9002}"), `rotor.yaml:11: pools.app.endpoints.a.name: "a" appears twice`},
+		{"missing pool", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, routes: [{match: {path_prefix: /}, pool: nope}]}"), `rotor.yaml:3: listeners.web.routes[0].pool: pool "nope" does not exist (pools: app, pg)`},
+		{"bad kind", edit(4, "  - {name: db, kind: udp, listen: 127.0.0.1:6432, pool: pg}"), `rotor.yaml:4: listeners.db.kind: "udp" is not a listener kind (http, tcp)`},
+		{"decay", edit(16, "      ewma: {success_decay: 1.5, latency_decay: 0.3}"), "rotor.yaml:16: pools.app.health.ewma.success_decay: must be in (0, 1] (got 1.5)"},
+		{"threshold", edit(15, "      breaker: {threshold: -1, cooldown: 15s}"), "rotor.yaml:15: pools.app.health.breaker.threshold: must be at least 1 (got -1)"},
+		{"negative weight", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: -2}"), "rotor.yaml:10: pools.app.endpoints.a.weight: must be at least 1 (got -2)"},
+		{"bad url", edit(10, "      - {name: a, url: ftp://u:hunter2@127.0.0.1:9001}"), `rotor.yaml:10: pools.app.endpoints.a.url: "ftp://u:xxxxx@127.0.0.1:9001": scheme must be http or https`},
+		{"listen", edit(3, "  - {name: web, kind: http, listen: 8080, routes: [{match: {path_prefix: /}, pool: app}]}"), `rotor.yaml:3: listeners.web.listen: "8080" is not host:port`},
+		{"keyed policy needs a key", edit(8, "    key: {}") + "", ""},
+		{"panic threshold", edit(18, "      panic_threshold: 2"), "rotor.yaml:18: pools.app.health.panic_threshold: must be between 0 and 1 (got 2)"},
+		{"check timeout", edit(14, "      check: {path: /healthz, interval: 1s, timeout: 2s}"), "rotor.yaml:14: pools.app.health.check.timeout: must be positive and at most the interval 1s (got 2s)"},
+		{"tcp pool with url", edit(23, "    endpoints: [{name: pg1, url: http://127.0.0.1:5432}]"), "rotor.yaml:23: pools.pg.endpoints.pg1.address: required for a tcp pool"},
+		{"yaml syntax", edit(5, "pools: [oops"), "rotor.yaml: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse("rotor.yaml", []byte(tt.yaml), func(string) string { return "" })
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err:\n%v\nwant it to contain:\n%s", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("a password leaked into the error: %v", err)
+			}
+		})
+	}
+}
+
+func TestKeyedPolicyRequiresKey(t *testing.T) {
+	y := strings.Replace(contract, "policy: p2c", "policy: ring", 1)
+	y = strings.Replace(y, "    key: {header: X-User}            # for key-based policies: header|cookie|query|client_ip|path\n", "", 1)
+	_, err := config.Parse("rotor.yaml", []byte(y), func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "pools.app.key: required by policy ring") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestEnvInterpolation(t *testing.T) {
+	y := strings.Replace(contract, "url: http://127.0.0.1:9001", `url: "http://user:${APP_PASS}@127.0.0.1:${APP_PORT:-9001}"`, 1)
+	env := map[string]string{"APP_PASS": "s3cret"}
+	f, err := config.Parse("rotor.yaml", []byte(y), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Pools[0].Endpoints[0].URL; got != "http://user:s3cret@127.0.0.1:9001" {
+		t.Fatalf("url %q", got)
+	}
+	_, err = config.Parse("rotor.yaml", []byte(y), func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "rotor.yaml:10: pools.app.endpoints.a.url: environment variable APP_PASS is not set") {
+		t.Fatalf("unset variable: %v", err)
+	}
+	// A variable may stand for a number.
+	y = strings.Replace(contract, "panic_threshold: 0.5", "panic_threshold: ${PANIC}", 1)
+	f, err = config.Parse("rotor.yaml", []byte(y), func(k string) string { return map[string]string{"PANIC": "0.25"}[k] })
+	if err != nil || f.Pools[0].Health.PanicThreshold != 0.25 {
+		t.Fatalf("number from env: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(contract))
+	f.Add([]byte("listeners: [{name: x, kind: tcp, listen: 'a:1', pool: p}]\npools: [{name: p, endpoints: [{name: e, address: 'b:2'}]}]"))
+	f.Add([]byte("pools: &a [*a]"))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fc, err := config.Parse("f.yaml", data, func(string) string { return "x" })
+		if err == nil && len(fc.Listeners) == 0 {
+			t.Fatal("accepted a config with no listener")
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "f.yaml") {
+			t.Fatalf("error does not name the file: %v", err)
+		}
+	})
+}

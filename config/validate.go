@@ -1,0 +1,449 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rotor-lb/rotor/health"
+)
+
+// Defaults documented in docs/CONFIG.md.
+const (
+	DefaultAdminListen    = "127.0.0.1:9901"
+	DefaultReadHeader     = 10 * time.Second
+	DefaultIdle           = 60 * time.Second
+	DefaultShutdown       = 30 * time.Second
+	DefaultMaxHeaderBytes = 1 << 20
+	DefaultConnect        = 2 * time.Second
+	DefaultTry            = 10 * time.Second
+	DefaultTotal          = 30 * time.Second
+	DefaultAttempts       = 2
+	DefaultBudget         = 0.2
+	DefaultRetryStatuses  = "502,503,504"
+	DefaultCheckInterval  = 2 * time.Second
+	DefaultCheckTimeout   = time.Second
+	DefaultRise           = 2
+	DefaultFall           = 3
+	DefaultStickyCookie   = "rotor_sticky"
+	DefaultStickyTTL      = time.Hour
+)
+
+// KeyedPolicies need a request key.
+var KeyedPolicies = []string{"ring", "rendezvous", "maglev", "bounded"}
+
+func (f *File) applyDefaults() {
+	if f.Admin.Listen == "" {
+		f.Admin.Listen = DefaultAdminListen
+	}
+	if f.Log.Format == "" {
+		f.Log.Format = "text"
+	}
+	if f.Log.Level == "" {
+		f.Log.Level = "info"
+	}
+	for i := range f.Listeners {
+		l := &f.Listeners[i]
+		if l.Timeouts.ReadHeader == 0 {
+			l.Timeouts.ReadHeader = DefaultReadHeader
+		}
+		if l.Timeouts.Idle == 0 {
+			l.Timeouts.Idle = DefaultIdle
+		}
+		if l.Timeouts.Shutdown == 0 {
+			l.Timeouts.Shutdown = DefaultShutdown
+		}
+		if l.MaxHeaderBytes == 0 {
+			l.MaxHeaderBytes = DefaultMaxHeaderBytes
+		}
+		for j := range l.Routes {
+			if l.Routes[j].Match.PathPrefix == "" {
+				l.Routes[j].Match.PathPrefix = "/"
+			}
+		}
+	}
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		if p.Policy == "" {
+			p.Policy = "round_robin"
+		}
+		if p.Timeouts.Connect == 0 {
+			p.Timeouts.Connect = DefaultConnect
+		}
+		if p.Timeouts.Try == 0 {
+			p.Timeouts.Try = DefaultTry
+		}
+		if p.Timeouts.Total == 0 {
+			p.Timeouts.Total = DefaultTotal
+		}
+		if p.Retries.Attempts == 0 {
+			p.Retries.Attempts = DefaultAttempts
+		}
+		if p.Retries.Budget == 0 {
+			p.Retries.Budget = DefaultBudget
+		}
+		if p.Retries.Statuses == "" {
+			p.Retries.Statuses = DefaultRetryStatuses
+		}
+		if c := p.Health.Check; c != nil {
+			if c.Path == "" {
+				c.Path = "/"
+			}
+			if c.Expect == "" {
+				c.Expect = "2xx"
+			}
+			if c.Interval == 0 {
+				c.Interval = DefaultCheckInterval
+			}
+			if c.Timeout == 0 {
+				c.Timeout = min(DefaultCheckTimeout, c.Interval)
+			}
+			if c.Rise == 0 {
+				c.Rise = DefaultRise
+			}
+			if c.Fall == 0 {
+				c.Fall = DefaultFall
+			}
+		}
+		if sc := p.StickyCookie; sc != nil {
+			if sc.Name == "" {
+				sc.Name = DefaultStickyCookie
+			}
+			if sc.TTL == 0 {
+				sc.TTL = DefaultStickyTTL
+			}
+		}
+	}
+}
+
+type pathError struct{ path, msg string }
+
+func errAt(path, format string, args ...any) pathError {
+	return pathError{path, fmt.Sprintf(format, args...)}
+}
+
+// HealthConfig is the pool's health model tuning.
+func (p *Pool) HealthConfig() health.Config {
+	return health.Config{
+		SuccessDecay: p.Health.EWMA.SuccessDecay, LatencyDecay: p.Health.EWMA.LatencyDecay,
+		Threshold: p.Health.Breaker.Threshold, Cooldown: p.Health.Breaker.Cooldown,
+		CostWeight: p.Health.EWMA.CostWeight, PeakDecay: p.Health.EWMA.PeakDecay,
+	}
+}
+
+// PolicyParams are the pool's policy settings.
+func (p *Pool) PolicyParams() PolicyParams {
+	return PolicyParams{
+		Choices: p.Choices, Gamma: p.Gamma,
+		StickyHash: p.Sticky.Hash, StickyTTL: p.Sticky.TTL, StickyOnFull: p.Sticky.OnFull, StickyInner: p.Sticky.Inner,
+		VNodes: p.Placement.VNodes, Hash: p.Placement.Hash, Epsilon: p.Placement.Epsilon, TableSize: p.Placement.TableSize,
+	}
+}
+
+func (f *File) validate() []pathError {
+	var errs []pathError
+	add := func(e pathError) { errs = append(errs, e) }
+	if f.Admin.Listen != "off" {
+		if err := checkHostPort(f.Admin.Listen); err != nil {
+			add(errAt("admin.listen", "%v", err))
+		}
+	}
+	if !slices.Contains([]string{"text", "json"}, f.Log.Format) {
+		add(errAt("log.format", "%q is not text or json", f.Log.Format))
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, f.Log.Level) {
+		add(errAt("log.level", "%q is not debug, info, warn or error", f.Log.Level))
+	}
+	if len(f.Listeners) == 0 {
+		add(errAt("listeners", "at least one listener is required"))
+	}
+	pools := map[string]*Pool{}
+	use := map[string]string{} // pool -> kind of listener using it
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		path := "pools." + p.Name
+		if p.Name == "" {
+			path = fmt.Sprintf("pools[%d]", i)
+			add(errAt(path+".name", "required"))
+			continue
+		}
+		if pools[p.Name] != nil {
+			add(errAt(path+".name", "%q appears twice", p.Name))
+		}
+		pools[p.Name] = p
+	}
+	listenerNames := map[string]bool{}
+	for i, l := range f.Listeners {
+		path := "listeners." + l.Name
+		if l.Name == "" {
+			path = fmt.Sprintf("listeners[%d]", i)
+			add(errAt(path+".name", "required"))
+		} else if listenerNames[l.Name] {
+			add(errAt(path+".name", "%q appears twice", l.Name))
+		}
+		listenerNames[l.Name] = true
+		if err := checkHostPort(l.Listen); err != nil {
+			add(errAt(path+".listen", "%v", err))
+		}
+		poolRef := func(p, at string) {
+			if pools[p] == nil {
+				add(errAt(at, "pool %q does not exist (pools: %s)", p, strings.Join(names(f.Pools, func(p Pool) string { return p.Name }), ", ")))
+				return
+			}
+			if other, ok := use[p]; ok && other != l.Kind {
+				add(errAt(at, "pool %q is used by both an http and a tcp listener", p))
+			}
+			use[p] = l.Kind
+		}
+		switch l.Kind {
+		case "http":
+			if len(l.Routes) == 0 && l.Pool == "" {
+				add(errAt(path+".routes", "an http listener needs routes or a pool"))
+			}
+			for j, r := range l.Routes {
+				rp := fmt.Sprintf("%s.routes[%d]", path, j)
+				if !strings.HasPrefix(r.Match.PathPrefix, "/") {
+					add(errAt(rp+".match.path_prefix", "must start with / (got %q)", r.Match.PathPrefix))
+				}
+				if r.Pool == "" {
+					add(errAt(rp+".pool", "required"))
+				} else {
+					poolRef(r.Pool, rp+".pool")
+				}
+			}
+			if l.Pool != "" {
+				poolRef(l.Pool, path+".pool")
+			}
+			if l.TLS != nil {
+				for field, file := range map[string]string{"cert": l.TLS.Cert, "key": l.TLS.Key} {
+					if file == "" {
+						add(errAt(path+".tls."+field, "required"))
+					} else if _, err := os.Stat(file); err != nil {
+						add(errAt(path+".tls."+field, "%v", err))
+					}
+				}
+			}
+		case "tcp":
+			if l.Pool == "" {
+				add(errAt(path+".pool", "required for a tcp listener"))
+			} else {
+				poolRef(l.Pool, path+".pool")
+			}
+			if len(l.Routes) > 0 {
+				add(errAt(path+".routes", "a tcp listener has no routes: it reads no requests"))
+			}
+			if l.TLS != nil {
+				add(errAt(path+".tls", "tls is for http listeners"))
+			}
+		default:
+			add(errAt(path+".kind", "%q is not a listener kind (http, tcp)", l.Kind))
+		}
+		for j, c := range l.TrustedProxies {
+			if _, err := netip.ParsePrefix(c); err != nil {
+				if _, err2 := netip.ParseAddr(c); err2 != nil {
+					add(errAt(fmt.Sprintf("%s.trusted_proxies[%d]", path, j), "%q is not a CIDR or an address", c))
+				}
+			}
+		}
+		if l.MaxHeaderBytes < 0 {
+			add(errAt(path+".max_header_bytes", "must be positive"))
+		}
+		for field, d := range map[string]time.Duration{"read_header": l.Timeouts.ReadHeader, "idle": l.Timeouts.Idle, "shutdown": l.Timeouts.Shutdown} {
+			if d < 0 {
+				add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
+			}
+		}
+	}
+	for i := range f.Pools {
+		p := &f.Pools[i]
+		if p.Name != "" {
+			errs = append(errs, p.validate("pools."+p.Name, use[p.Name])...)
+		}
+	}
+	return errs
+}
+
+func (p *Pool) validate(path, kind string) []pathError {
+	var errs []pathError
+	add := func(e pathError) { errs = append(errs, e) }
+	if _, err := NewPolicy(p.Policy, p.PolicyParams()); err != nil {
+		field := ".policy"
+		if !slices.Contains(PolicyNames, p.Policy) {
+			add(errAt(path+field, "%v", err))
+		} else {
+			add(errAt(path, "%v", err))
+		}
+	}
+	keys := 0
+	for _, set := range []bool{p.Key.Header != "", p.Key.Cookie != "", p.Key.Query != "", p.Key.ClientIP, p.Key.Path} {
+		if set {
+			keys++
+		}
+	}
+	if keys > 1 {
+		add(errAt(path+".key", "give one of header, cookie, query, client_ip, path"))
+	}
+	if keys == 0 && kind != "tcp" && slices.Contains(KeyedPolicies, p.Policy) {
+		add(errAt(path+".key", "required by policy %s (header, cookie, query, client_ip or path)", p.Policy))
+	}
+	if len(p.Endpoints) == 0 {
+		add(errAt(path+".endpoints", "at least one endpoint is required"))
+	}
+	seen := map[string]bool{}
+	primaries := 0
+	for i, e := range p.Endpoints {
+		ep := path + ".endpoints." + e.Name
+		if e.Name == "" {
+			ep = fmt.Sprintf("%s.endpoints[%d]", path, i)
+			add(errAt(ep+".name", "required"))
+		} else if seen[e.Name] {
+			add(errAt(ep+".name", "%q appears twice", e.Name))
+		}
+		seen[e.Name] = true
+		if !e.Backup {
+			primaries++
+		}
+		if e.Weight < 0 {
+			add(errAt(ep+".weight", "must be at least 1 (got %d)", e.Weight))
+		}
+		if e.Cost < 0 {
+			add(errAt(ep+".cost", "must be zero or positive (got %v)", e.Cost))
+		}
+		if e.MaxInflight < 0 {
+			add(errAt(ep+".max_inflight", "must be zero or positive (got %d)", e.MaxInflight))
+		}
+		switch {
+		case e.URL != "" && e.Address != "":
+			add(errAt(ep, "give url or address, not both"))
+		case kind == "tcp" && e.Address == "":
+			add(errAt(ep+".address", "required for a tcp pool (host:port)"))
+		case kind != "tcp" && e.URL == "":
+			add(errAt(ep+".url", "required for an http pool (http://host:port)"))
+		case e.Address != "":
+			if err := checkHostPort(e.Address); err != nil {
+				add(errAt(ep+".address", "%v", err))
+			}
+		default:
+			if err := checkBackendURL(e.URL); err != nil {
+				add(errAt(ep+".url", "%v", err))
+			}
+		}
+	}
+	if len(p.Endpoints) > 0 && primaries == 0 {
+		add(errAt(path+".endpoints", "every endpoint is a backup: at least one must not be"))
+	}
+	hc := p.HealthConfig().Normalize()
+	if err := hc.Validate(); err != nil {
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		sub := map[string]string{"threshold": "breaker.threshold", "cooldown": "breaker.cooldown"}[field]
+		if sub == "" {
+			sub = "ewma." + field
+		}
+		add(errAt(path+".health."+sub, "%s", msg))
+	}
+	if c := p.Health.Check; c != nil {
+		cp := path + ".health.check"
+		if c.Kind == "" {
+			c.Kind = map[bool]string{true: "tcp", false: "http"}[kind == "tcp"]
+		}
+		switch c.Kind {
+		case "http":
+			if kind == "tcp" {
+				add(errAt(cp+".kind", "a tcp pool is checked by tcp connect"))
+			}
+			if !strings.HasPrefix(c.Path, "/") {
+				add(errAt(cp+".path", "must start with / (got %q)", c.Path))
+			}
+			if _, err := health.NewClassifier(c.Expect); err != nil {
+				add(errAt(cp+".expect", "%v", err))
+			}
+		case "tcp":
+		default:
+			add(errAt(cp+".kind", "%q is not a check kind (http, tcp)", c.Kind))
+		}
+		if c.Interval <= 0 {
+			add(errAt(cp+".interval", "must be positive (got %v)", c.Interval))
+		}
+		if c.Timeout <= 0 || c.Timeout > c.Interval {
+			add(errAt(cp+".timeout", "must be positive and at most the interval %v (got %v)", c.Interval, c.Timeout))
+		}
+		if c.Rise < 1 {
+			add(errAt(cp+".rise", "must be at least 1 (got %d)", c.Rise))
+		}
+		if c.Fall < 1 {
+			add(errAt(cp+".fall", "must be at least 1 (got %d)", c.Fall))
+		}
+	}
+	if p.Health.SlowStart < 0 {
+		add(errAt(path+".health.slow_start", "must be zero or positive (got %v)", p.Health.SlowStart))
+	}
+	if p.Health.PanicThreshold < 0 || p.Health.PanicThreshold > 1 {
+		add(errAt(path+".health.panic_threshold", "must be between 0 and 1 (got %v)", p.Health.PanicThreshold))
+	}
+	if p.FailStatuses != "" {
+		if _, err := health.NewClassifier(p.FailStatuses); err != nil {
+			add(errAt(path+".fail_statuses", "%v", err))
+		}
+	}
+	if p.Retries.Attempts < 1 || p.Retries.Attempts > 10 {
+		add(errAt(path+".retries.attempts", "must be between 1 and 10 (got %d)", p.Retries.Attempts))
+	}
+	if p.Retries.Budget < 0 || p.Retries.Budget > 1 {
+		add(errAt(path+".retries.budget", "must be between 0 and 1 (got %v)", p.Retries.Budget))
+	}
+	if _, err := health.NewClassifier(p.Retries.Statuses); err != nil {
+		add(errAt(path+".retries.statuses", "%v", err))
+	}
+	for field, d := range map[string]time.Duration{"connect": p.Timeouts.Connect, "try": p.Timeouts.Try, "total": p.Timeouts.Total} {
+		if d < 0 {
+			add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
+		}
+	}
+	if sc := p.StickyCookie; sc != nil {
+		if len(sc.Secret) < 16 {
+			add(errAt(path+".sticky_cookie.secret", "must be at least 16 characters (it signs the cookie)"))
+		}
+		if sc.TTL < 0 {
+			add(errAt(path+".sticky_cookie.ttl", "must be positive (got %v)", sc.TTL))
+		}
+		if kind == "tcp" {
+			add(errAt(path+".sticky_cookie", "cookies are for http pools"))
+		}
+	}
+	return errs
+}
+
+func checkHostPort(s string) error {
+	if s == "" {
+		return fmt.Errorf("required (host:port)")
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	_ = host
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q has no valid port", s)
+	}
+	return nil
+}
+
+// checkBackendURL checks an endpoint URL without ever echoing its password.
+func checkBackendURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q: scheme must be http or https", u.Redacted())
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host", u.Redacted())
+	}
+	return nil
+}
