@@ -67,7 +67,7 @@ func TestRoundRobin(t *testing.T) {
 	if got := sequence(t, p, 8); got != "abcdabcd" {
 		t.Fatalf("got %s", got)
 	}
-	state(p, "b").SetDown(true)
+	state(p, "b").SetDown(true, t0)
 	c := counts(t, p, 300, nil)
 	if c["b"] != 0 || c["a"] != 100 || c["c"] != 100 || c["d"] != 100 {
 		t.Fatalf("with b down: %v, want a, c, d 100 each (no double share for c)", c)

@@ -162,6 +162,25 @@ func (p *Pool) Clock() health.Clock { return p.clock }
 // It returns ErrNoEndpoint only when no endpoint may take a request at all,
 // and ErrRejected when the policy refused the request by rule.
 func (p *Pool) Pick(r Request) (Pick, error) {
+	pk, err := p.PickAvailable(r)
+	if err != ErrNoEndpoint {
+		return pk, err
+	}
+	snap := p.cur.Load()
+	ep := p.leastBad(snap.set)
+	if ep == nil {
+		p.unavailable.Add(1)
+		return Pick{}, ErrNoEndpoint
+	}
+	ep.State.Begin()
+	p.fallbacks.Add(1)
+	return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
+}
+
+// PickAvailable is Pick without the fallback: when the policy finds nothing
+// available it returns ErrNoEndpoint, so that a caller with somewhere else
+// to go (backup endpoints) can go there first.
+func (p *Pool) PickAvailable(r Request) (Pick, error) {
 	snap := p.cur.Load()
 	for range 3 {
 		ep, err := snap.picker.Pick(r)
@@ -180,14 +199,69 @@ func (p *Pool) Pick(r Request) (Pick, error) {
 			snap.observer.Done(ep, health.Ignore) // give back what the picker took
 		}
 	}
-	ep := p.leastBad(snap.set)
-	if ep == nil {
+	return Pick{}, ErrNoEndpoint
+}
+
+// PickNamed picks the named endpoint if it is in the pool and available
+// (a session cookie pins a client to it); ok is false otherwise, and
+// nothing was counted.
+func (p *Pool) PickNamed(name string) (Pick, bool) {
+	snap := p.cur.Load()
+	ep := snap.set.Get(name)
+	if ep == nil || !snap.set.Available(ep) {
+		return Pick{}, false
+	}
+	t, ok := ep.State.Admit(p.clock)
+	if !ok {
+		return Pick{}, false
+	}
+	ep.State.Begin()
+	return Pick{Endpoint: ep, ticket: t, snap: snap, clock: p.clock}, true
+}
+
+// PickAny spreads over every endpoint that is not draining or full,
+// whatever its health: Envoy's panic mode, for when so few endpoints look
+// healthy that sending them everything would crush them. The pick counts
+// as a fallback.
+func (p *Pool) PickAny() (Pick, error) {
+	snap := p.cur.Load()
+	n := 0
+	for _, ep := range snap.set.endpoints {
+		if !ep.State.Draining() && !ep.State.Full() {
+			n++
+		}
+	}
+	if n == 0 {
 		p.unavailable.Add(1)
 		return Pick{}, ErrNoEndpoint
 	}
-	ep.State.Begin()
-	p.fallbacks.Add(1)
-	return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
+	j := intn(snap.set.rand, n)
+	for _, ep := range snap.set.endpoints {
+		if ep.State.Draining() || ep.State.Full() {
+			continue
+		}
+		if j--; j < 0 {
+			ep.State.Begin()
+			p.fallbacks.Add(1)
+			return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
+		}
+	}
+	return Pick{}, ErrNoEndpoint
+}
+
+// HealthyShare is the share of endpoints available now (1 when empty).
+func (p *Pool) HealthyShare() float64 {
+	s := p.cur.Load().set
+	if len(s.states) == 0 {
+		return 1
+	}
+	n := 0
+	for _, st := range s.states {
+		if st.Available(s.clock) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(s.states))
 }
 
 func (p *Pool) leastBad(s *Set) *Endpoint {

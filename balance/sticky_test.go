@@ -149,7 +149,7 @@ func TestKeyedRingWalksPastUnavailable(t *testing.T) {
 	}
 	p, _ := testPool(t, pol, letters(6)...)
 	ring, _ := placement.NewRing([]placement.Node{{Name: "e0"}, {Name: "e1"}, {Name: "e2"}, {Name: "e3"}, {Name: "e4"}, {Name: "e5"}}, placement.RingOptions{})
-	state(p, "e2").SetDown(true)
+	state(p, "e2").SetDown(true, t0)
 	for i := range 400 {
 		k := "k" + strconv.Itoa(i)
 		owners, _ := placement.Owners(ring, k, 2)

@@ -233,11 +233,14 @@ func TestAvailability(t *testing.T) {
 		t.Fatal("draining endpoint available")
 	}
 	s.SetDraining(false)
-	s.SetDown(true)
+	s.SetDown(true, c.Now())
 	if s.Available(c) {
 		t.Fatal("down endpoint available")
 	}
-	s.SetDown(false)
+	s.SetDown(false, c.Now())
+	if !s.UpSince().Equal(c.Now()) {
+		t.Fatal("coming back up did not start the slow-start window")
+	}
 	s.SetMaxInflight(2)
 	s.Begin()
 	s.Begin()

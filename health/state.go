@@ -84,6 +84,7 @@ type State struct {
 	gen         atomic.Uint64 // breaker generation; written under mu
 	peakValue   atomic.Uint64 // float64 bits, seconds; written under mu
 	peakStamp   atomic.Int64  // unix ns of the last peak update; written under mu
+	upSince     atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
 	// Counters for metrics.
 	requests                     atomic.Int64 // Begin calls
@@ -153,9 +154,24 @@ func (s *State) SetDraining(v bool) { s.setFlag(flagDraining, v) }
 // Draining reports whether the endpoint is draining.
 func (s *State) Draining() bool { return s.flags.Load()&flagDraining != 0 }
 
-// SetDown records the verdict of active health checks: a down endpoint is
-// not picked.
-func (s *State) SetDown(v bool) { s.setFlag(flagDown, v) }
+// SetDown records, at now, the verdict of active health checks: a down
+// endpoint is not picked. Coming back up starts the slow-start window.
+func (s *State) SetDown(v bool, now time.Time) {
+	was := s.Down()
+	s.setFlag(flagDown, v)
+	if was && !v {
+		s.upSince.Store(now.UnixNano())
+	}
+}
+
+// UpSince returns when the endpoint last came back, from down or from an
+// open breaker; zero if it never went away.
+func (s *State) UpSince() time.Time {
+	if ns := s.upSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
 
 // Down reports whether active checks have marked the endpoint down.
 func (s *State) Down() bool { return s.flags.Load()&flagDown != 0 }
@@ -319,13 +335,13 @@ func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
 			return
 		}
 		if ok {
-			s.close()
+			s.close(now)
 		} else {
 			s.open(now, cfg)
 		}
 	case Open:
 		if ok && t.fallback {
-			s.close()
+			s.close(now)
 		}
 	}
 }
@@ -339,7 +355,8 @@ func (s *State) open(now time.Time, cfg *Config) {
 	s.opens.Add(1)
 }
 
-func (s *State) close() {
+func (s *State) close(now time.Time) {
+	s.upSince.Store(now.UnixNano())
 	s.breaker.Store(int32(Closed))
 	s.flags.And(^flagBreaker)
 	s.probing.Store(false)
