@@ -132,9 +132,9 @@ type Endpoint struct {
 
 // Health tunes the health model and active checks.
 type Health struct {
-	Check   *Check       `yaml:"check"`
-	Breaker Breaker      `yaml:"breaker"`
-	EWMA    EWMA         `yaml:"ewma"`
+	Check   *Check  `yaml:"check"`
+	Breaker Breaker `yaml:"breaker"`
+	EWMA    EWMA    `yaml:"ewma"`
 	// SlowStart ramps an endpoint's share up over this window after it
 	// comes back (default 0: no ramp).
 	SlowStart time.Duration `yaml:"slow_start"`

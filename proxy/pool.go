@@ -73,7 +73,7 @@ func (p *Pool) Pick(r balance.Request, exclude []string) (balance.Pick, error) {
 				return pk, nil
 			}
 			pk.Done(health.Outcome{Err: health.Local}) // not this one: give it back, uncounted
-			r.Key = "" // the key pointed at an excluded endpoint: let the policy spread
+			r.Key = ""                                 // the key pointed at an excluded endpoint: let the policy spread
 		}
 	}
 	return p.Primary.Pick(r)

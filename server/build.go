@@ -20,14 +20,14 @@ import (
 // (with their health stores), the policies (round robin's counter, sticky
 // tables...) and the retry budget.
 type poolState struct {
-	primary, backup   *balance.Pool
-	primaryPolicy     balance.Policy
-	backupPolicy      balance.Policy
-	policyKey         string
-	budget            *proxy.Budget
-	budgetRatio       float64
-	stores            [2]*health.MemoryStore
-	endpoints         map[string]bool // names in the last config
+	primary, backup *balance.Pool
+	primaryPolicy   balance.Policy
+	backupPolicy    balance.Policy
+	policyKey       string
+	budget          *proxy.Budget
+	budgetRatio     float64
+	stores          [2]*health.MemoryStore
+	endpoints       map[string]bool // names in the last config
 }
 
 // built is one config turned into runtime values.

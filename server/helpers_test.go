@@ -176,3 +176,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func newServer(path string) (*server.Server, error) {
+	return server.New(path, func(string) string { return "" }, io.Discard)
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary stand in for rotor itself, so tests can
+// send it real signals.
+func TestMain(m *testing.M) {
+	if args := os.Getenv("ROTOR_TEST_MAIN"); args != "" {
+		os.Exit(run(strings.Split(args, "\x1f"), os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// SIGTERM under load: requests in flight finish, then rotor exits 0.
+func TestServeSIGTERM(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(400 * time.Millisecond)
+		fmt.Fprint(w, "done")
+	}))
+	defer backend.Close()
+	web := freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf(`admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: %q, pool: app}]
+pools: [{name: app, endpoints: [{name: a, url: %q}]}]
+`, web, backend.URL)), 0o600)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "ROTOR_TEST_MAIN=serve\x1f--config\x1f"+cfg)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", web); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("rotor did not start: %s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	results := make(chan string, 5)
+	for range 5 {
+		go func() {
+			resp, err := http.Get("http://" + web)
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			results <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+		}()
+	}
+	time.Sleep(150 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	for range 5 {
+		if r := <-results; r != "200 done" {
+			t.Errorf("in-flight request across SIGTERM: %s", r)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), "shutting down") {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
+
+func TestServeBadConfig(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
+	_ = os.WriteFile(cfg, []byte("listeners:\n  - {name: web, kind: http, listen: \"127.0.0.1:0\", pool: app}\npools:\n  - {name: app, policy: p3c, endpoints: [{name: a, url: \"http://127.0.0.1:1\"}]}\n"), 0o600)
+	code, _, errs := runRotor(t, "", "serve", "--config", cfg)
+	if code == 0 || !strings.Contains(errs, `rotor.yaml:4: pools.app.policy: "p3c" is not a policy`) {
+		t.Fatalf("exit %d, %q", code, errs)
+	}
+	code, _, errs = runRotor(t, "", "check-config", cfg)
+	if code == 0 || !strings.Contains(errs, "pools.app.policy") {
+		t.Fatalf("check-config: exit %d, %q", code, errs)
+	}
+	code, _, errs = runRotor(t, "", "serve")
+	if code == 0 || !strings.Contains(errs, "--config: required") {
+		t.Fatalf("no config: exit %d, %q", code, errs)
+	}
+}
+
+// Every ready config in examples/ loads.
+func TestExamplesLoad(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/*.yaml")
+	if len(files) < 4 {
+		t.Fatalf("examples: %v, want at least 4", files)
+	}
+	for _, f := range files {
+		code, out, errs := runRotorEnv(t, map[string]string{"STICKY_SECRET": "example-secret-0123456789"}, "check-config", f)
+		if code != 0 || !strings.Contains(out, ": ok") {
+			t.Errorf("%s: exit %d: %s", f, code, errs)
+		}
+	}
+}
+
+func runRotorEnv(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	return runRotor(t, "", args...)
+}

@@ -1,0 +1,286 @@
+package server_test
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoServer is a TCP server that echoes each line back, prefixed by name.
+func echoServer(t *testing.T, name string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					fmt.Fprintf(c, "%s:%s\n", name, sc.Text())
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func TestTCPProxy(t *testing.T) {
+	one, two := echoServer(t, "one"), echoServer(t, "two")
+	dead := freePort(t) // nothing listens: a refused dial, retried elsewhere
+	cfg := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: pg}
+pools:
+  - name: pg
+    policy: round_robin
+    retries: {attempts: 3}
+    endpoints:
+      - {name: one, address: %q}
+      - {name: dead, address: %q}
+      - {name: two, address: %q}
+`, one.Addr(), dead, two.Addr())
+	r := startRotor(t, cfg, nil)
+	seen := map[string]int{}
+	for i := range 12 {
+		c, err := net.Dial("tcp", r.Addr("db").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "hello %d\n", i)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		who, rest, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if rest != fmt.Sprintf("hello %d", i) {
+			t.Fatalf("echo %q", line)
+		}
+		seen[who]++
+	}
+	if seen["one"] == 0 || seen["two"] == 0 || seen["one"]+seen["two"] != 12 {
+		t.Fatalf("connections per endpoint %v", seen)
+	}
+}
+
+func TestStickyCookie(t *testing.T) {
+	a, b, c := newBackend(t, "a"), newBackend(t, "b"), newBackend(t, "c")
+	cfg := webConfig("round_robin", a, b, c) + `    sticky_cookie: {name: pin, secret: "${STICKY_SECRET}"}
+`
+	r := startRotor(t, cfg, map[string]string{"STICKY_SECRET": "0123456789abcdef-not-a-real-secret"})
+	resp, err := client.Get(r.url("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var pin *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "pin" {
+			pin = ck
+		}
+	}
+	if pin == nil || !pin.HttpOnly {
+		t.Fatalf("no HttpOnly pin cookie set: %v", resp.Header["Set-Cookie"])
+	}
+	for range 10 {
+		if _, got := get(t, r.url("web"), "Cookie", "pin="+pin.Value); got != string(body) {
+			t.Fatalf("pinned to %s, went to %s", body, got)
+		}
+	}
+	// A forged cookie naming another endpoint is ignored.
+	forged := strings.Replace(pin.Value, pin.Value[:2], "Yg", 1) // "b" in base64
+	codes := map[string]int{}
+	for range 9 {
+		_, got := get(t, r.url("web"), "Cookie", "pin="+forged)
+		codes[got]++
+	}
+	if len(codes) < 2 {
+		t.Fatalf("a forged cookie pinned the client: %v", codes)
+	}
+}
+
+func TestBackupTakesOverOnlyWhenPrimariesAreOut(t *testing.T) {
+	a, spare := newBackend(t, "a"), newBackend(t, "spare")
+	cfg := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+      - {name: spare, url: %q, backup: true}
+`, a.url(), spare.url())
+	r := startRotor(t, cfg, nil)
+	for range 20 {
+		if _, body := get(t, r.url("web")); body != "a" {
+			t.Fatalf("backup served while the primary was up: %q", body)
+		}
+	}
+	r.Pools()[0].Primary.Set().Get("a").State.SetDown(true, time.Now())
+	for range 10 {
+		if code, body := get(t, r.url("web")); code != 200 || body != "spare" {
+			t.Fatalf("primary down: %d %q, want the backup", code, body)
+		}
+	}
+}
+
+func TestPanicThresholdSpreadsOverAll(t *testing.T) {
+	a, b, c, d := newBackend(t, "a"), newBackend(t, "b"), newBackend(t, "c"), newBackend(t, "d")
+	cfg := webConfig("round_robin", a, b, c, d) + "    health: {panic_threshold: 0.5}\n"
+	r := startRotor(t, cfg, nil)
+	pv := r.Pools()[0]
+	for _, n := range []string{"b", "c", "d"} {
+		pv.Primary.Set().Get(n).State.SetDown(true, time.Now())
+	}
+	for range 80 {
+		get(t, r.url("web"))
+	}
+	if a.count() > 40 || b.count() == 0 || c.count() == 0 || d.count() == 0 {
+		t.Fatalf("1 of 4 healthy, under the panic threshold: a %d b %d c %d d %d, want the load spread", a.count(), b.count(), c.count(), d.count())
+	}
+}
+
+func TestWebSocketUpgradeAndStreaming(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ws":
+			if r.Header.Get("Upgrade") != "websocket" {
+				http.Error(w, "no upgrade", 400)
+				return
+			}
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			rw.Flush()
+			line, _ := rw.ReadString('\n')
+			fmt.Fprintf(rw, "echo %s", line)
+			rw.Flush()
+		case "/sse":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: first\n\n")
+			http.NewResponseController(w).Flush()
+			time.Sleep(time.Second) // the first event must arrive before this ends
+			fmt.Fprint(w, "data: second\n\n")
+		}
+	}))
+	t.Cleanup(be.Close)
+	a := &backend{name: "ws", srv: be}
+	r := startRotor(t, webConfig("round_robin", a), nil)
+
+	conn, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	fmt.Fprint(conn, "ping\n")
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if line, err := br.ReadString('\n'); err != nil || line != "echo ping\n" {
+		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+
+	start := time.Now()
+	sresp, err := client.Get(r.url("web") + "/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sresp.Body.Close()
+	first, err := bufio.NewReader(sresp.Body).ReadString('\n')
+	if err != nil || first != "data: first\n" || time.Since(start) > 800*time.Millisecond {
+		t.Fatalf("first event %q after %v (%v): streams must flush at once", first, time.Since(start), err)
+	}
+}
+
+func TestHTTP2OverTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := selfSigned(t, dir)
+	a := newBackend(t, "a")
+	cfg := strings.Replace(webConfig("round_robin", a), "routes:", fmt.Sprintf("tls: {cert: %q, key: %q}, routes:", certFile, keyFile), 1)
+	r := startRotor(t, cfg, nil)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.ProtoMajor != 2 || string(body) != "a" {
+		t.Fatalf("%s %q, want HTTP/2 and a", resp.Proto, body)
+	}
+}
+
+func selfSigned(t *testing.T, dir string) (string, string) {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	cert, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return cert, keyPath
+}
+
+func TestBadConfigRefusedAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(path, []byte("listeners:\n  - {name: web, kind: http, listen: 127.0.0.1:0, pool: nope}\npools: []\n"), 0o600)
+	_, err := newServer(path)
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml:2: listeners.web.pool: pool "nope" does not exist`) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestSecretsStayOutOfLogsAndStatus(t *testing.T) {
+	a := newBackend(t, "a")
+	canary := "canary-pass-7f3a9"
+	cfg := strings.Replace(webConfig("round_robin", a), fmt.Sprintf("url: %q", a.url()),
+		fmt.Sprintf(`url: "http://user:${PASS}@%s"`, strings.TrimPrefix(a.url(), "http://")), 1)
+	cfg = strings.Replace(cfg, `admin: {listen: "127.0.0.1:0"}`, "admin: {listen: \"127.0.0.1:0\"}\nlog: {access: true, level: debug}", 1)
+	r := startRotor(t, cfg, map[string]string{"PASS": canary})
+	get(t, r.url("web"))
+	code, status := get(t, "http://"+r.Addr("admin").String()+"/status")
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	if code != 200 || strings.Contains(status, canary) || strings.Contains(metrics, canary) || strings.Contains(r.logs.String(), canary) {
+		t.Fatalf("the password leaked (status %d)", code)
+	}
+	if !strings.Contains(status, "user:xxxxx@") {
+		t.Fatalf("status does not show the redacted address:\n%s", status)
+	}
+}
