@@ -34,6 +34,11 @@ type Pool struct {
 	// Addrs are the tcp endpoints' addresses by name.
 	Addrs map[string]string
 
+	// Transport carries http pools' requests: keep-alive connections per
+	// endpoint, the connect timeout in its dialer and the per-try timeout
+	// as its response-header timeout.
+	Transport *http.Transport
+
 	Attempts      int
 	RetryStatuses *health.Classifier
 	Budget        *Budget
@@ -44,6 +49,21 @@ type Pool struct {
 	PanicThreshold float64
 	SlowStart      time.Duration
 	Sticky         *StickyCookie
+}
+
+// NewTransport returns the transport for an http pool.
+func NewTransport(connect, try time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: try,
+		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
+		ForceAttemptHTTP2: false,
+	}
 }
 
 // ErrTimeout means the endpoint did not answer in time (504).

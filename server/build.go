@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"time"
 
 	"github.com/rotor-lb/rotor/admin"
 	"github.com/rotor-lb/rotor/balance"
@@ -27,7 +28,9 @@ type poolState struct {
 	budget          *proxy.Budget
 	budgetRatio     float64
 	stores          [2]*health.MemoryStore
-	endpoints       map[string]bool // names in the last config
+	endpoints       map[string]bool  // names in the last config
+	transport       *http.Transport  // kept while its timeouts stay the same
+	transportKey    [2]time.Duration // connect, try
 }
 
 // built is one config turned into runtime values.
@@ -140,8 +143,15 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 		for _, e := range pc.Endpoints {
 			st.endpoints[e.Name] = true
 		}
+		if key := [2]time.Duration{pc.Timeouts.Connect, pc.Timeouts.Try}; st.transport == nil || st.transportKey != key {
+			if st.transport != nil {
+				st.transport.CloseIdleConnections()
+			}
+			st.transport, st.transportKey = proxy.NewTransport(pc.Timeouts.Connect, pc.Timeouts.Try), key
+		}
 		rp := &proxy.Pool{
-			Name: pc.Name, Primary: st.primary, Key: keyFunc(pc.Key), Targets: p.targets, Addrs: p.addrs,
+			Transport: st.transport,
+			Name:      pc.Name, Primary: st.primary, Key: keyFunc(pc.Key), Targets: p.targets, Addrs: p.addrs,
 			Attempts: pc.Retries.Attempts, RetryStatuses: p.retry, Budget: st.budget,
 			Connect: pc.Timeouts.Connect, Try: pc.Timeouts.Try, Total: pc.Timeouts.Total,
 			PanicThreshold: pc.Health.PanicThreshold, SlowStart: pc.Health.SlowStart,
@@ -168,9 +178,12 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 			b.checks = append(b.checks, cs)
 		}
 	}
-	for name := range s.state {
+	for name, st := range s.state {
 		if b.pools[name] == nil {
 			delete(s.state, name) // a pool gone from the config
+			if st.transport != nil {
+				st.transport.CloseIdleConnections()
+			}
 		}
 	}
 	for _, l := range cfg.Listeners {

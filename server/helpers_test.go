@@ -29,8 +29,7 @@ type backend struct {
 	last   *http.Request
 }
 
-func newBackend(t *testing.T, name string) *backend {
-	t.Helper()
+func newBackend(t testing.TB, name string) *backend {
 	b := &backend{name: name}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()
@@ -56,7 +55,9 @@ func newBackend(t *testing.T, name string) *backend {
 		}
 		fmt.Fprint(w, name)
 	}))
-	t.Cleanup(b.srv.Close)
+	if _, ok := t.(*testing.T); ok && t.(*testing.T) != nil {
+		t.Cleanup(b.srv.Close)
+	}
 	return b
 }
 
@@ -114,6 +115,22 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func startRotorB(b *testing.B, cfg string) *rotor {
+	path := filepath.Join(b.TempDir(), "rotor.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s, err := server.New(path, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return &rotor{Server: s, path: path, logs: &syncBuffer{}}
 }
 
 func startRotor(t *testing.T, cfg string, env map[string]string) *rotor {

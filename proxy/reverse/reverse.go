@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,13 +41,12 @@ type Table struct {
 
 // Handler is one HTTP listener's handler.
 type Handler struct {
-	name      string
-	table     atomic.Pointer[Table]
-	log       *slog.Logger
-	access    bool
-	obs       proxy.Observer
-	rp        *httputil.ReverseProxy
-	transport *http.Transport
+	name   string
+	table  atomic.Pointer[Table]
+	log    *slog.Logger
+	access bool
+	obs    proxy.Observer
+	rp     *httputil.ReverseProxy
 }
 
 type ctxKey struct{}
@@ -70,28 +70,12 @@ func NewHandler(name string, t *Table, log *slog.Logger, access bool, obs proxy.
 	}
 	h := &Handler{name: name, log: log, access: access, obs: obs}
 	h.table.Store(t)
-	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
-	h.transport = &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			timeout := 2 * time.Second
-			if info, ok := ctx.Value(ctxKey{}).(*reqInfo); ok && info.pool.Connect > 0 {
-				timeout = info.pool.Connect
-			}
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			return dialer.DialContext(ctx, network, addr)
-		},
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   512,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: 0, // per-try timeouts are the transport wrapper's
-	}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		Transport:      &retrier{h: h},
 		ModifyResponse: h.modifyResponse,
 		ErrorHandler:   h.errorHandler,
+		BufferPool:     bufferPool{},
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return h
@@ -100,8 +84,16 @@ func NewHandler(name string, t *Table, log *slog.Logger, access bool, obs proxy.
 // SetTable swaps the routing (reload).
 func (h *Handler) SetTable(t *Table) { h.table.Store(t) }
 
-// CloseIdle drops idle backend connections.
-func (h *Handler) CloseIdle() { h.transport.CloseIdleConnections() }
+// CloseIdle drops idle backend connections of every pool routed to.
+func (h *Handler) CloseIdle() {
+	t := h.table.Load()
+	for _, r := range t.Routes {
+		r.Pool.Transport.CloseIdleConnections()
+	}
+	if t.Default != nil {
+		t.Default.Transport.CloseIdleConnections()
+	}
+}
 
 func (t *Table) match(r *http.Request) *proxy.Pool {
 	host := r.Host
@@ -279,3 +271,12 @@ func (r *recorder) Flush() {
 		f.Flush()
 	}
 }
+
+// bufferPool lends ReverseProxy its copy buffers, which it would otherwise
+// allocate, 32 KiB each, for every response.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+func (bufferPool) Get() []byte  { return buffers.Get().(*[32 << 10]byte)[:] }
+func (bufferPool) Put(b []byte) { buffers.Put((*[32 << 10]byte)(b[:32<<10])) }

@@ -47,16 +47,17 @@ func (g *guard) Read(p []byte) (int, error) {
 
 func (g *guard) Close() error { return nil }
 
-// cancelBody cancels an attempt's context when the response body is
-// closed: the context must outlive RoundTrip for the body to stream.
+// cancelBody releases the request's deadline context when the response
+// body is closed: the context must outlive RoundTrip for the body to
+// stream.
 type cancelBody struct {
 	io.ReadCloser
-	cancel context.CancelCauseFunc
+	cancel context.CancelFunc
 }
 
 func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.cancel(nil)
+	b.cancel()
 	return err
 }
 
@@ -69,7 +70,18 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		g = &guard{body: out.Body}
 		defer out.Body.Close()
 	}
+	// The per-try timeout is the transport's response-header timeout; a
+	// context is made only when the total can bind before the tries do.
+	ctx, cancel := out.Context(), context.CancelFunc(func() {})
 	deadline := time.Now().Add(pool.Total)
+	var totalTimer *time.Timer
+	if time.Duration(pool.Attempts)*pool.Try > pool.Total {
+		// Cancelled by a timer stopped once headers arrive, not a
+		// deadline, so that a streaming body is not cut by it.
+		ctx, cancel = context.WithCancel(ctx)
+		totalTimer = time.AfterFunc(pool.Total, cancel)
+	}
+	inURL := *out.URL
 	var tried []string
 	for attempt := 1; ; attempt++ {
 		var (
@@ -85,6 +97,7 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 		if !ok {
 			if pk, err = pool.Pick(balance.Request{Key: info.key}, tried); err != nil {
+				cancel()
 				return nil, err
 			}
 			if pool.Sticky != nil {
@@ -92,32 +105,30 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 			}
 		}
 		target := pool.Targets[pk.Endpoint.Name]
-		ctx, cancel := context.WithCancelCause(out.Context())
-		try := min(pool.Try, time.Until(deadline))
-		timer := time.AfterFunc(max(try, 0), func() { cancel(proxy.ErrTimeout) })
-		req := out.Clone(ctx)
-		req.URL.Scheme, req.URL.Host = target.Scheme, target.Host
-		req.URL.Path, req.URL.RawPath = joinPath(target, out.URL)
+		u := inURL
+		u.Scheme, u.Host = target.Scheme, target.Host
+		u.Path, u.RawPath = joinPath(target, &inURL)
 		if target.RawQuery != "" {
-			req.URL.RawQuery = target.RawQuery + "&" + out.URL.RawQuery
+			u.RawQuery = target.RawQuery + "&" + inURL.RawQuery
 		}
+		req := out.WithContext(ctx) // shallow: the headers are shared, and not changed here
+		req.URL = &u
 		if g != nil {
 			req.Body = g
 		}
 		start := time.Now()
-		resp, err := t.h.transport.RoundTrip(req)
-		stopped := timer.Stop()
+		resp, err := pool.Transport.RoundTrip(req)
 		end := time.Now()
 		kind := proxy.Classify(err, out.Context())
-		if !stopped && context.Cause(ctx) == proxy.ErrTimeout {
-			kind = health.Timeout
+		if err != nil && ctx.Err() != nil && out.Context().Err() == nil {
+			kind = health.Timeout // the total ran out
 		}
 		o := health.Outcome{Err: kind, Latency: end.Sub(start), At: end}
 		if resp != nil {
 			o.Status = resp.StatusCode
 		}
 		pk.Done(o)
-		retry := attempt < pool.Attempts && out.Context().Err() == nil && time.Now().Before(deadline) &&
+		retry := attempt < pool.Attempts && out.Context().Err() == nil && end.Before(deadline) &&
 			(g == nil || !g.read.Load()) && kind != health.Canceled
 		if retry {
 			switch {
@@ -132,26 +143,27 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 				_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 				resp.Body.Close()
 			}
-			cancel(nil)
 			tried = append(tried, pk.Endpoint.Name)
 			t.h.obs.Retried(pool.Name)
 			continue
 		}
 		info.endpoint = pk.Endpoint.Name
+		if totalTimer != nil {
+			totalTimer.Stop()
+		}
 		if err != nil {
-			cancel(nil)
+			cancel()
 			info.kind = kind
 			if kind == health.Timeout {
 				return nil, errors.Join(proxy.ErrTimeout, err)
 			}
 			return nil, err
 		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
-			// The tunnel lives on the attempt's context; it ends with the
-			// request's.
-			return resp, nil
+		if ctx != out.Context() && resp.StatusCode != http.StatusSwitchingProtocols {
+			// The body streams past the total's deadline: only the wait
+			// for headers was bounded. Release the context with the body.
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 		}
-		resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 		return resp, nil
 	}
 }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Reverse-proxy throughput on loopback: wrk against three local backends
+# directly, through rotor, Caddy, nginx and HAProxy, in one run.
+# Each proxy gets one core (taskset -c 0, one worker or thread, GOMAXPROCS=1);
+# wrk and the backends share the other core.
+# Needs: wrk, nginx, haproxy, caddy, taskset (Debian: wrk nginx-light haproxy caddy util-linux).
+# Usage: bash bench/serve.sh > bench/out/serve.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in wrk nginx haproxy caddy taskset; do
+	command -v "$tool" >/dev/null || { echo "bench/serve.sh needs $tool" >&2; exit 1; }
+done
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-50}
+out=bench/out/serve
+rm -rf "$out" && mkdir -p "$out"
+go build -o "$out/rotor" ./cmd/rotor
+go build -o "$out/upstream" ./bench/upstream
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+taskset -c 1 "$out/upstream" 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 & pids+=($!)
+
+cat > "$out/rotor.yaml" <<YAML
+admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:18100", pool: app}]
+pools:
+  - name: app
+    policy: round_robin
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:19101"}
+      - {name: b, url: "http://127.0.0.1:19102"}
+      - {name: c, url: "http://127.0.0.1:19103"}
+YAML
+GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+
+cat > "$out/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $PWD/$out/nginx.pid;
+error_log $PWD/$out/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { server 127.0.0.1:19101; server 127.0.0.1:19102; server 127.0.0.1:19103; keepalive 128; }
+  server {
+    listen 127.0.0.1:18101;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGINX
+taskset -c 0 nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
+
+cat > "$out/haproxy.cfg" <<HAPROXY
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend web
+  bind 127.0.0.1:18102
+  default_backend app
+backend app
+  balance roundrobin
+  server a 127.0.0.1:19101
+  server b 127.0.0.1:19102
+  server c 127.0.0.1:19103
+HAPROXY
+taskset -c 0 haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+
+cat > "$out/Caddyfile" <<CADDY
+{
+	admin off
+	auto_https off
+}
+http://127.0.0.1:18103 {
+	reverse_proxy 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 {
+		lb_policy round_robin
+	}
+}
+CADDY
+GOMAXPROCS=1 taskset -c 0 caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
+
+for port in 19101 18100 18101 18102 18103; do
+	for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.1; done
+done
+
+echo "wrk -t1 -c$CONNS -d$DURATION --latency (pinned to core 1), backends on core 1, proxies on core 0"
+echo
+printf "%-22s %12s %10s %10s %10s\n" target "requests/s" p50 p90 p99
+for target in "direct (one backend)=19101" "rotor=18100" "caddy=18103" "nginx=18101" "haproxy=18102"; do
+	name=${target%=*}; port=${target#*=}
+	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
+	rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
+	p50=$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")
+	p90=$(awk '$1=="90%" {print $2}' "$out/wrk-$port.txt")
+	p99=$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")
+	errs=$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")
+	printf "%-22s %12s %10s %10s %10s %s\n" "$name" "$rps" "$p50" "$p90" "$p99" "$errs"
+done
