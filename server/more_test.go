@@ -284,3 +284,26 @@ func TestSecretsStayOutOfLogsAndStatus(t *testing.T) {
 		t.Fatalf("status does not show the redacted address:\n%s", status)
 	}
 }
+
+// New endpoints start healthy, so a reload adding one produces no 503;
+// with wait_first_check they take nothing until their checks pass.
+func TestWaitFirstCheck(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	b.set(500, 0) // fails its checks
+	checks := "    health:\n      check: {path: /healthz, interval: 50ms, timeout: 40ms, rise: 1, fall: 100}\n"
+	r := startRotor(t, webConfig("round_robin", a)+checks, nil)
+	r.rewrite(t, webConfig("round_robin", a, b)+checks+"      wait_first_check: true\n")
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, body := get(t, r.url("web")); body != "a" {
+			t.Fatalf("an endpoint waiting for its first check served: %q", body)
+		}
+	}
+	b.set(0, 0)
+	eventually(t, 2*time.Second, "b in service after its check passed", func() bool {
+		_, body := get(t, r.url("web"))
+		return body == "b"
+	})
+}

@@ -79,6 +79,8 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 		}()
 	}
 	time.Sleep(150 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGHUP) // a reload does not disturb them
+	time.Sleep(50 * time.Millisecond)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	for range 5 {
 		if r := <-results; r != "200 done" {
@@ -88,7 +90,7 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit: %v\n%s", err, logs.String())
 	}
-	if !strings.Contains(logs.String(), "shutting down") {
+	if !strings.Contains(logs.String(), "shutting down") || !strings.Contains(logs.String(), "msg=reloaded generation=2") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}
 }

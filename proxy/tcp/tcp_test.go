@@ -1,0 +1,75 @@
+package tcp_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/tcp"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Shutdown waits for an open connection until its deadline, then cuts it,
+// and leaves no goroutine behind.
+func TestShutdownDrainsThenCuts(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	bp := balance.NewPool("db", balance.Options{})
+	_ = bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "e"}}})
+	pool := &proxy.Pool{Name: "db", Primary: bp, Addrs: map[string]string{"e": echo.Addr().String()}, Attempts: 1, Connect: time.Second}
+	p := tcp.New("db", pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan error)
+	go func() { done <- p.Serve(ln) }()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(c, "hello")
+	if line, _ := bufio.NewReader(c).ReadString('\n'); line != "hello\n" {
+		t.Fatalf("echo %q", line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := p.Shutdown(ctx); err != context.DeadlineExceeded {
+		t.Fatalf("shutdown with a connection open: %v, want the deadline", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("shutdown cut the connection after %v, before its deadline", d)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the client connection is still open")
+	}
+	if p.Bytes.Load() == 0 {
+		t.Fatal("no bytes counted")
+	}
+}
