@@ -1,0 +1,452 @@
+package forward_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy/forward"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+}
+
+var loopback = &forward.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+
+// target is the site fetched: it says who asked and can be told to fail.
+type target struct {
+	*httptest.Server
+	mu   sync.Mutex
+	seen []*http.Request
+}
+
+func newTarget(t *testing.T) *target {
+	tg := &target{}
+	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.mu.Lock()
+		tg.seen = append(tg.seen, r.Clone(context.Background()))
+		tg.mu.Unlock()
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, "hello from target")
+	}))
+	t.Cleanup(tg.Close)
+	return tg
+}
+
+func (tg *target) last() *http.Request {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return tg.seen[len(tg.seen)-1]
+}
+
+func route(t *testing.T, name, raw string) *forward.Route {
+	t.Helper()
+	u, err := forward.ParseRouteURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := forward.NewRoute(name, u, false, loopback, 2*time.Second, 5*time.Second)
+	t.Cleanup(r.Close)
+	return r
+}
+
+func TestEveryRouteKindFetches(t *testing.T) {
+	tg := newTarget(t)
+	tiny := startTinyproxy(t, "tuser", "tpass")
+	socks := startMicrosocks(t, "suser", "spass")
+	for _, rt := range []*forward.Route{
+		route(t, "direct", "direct://"),
+		route(t, "tiny", "http://tuser:tpass@"+tiny),
+		route(t, "socks", "socks5://suser:spass@"+socks),
+	} {
+		tr, err := forward.NewTransport([]*forward.Route{rt}, forward.Options{Guard: loopback})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := (&http.Client{Transport: tr}).Get(tg.URL + "/x")
+		if err != nil {
+			t.Fatalf("%s: %v", rt.Name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "hello from target" {
+			t.Fatalf("%s: %d %q", rt.Name, resp.StatusCode, b)
+		}
+	}
+	// A route with the wrong password fails, and counts against it
+	// (tinyproxy answers 401 rather than 407: counted as the route's
+	// failure by a classifier that says so).
+	bad := route(t, "tiny-badpass", "http://tuser:wrong@"+tiny)
+	classes, _ := health.NewClassifier(health.RouteStatuses + ",401")
+	tr, _ := forward.NewTransport([]*forward.Route{bad}, forward.Options{Guard: loopback, Attempts: 1, Classifier: classes})
+	resp, err := (&http.Client{Transport: tr}).Get(tg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("wrong route password: %d, want tinyproxy's refusal", resp.StatusCode)
+	}
+	if f := tr.Pool().Set().Get("tiny-badpass").State.Snapshot(time.Now()).Failures; f != 1 {
+		t.Fatalf("the 407 counted %d failures against the route, want 1", f)
+	}
+}
+
+// flaky is a route: a forward proxy that refuses with 403 while told to.
+type flaky struct {
+	*httptest.Server
+	mu      sync.Mutex
+	blocked bool
+	hits    int
+}
+
+func newFlaky(t *testing.T) *flaky {
+	f := &flaky{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.hits++
+		blocked := f.blocked
+		f.mu.Unlock()
+		if blocked {
+			http.Error(w, "access denied", http.StatusForbidden)
+			return
+		}
+		out := r.Clone(r.Context())
+		out.RequestURI = ""
+		resp, err := http.DefaultTransport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), 502)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *flaky) set(blocked bool) {
+	f.mu.Lock()
+	f.blocked = blocked
+	f.mu.Unlock()
+}
+
+func (f *flaky) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hits
+}
+
+// Traffic moves off a route that starts failing, and comes back after it
+// recovers, through the half-open probe.
+func TestTrafficMovesOffAndBack(t *testing.T) {
+	tg := newTarget(t)
+	bad := newFlaky(t)
+	clock := health.NewManualClock(time.Now())
+	tr, err := forward.NewTransport([]*forward.Route{
+		route(t, "flaky", bad.URL),
+		route(t, "direct", "direct://"),
+	}, forward.Options{Guard: loopback, Clock: clock, Rand: balance.NewSeededRand(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: tr}
+	fetch := func() {
+		resp, err := client.Get(tg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: a failed route should be retried on the other", resp.StatusCode)
+		}
+	}
+	for range 20 {
+		fetch()
+	}
+	if bad.count() == 0 {
+		t.Fatal("the flaky route got nothing while healthy")
+	}
+	bad.set(true)
+	for range 20 {
+		fetch()
+	}
+	st := tr.Pool().Set().Get("flaky").State
+	if st.Breaker(clock.Now()) != health.Open {
+		t.Fatalf("flaky's breaker is %v after failing", st.Breaker(clock.Now()))
+	}
+	before := bad.count()
+	for range 30 {
+		fetch()
+	}
+	if bad.count() != before {
+		t.Fatalf("an open route got %d requests", bad.count()-before)
+	}
+	bad.set(false)
+	clock.Advance(health.DefaultCooldown)
+	for range 30 {
+		fetch()
+	}
+	if st.Breaker(clock.Now()) != health.Closed || bad.count() < before+2 {
+		t.Fatalf("after recovery: breaker %v, %d requests", st.Breaker(clock.Now()), bad.count()-before)
+	}
+}
+
+// Every route down: the pool still tries the least bad rather than failing.
+func TestAllRoutesDownStillTries(t *testing.T) {
+	tg := newTarget(t)
+	a, b := newFlaky(t), newFlaky(t)
+	a.set(true)
+	b.set(true)
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "a", a.URL), route(t, "b", b.URL)}, forward.Options{Guard: loopback})
+	client := &http.Client{Transport: tr}
+	for range 20 {
+		resp, err := client.Get(tg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want the routes' own 403", resp.StatusCode)
+		}
+	}
+	if tr.Pool().Stats().Fallbacks == 0 {
+		t.Fatal("no fallback pick counted with every breaker open")
+	}
+	if a.count()+b.count() < 20 {
+		t.Fatalf("only %d requests reached a route", a.count()+b.count())
+	}
+}
+
+// A target's 404 is not the route's fault.
+func TestOrigin404IsNotARouteFailure(t *testing.T) {
+	tg := newTarget(t)
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	for range 5 {
+		resp, err := (&http.Client{Transport: tr}).Get(tg.URL + "/missing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if f := tr.Pool().Set().Get("direct").State.Snapshot(time.Now()).Failures; f != 0 {
+		t.Fatalf("404s counted %d failures", f)
+	}
+}
+
+func newProxy(t *testing.T, tr *forward.Transport, users map[string]string, ports []int) (string, *strings.Builder) {
+	t.Helper()
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := forward.NewHandler("out", &forward.Settings{Transport: tr, Users: users, ConnectPorts: ports}, log, nil)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.WaitTunnels() })
+	return srv.URL, logs
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func proxyClient(proxyURL string, user, pass string) *http.Client {
+	u, _ := url.Parse(proxyURL)
+	if user != "" {
+		u.User = url.UserPassword(user, pass)
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(u),
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}, Timeout: 10 * time.Second}
+}
+
+func TestForwardProxyAuthAndHeaders(t *testing.T) {
+	tg := newTarget(t)
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	purl, _ := newProxy(t, tr, map[string]string{"alice": "wonderland"}, nil)
+	for _, tc := range []struct {
+		user, pass string
+		want       int
+	}{{"", "", 407}, {"alice", "wrong", 407}, {"bob", "wonderland", 407}, {"alice", "wonderland", 200}} {
+		resp, err := proxyClient(purl, tc.user, tc.pass).Get(tg.URL + "/p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Fatalf("%s:%s: %d, want %d", tc.user, tc.pass, resp.StatusCode, tc.want)
+		}
+		if tc.want == 407 && !strings.Contains(resp.Header.Get("Proxy-Authenticate"), "Basic") {
+			t.Fatal("407 without Proxy-Authenticate")
+		}
+	}
+	if got := tg.last().Header.Get("Proxy-Authorization"); got != "" {
+		t.Fatalf("Proxy-Authorization reached the target: %q", got)
+	}
+}
+
+// CONNECT through each kind of route, to a TLS target.
+func TestConnectThroughEveryRoute(t *testing.T) {
+	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "secure hello") }))
+	defer tls.Close()
+	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(tls.URL, "https://"))
+	var port int
+	fmt.Sscan(portStr, &port)
+	tiny := startTinyproxy(t, "", "")
+	socks := startMicrosocks(t, "", "")
+	for _, rt := range []*forward.Route{route(t, "direct", "direct://"), route(t, "tiny", "http://"+tiny), route(t, "socks", "socks5://"+socks)} {
+		tr, _ := forward.NewTransport([]*forward.Route{rt}, forward.Options{Guard: loopback})
+		purl, _ := newProxy(t, tr, nil, []int{port})
+		pc := proxyClient(purl, "", "")
+		resp, err := pc.Get(tls.URL)
+		if err != nil {
+			t.Fatalf("%s: %v", rt.Name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "secure hello" {
+			t.Fatalf("%s: %q", rt.Name, b)
+		}
+		// The tunnel's outcome is recorded when it closes.
+		pc.CloseIdleConnections()
+		st := tr.Pool().Set().Get(rt.Name).State
+		deadline := time.Now().Add(3 * time.Second)
+		for st.Snapshot(time.Now()).Successes != 1 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := st.Snapshot(time.Now()); got.Successes != 1 || got.Inflight != 0 {
+			t.Fatalf("%s: tunnel outcome not recorded: %+v", rt.Name, got)
+		}
+	}
+	// Port 443 only by default.
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	purl, _ := newProxy(t, tr, nil, nil)
+	if _, err := proxyClient(purl, "", "").Get(tls.URL); err == nil {
+		t.Fatal("CONNECT to a port other than 443 went through")
+	}
+}
+
+// SSRF: loopback, private, link-local and metadata targets are refused by
+// default, in every spelling, on the resolved address.
+func TestSSRFRefused(t *testing.T) {
+	g := &forward.Guard{}
+	for _, host := range []string{
+		"127.0.0.1", "localhost", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "[::ffff:127.0.0.1]", "::1",
+		"10.1.2.3", "192.168.0.1", "172.16.5.4", "169.254.169.254", "fd00:ec2::254", "0.0.0.0", "100.64.0.1",
+	} {
+		if err := g.CheckHost(context.Background(), host); !errors.Is(err, forward.ErrForbiddenTarget) {
+			t.Errorf("%s: %v, want it refused", host, err)
+		}
+	}
+	for _, host := range []string{"8.8.8.8", "2001:4860:4860::8888", "1.1.1.1"} {
+		if err := g.CheckHost(context.Background(), host); err != nil {
+			t.Errorf("%s: refused: %v", host, err)
+		}
+	}
+	// Through the proxy: a 403, and the target never sees the request.
+	tg := newTarget(t)
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
+	purl, _ := newProxy(t, tr, nil, nil)
+	port := tg.Listener.Addr().(*net.TCPAddr).Port
+	for _, host := range []string{"127.0.0.1", "2130706433", "[::ffff:127.0.0.1]"} {
+		resp, err := proxyClient(purl, "", "").Get(fmt.Sprintf("http://%s:%d/", host, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", host, resp.StatusCode)
+		}
+	}
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	if len(tg.seen) != 0 {
+		t.Fatalf("a refused target was reached %d times", len(tg.seen))
+	}
+}
+
+// A route's password never shows in logs, even when the route fails.
+func TestCanaryPasswordNeverLogged(t *testing.T) {
+	tg := newTarget(t)
+	const canary = "canary-7d1e0b"
+	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	tr, _ := forward.NewTransport([]*forward.Route{
+		route(t, "dead", "http://user:"+canary+"@"+dead),
+		route(t, "dead-socks", "socks5://user:"+canary+"@"+dead),
+	}, forward.Options{Guard: loopback})
+	purl, logs := newProxy(t, tr, map[string]string{"alice": canary}, []int{443})
+	for range 4 {
+		resp, err := proxyClient(purl, "alice", canary).Get(tg.URL)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}
+	conn, _ := net.Dial("tcp", strings.TrimPrefix(purl, "http://"))
+	fmt.Fprintf(conn, "CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\nProxy-Authorization: Basic %s\r\n\r\n", "YWxpY2U6Y2FuYXJ5LTdkMWUwYg==")
+	_, _ = http.ReadResponse(bufio.NewReader(conn), nil)
+	conn.Close()
+	if strings.Contains(logs.String(), canary) {
+		t.Fatalf("the canary password was logged:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "forward failed") {
+		t.Fatalf("the failures were not logged at all:\n%s", logs.String())
+	}
+}
+
+// FuzzRequest feeds raw requests to the forward proxy: it must never panic
+// and must answer every request.
+func FuzzRequest(f *testing.F) {
+	for _, s := range []string{
+		"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n",
+		"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n",
+		"CONNECT [::1]:99999 HTTP/1.1\r\nHost: [::1]:99999\r\n\r\n",
+		"CONNECT nohost HTTP/1.1\r\nHost: nohost\r\n\r\n",
+		"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET ftp://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET http://0x7f.1:80/ HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic !!!\r\n\r\n",
+	} {
+		f.Add(s)
+	}
+	tr, _ := forward.NewTransport([]*forward.Route{forward.NewRoute("direct", &url.URL{Scheme: "direct"}, false, &forward.Guard{}, 100*time.Millisecond, 100*time.Millisecond)}, forward.Options{})
+	h := forward.NewHandler("fuzz", &forward.Settings{Transport: tr, Users: map[string]string{"a": "b"}}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	f.Fuzz(func(t *testing.T, raw string) {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
+		if err != nil {
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code == 0 {
+			t.Fatal("no answer")
+		}
+	})
+}
