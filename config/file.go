@@ -30,7 +30,7 @@ type Log struct {
 // Listener is one place rotor accepts connections.
 type Listener struct {
 	Name   string  `yaml:"name"`
-	Kind   string  `yaml:"kind"` // http or tcp
+	Kind   string  `yaml:"kind"` // http, tcp or forward
 	Listen string  `yaml:"listen"`
 	Routes []Route `yaml:"routes"` // http
 	Pool   string  `yaml:"pool"`   // tcp; for http, the pool when no route matches
@@ -41,6 +41,19 @@ type Listener struct {
 	Timeouts       ListenerTimeouts `yaml:"timeouts"`
 	// MaxHeaderBytes caps request headers (default 1 MiB).
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+
+	// Auth is a forward listener's client authentication.
+	Auth *Auth `yaml:"auth"`
+	// AllowTargets are ranges a forward listener may reach although they
+	// are loopback, private, link-local or metadata addresses.
+	AllowTargets []string `yaml:"allow_targets"`
+	// ConnectPorts are the ports CONNECT may reach (default [443]).
+	ConnectPorts []int `yaml:"connect_ports"`
+}
+
+// Auth is Basic authentication for a forward listener's clients.
+type Auth struct {
+	Users map[string]string `yaml:"users"` // user: password, usually ${VAR}
 }
 
 // TLS names a certificate and key in PEM files.
@@ -92,6 +105,9 @@ type Pool struct {
 	// StickyCookie, when set, pins each client to an endpoint with a
 	// cookie rotor sets and signs.
 	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
+	// BlockedBody, on a route pool, is a regular expression: a 2xx answer
+	// whose first 64 KiB match it is the route's failure ("access denied").
+	BlockedBody string `yaml:"blocked_body"`
 }
 
 // Sticky configures the sticky policy.
@@ -117,6 +133,8 @@ type Key struct {
 	Query    string `yaml:"query"`
 	ClientIP bool   `yaml:"client_ip"`
 	Path     bool   `yaml:"path"`
+	// TargetHost keys a forward pool's requests by the host they go to.
+	TargetHost bool `yaml:"target_host"`
 }
 
 // Endpoint is one backend.
@@ -128,6 +146,9 @@ type Endpoint struct {
 	Backup      bool    `yaml:"backup"`
 	Cost        float64 `yaml:"cost"`
 	MaxInflight int64   `yaml:"max_inflight"`
+	// InsecureSkipVerify, on a route, accepts any certificate from targets
+	// reached over it (proxies that terminate TLS); logged as a warning.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 }
 
 // Health tunes the health model and active checks.

@@ -71,7 +71,7 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"bad duration", edit(15, "      breaker: {threshold: 3, cooldown: soon}"), "rotor.yaml:15: cannot unmarshal `soon` into time.Duration"},
 		{"duplicate endpoint", edit(11, "      - {name: a, url: http://127.0.0.1:9002}"), `rotor.yaml:11: pools.app.endpoints.a.name: "a" appears twice`},
 		{"missing pool", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, routes: [{match: {path_prefix: /}, pool: nope}]}"), `rotor.yaml:3: listeners.web.routes[0].pool: pool "nope" does not exist (pools: app, pg)`},
-		{"bad kind", edit(4, "  - {name: db, kind: udp, listen: 127.0.0.1:6432, pool: pg}"), `rotor.yaml:4: listeners.db.kind: "udp" is not a listener kind (http, tcp)`},
+		{"bad kind", edit(4, "  - {name: db, kind: udp, listen: 127.0.0.1:6432, pool: pg}"), `rotor.yaml:4: listeners.db.kind: "udp" is not a listener kind (http, tcp, forward)`},
 		{"decay", edit(16, "      ewma: {success_decay: 1.5, latency_decay: 0.3}"), "rotor.yaml:16: pools.app.health.ewma.success_decay: must be in (0, 1] (got 1.5)"},
 		{"threshold", edit(15, "      breaker: {threshold: -1, cooldown: 15s}"), "rotor.yaml:15: pools.app.health.breaker.threshold: must be at least 1 (got -1)"},
 		{"negative weight", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: -2}"), "rotor.yaml:10: pools.app.endpoints.a.weight: must be at least 1 (got -2)"},
@@ -147,4 +147,42 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("error does not name the file: %v", err)
 		}
 	})
+}
+
+// The forward-proxy shape the rotation issue fixes, verbatim.
+const forwardContract = `listeners:
+  - {name: out, kind: forward, listen: 127.0.0.1:3128, pool: routes,
+     auth: {users: {alice: "${ALICE_PASSWORD}"}}, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    policy: scored
+    endpoints:
+      - {name: direct, url: "direct://"}
+      - {name: tiny, url: "http://user:${TINY_PASS}@127.0.0.1:8888"}
+      - {name: socks, url: "socks5://127.0.0.1:1080", cost: 2}
+`
+
+func TestForwardContract(t *testing.T) {
+	env := map[string]string{"ALICE_PASSWORD": "a-pass", "TINY_PASS": "t-pass"}
+	f, err := config.Parse("rotor.yaml", []byte(forwardContract), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, p := f.Listeners[0], f.Pools[0]
+	if l.Kind != "forward" || l.Auth.Users["alice"] != "a-pass" || l.AllowTargets[0] != "127.0.0.0/8" ||
+		p.Endpoints[2].Cost != 2 || p.FailStatuses != "5xx,429,403,407" {
+		t.Fatalf("decoded %+v %+v", l, p)
+	}
+	// A route whose secret is unset stops loading, naming the variable.
+	_, err = config.Parse("rotor.yaml", []byte(forwardContract), func(k string) string {
+		return map[string]string{"ALICE_PASSWORD": "a"}[k]
+	})
+	if err == nil || !strings.Contains(err.Error(), "rotor.yaml:9: pools.routes.endpoints.tiny.url: environment variable TINY_PASS is not set") {
+		t.Fatalf("unset route secret: %v", err)
+	}
+	bad := strings.Replace(forwardContract, `url: "direct://"`, `url: "ftp://x:secretpw@h:1"`, 1)
+	_, err = config.Parse("rotor.yaml", []byte(bad), func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), `pools.routes.endpoints.direct.url: "ftp://x:xxxxx@h:1": scheme must be direct, http or socks5`) || strings.Contains(err.Error(), "secretpw") {
+		t.Fatalf("bad route: %v", err)
+	}
 }

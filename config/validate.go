@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -67,10 +68,22 @@ func (f *File) applyDefaults() {
 			}
 		}
 	}
+	forwardPools := map[string]bool{}
+	for _, l := range f.Listeners {
+		if l.Kind == "forward" && l.Pool != "" {
+			forwardPools[l.Pool] = true
+		}
+	}
 	for i := range f.Pools {
 		p := &f.Pools[i]
 		if p.Policy == "" {
 			p.Policy = "round_robin"
+			if forwardPools[p.Name] {
+				p.Policy = "scored" // routes: pick by health (article 001)
+			}
+		}
+		if p.FailStatuses == "" && forwardPools[p.Name] {
+			p.FailStatuses = health.RouteStatuses
 		}
 		if p.Timeouts.Connect == 0 {
 			p.Timeouts.Connect = DefaultConnect
@@ -196,7 +209,7 @@ func (f *File) validate() []pathError {
 				return
 			}
 			if other, ok := use[p]; ok && other != l.Kind {
-				add(errAt(at, "pool %q is used by both an http and a tcp listener", p))
+				add(errAt(at, "pool %q is used by both a %s and a %s listener", p, other, l.Kind))
 			}
 			use[p] = l.Kind
 		}
@@ -228,6 +241,37 @@ func (f *File) validate() []pathError {
 					}
 				}
 			}
+		case "forward":
+			if l.Pool == "" {
+				add(errAt(path+".pool", "required for a forward listener"))
+			} else {
+				poolRef(l.Pool, path+".pool")
+			}
+			if len(l.Routes) > 0 || l.TLS != nil {
+				add(errAt(path, "a forward listener has no routes and no tls"))
+			}
+			if l.Auth != nil {
+				if len(l.Auth.Users) == 0 {
+					add(errAt(path+".auth.users", "at least one user is required"))
+				}
+				for u, pw := range l.Auth.Users {
+					if pw == "" {
+						add(errAt(path+".auth.users."+u, "empty password"))
+					}
+				}
+			}
+			for j, c := range l.AllowTargets {
+				if _, err := netip.ParsePrefix(c); err != nil {
+					if _, err2 := netip.ParseAddr(c); err2 != nil {
+						add(errAt(fmt.Sprintf("%s.allow_targets[%d]", path, j), "%q is not a CIDR or an address", c))
+					}
+				}
+			}
+			for j, port := range l.ConnectPorts {
+				if port < 1 || port > 65535 {
+					add(errAt(fmt.Sprintf("%s.connect_ports[%d]", path, j), "%d is not a port", port))
+				}
+			}
 		case "tcp":
 			if l.Pool == "" {
 				add(errAt(path+".pool", "required for a tcp listener"))
@@ -241,7 +285,7 @@ func (f *File) validate() []pathError {
 				add(errAt(path+".tls", "tls is for http listeners"))
 			}
 		default:
-			add(errAt(path+".kind", "%q is not a listener kind (http, tcp)", l.Kind))
+			add(errAt(path+".kind", "%q is not a listener kind (http, tcp, forward)", l.Kind))
 		}
 		for j, c := range l.TrustedProxies {
 			if _, err := netip.ParsePrefix(c); err != nil {
@@ -280,7 +324,7 @@ func (p *Pool) validate(path, kind string) []pathError {
 		}
 	}
 	keys := 0
-	for _, set := range []bool{p.Key.Header != "", p.Key.Cookie != "", p.Key.Query != "", p.Key.ClientIP, p.Key.Path} {
+	for _, set := range []bool{p.Key.Header != "", p.Key.Cookie != "", p.Key.Query != "", p.Key.ClientIP, p.Key.Path, p.Key.TargetHost} {
 		if set {
 			keys++
 		}
@@ -320,6 +364,12 @@ func (p *Pool) validate(path, kind string) []pathError {
 		switch {
 		case e.URL != "" && e.Address != "":
 			add(errAt(ep, "give url or address, not both"))
+		case kind == "forward":
+			if e.URL == "" {
+				add(errAt(ep+".url", "required for a route (direct://, http://host:port or socks5://host:port)"))
+			} else if err := checkRouteURL(e.URL); err != nil {
+				add(errAt(ep+".url", "%v", err))
+			}
 		case kind == "tcp" && e.Address == "":
 			add(errAt(ep+".address", "required for a tcp pool (host:port)"))
 		case kind != "tcp" && e.URL == "":
@@ -404,6 +454,14 @@ func (p *Pool) validate(path, kind string) []pathError {
 			add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
 		}
 	}
+	if p.BlockedBody != "" {
+		if _, err := regexp.Compile(p.BlockedBody); err != nil {
+			add(errAt(path+".blocked_body", "not a regular expression: %v", err))
+		}
+	}
+	if p.Key.TargetHost && kind != "forward" {
+		add(errAt(path+".key.target_host", "is for forward pools"))
+	}
 	if sc := p.StickyCookie; sc != nil {
 		if len(sc.Secret) < 16 {
 			add(errAt(path+".sticky_cookie.secret", "must be at least 16 characters (it signs the cookie)"))
@@ -431,6 +489,27 @@ func checkHostPort(s string) error {
 		return fmt.Errorf("%q has no valid port", s)
 	}
 	return nil
+}
+
+// checkRouteURL checks a route URL without echoing its password.
+func checkRouteURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL")
+	}
+	switch u.Scheme {
+	case "direct":
+		if u.Host != "" {
+			return fmt.Errorf("direct:// takes no host")
+		}
+		return nil
+	case "http", "socks5":
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return fmt.Errorf("%q: want host:port", u.Redacted())
+		}
+		return nil
+	}
+	return fmt.Errorf("%q: scheme must be direct, http or socks5", u.Redacted())
 }
 
 // checkBackendURL checks an endpoint URL without ever echoing its password.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"time"
 
 	"github.com/rotor-lb/rotor/admin"
@@ -14,6 +15,7 @@ import (
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 )
 
@@ -39,7 +41,9 @@ type built struct {
 	pools  map[string]*proxy.Pool
 	views  []admin.PoolView
 	tables map[string]*reverse.Table // http listener name -> routing
-	checks []checkSpec
+	// forwards are the forward listeners' settings, by listener name.
+	forwards map[string]*forward.Settings
+	checks   []checkSpec
 }
 
 type checkSpec struct {
@@ -99,7 +103,7 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 		plans = append(plans, p)
 	}
 	// Every pool planned: now touch the running state.
-	b := &built{cfg: cfg, pools: map[string]*proxy.Pool{}, tables: map[string]*reverse.Table{}}
+	b := &built{cfg: cfg, pools: map[string]*proxy.Pool{}, tables: map[string]*reverse.Table{}, forwards: map[string]*forward.Settings{}}
 	for _, p := range plans {
 		pc := p.pc
 		st := s.state[pc.Name]
@@ -187,6 +191,14 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 		}
 	}
 	for _, l := range cfg.Listeners {
+		if l.Kind == "forward" {
+			fs, err := s.forwardSettings(l, cfg, b.pools[l.Pool])
+			if err != nil {
+				return nil, err
+			}
+			b.forwards[l.Name] = fs
+			continue
+		}
 		if l.Kind != "http" {
 			continue
 		}
@@ -269,4 +281,63 @@ func sameListeners(a, b *config.File) string {
 		return "admin.listen changed"
 	}
 	return ""
+}
+
+// forwardSettings builds a forward listener's routes and transport over
+// its pool's balance pool.
+func (s *Server) forwardSettings(l config.Listener, cfg *config.File, pool *proxy.Pool) (*forward.Settings, error) {
+	var pc config.Pool
+	for _, p := range cfg.Pools {
+		if p.Name == l.Pool {
+			pc = p
+		}
+	}
+	guard := &forward.Guard{}
+	for _, c := range l.AllowTargets {
+		pfx, err := netip.ParsePrefix(c)
+		if err != nil {
+			addr, err := netip.ParseAddr(c)
+			if err != nil {
+				return nil, fmt.Errorf("listeners.%s.allow_targets: %q is not a CIDR", l.Name, c)
+			}
+			pfx = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		guard.Allow = append(guard.Allow, pfx)
+	}
+	var routes []*forward.Route
+	for _, e := range pc.Endpoints {
+		u, err := forward.ParseRouteURL(e.URL)
+		if err != nil {
+			return nil, fmt.Errorf("pools.%s.endpoints.%s.url: %w", pc.Name, e.Name, err)
+		}
+		if e.InsecureSkipVerify {
+			s.log.Warn("route accepts any certificate from targets (insecure_skip_verify)", "pool", pc.Name, "route", e.Name)
+		}
+		routes = append(routes, forward.NewRoute(e.Name, u, e.InsecureSkipVerify, guard, pc.Timeouts.Connect, pc.Timeouts.Try))
+	}
+	classes, err := health.NewClassifier(pc.FailStatuses)
+	if err != nil {
+		return nil, fmt.Errorf("pools.%s.fail_statuses: %w", pc.Name, err)
+	}
+	opts := forward.Options{Classifier: classes, Attempts: pc.Retries.Attempts, Budget: pc.Retries.Budget, Guard: guard}
+	if pc.BlockedBody != "" {
+		if opts.BlockedBody, err = regexp.Compile(pc.BlockedBody); err != nil {
+			return nil, fmt.Errorf("pools.%s.blocked_body: %w", pc.Name, err)
+		}
+	}
+	if pc.Key.TargetHost {
+		opts.Key = func(r *http.Request) string { return r.URL.Hostname() }
+	} else if pool.Key != nil {
+		opts.Key = pool.Key
+	}
+	users := map[string]string{}
+	if l.Auth != nil {
+		users = l.Auth.Users
+	}
+	return &forward.Settings{
+		Transport:     forward.NewTransportOnPool(pool.Primary, routes, opts),
+		Users:         users,
+		ConnectPorts:  l.ConnectPorts,
+		TunnelTimeout: pc.Timeouts.Connect + pc.Timeouts.Try,
+	}, nil
 }

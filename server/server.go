@@ -24,6 +24,7 @@ import (
 	"github.com/rotor-lb/rotor/check"
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 	"github.com/rotor-lb/rotor/proxy/tcp"
 )
@@ -42,6 +43,7 @@ type Server struct {
 	reload   admin.ReloadStatus
 	metrics  *admin.Metrics
 	handlers map[string]*reverse.Handler
+	forwards map[string]*forward.Handler
 	https    map[string]*http.Server
 	tcps     map[string]*tcp.Proxy
 	admin    *http.Server
@@ -58,7 +60,7 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 	}
 	s := &Server{
 		path: path, getenv: getenv, level: new(slog.LevelVar), state: map[string]*poolState{},
-		handlers: map[string]*reverse.Handler{}, https: map[string]*http.Server{}, tcps: map[string]*tcp.Proxy{},
+		handlers: map[string]*reverse.Handler{}, forwards: map[string]*forward.Handler{}, https: map[string]*http.Server{}, tcps: map[string]*tcp.Proxy{},
 		addrs: map[string]net.Addr{}, serveErr: make(chan error, 8),
 	}
 	s.setLog(cfg.Log, logOut)
@@ -165,6 +167,17 @@ func (s *Server) Start() error {
 			} else {
 				go s.serve(l.Name, func() error { return srv.Serve(ln) })
 			}
+		case "forward":
+			h := forward.NewHandler(l.Name, s.cur.forwards[l.Name], s.log, s.metrics)
+			srv := &http.Server{
+				Handler:           h,
+				ReadHeaderTimeout: l.Timeouts.ReadHeader,
+				IdleTimeout:       l.Timeouts.Idle,
+				MaxHeaderBytes:    l.MaxHeaderBytes,
+				ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+			}
+			s.forwards[l.Name], s.https[l.Name] = h, srv
+			go s.serve(l.Name, func() error { return srv.Serve(ln) })
 		case "tcp":
 			p := tcp.New(l.Name, s.cur.pools[l.Pool], s.log, s.metrics)
 			s.tcps[l.Name] = p
@@ -240,6 +253,10 @@ func (s *Server) reloadOnce() error {
 			if p := s.tcps[l.Name]; p != nil {
 				p.SetPool(b.pools[l.Pool])
 			}
+		case "forward":
+			if h := s.forwards[l.Name]; h != nil {
+				h.SetSettings(b.forwards[l.Name])
+			}
 		}
 	}
 	s.level.Set(levelOf(cfg.Log.Level))
@@ -274,7 +291,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				if err = srv.Shutdown(lctx); err != nil {
 					srv.Close()
 				}
-				s.handlers[l.Name].CloseIdle()
+				if h := s.handlers[l.Name]; h != nil {
+					h.CloseIdle()
+				}
+				if h := s.forwards[l.Name]; h != nil {
+					waited := make(chan struct{})
+					go func() { h.WaitTunnels(); close(waited) }()
+					select {
+					case <-waited:
+					case <-lctx.Done():
+						err = fmt.Errorf("CONNECT tunnels still open: %w", lctx.Err())
+					}
+				}
 			}
 			if p := s.tcps[l.Name]; p != nil {
 				err = p.Shutdown(lctx)

@@ -1,0 +1,74 @@
+package server_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// A forward listener from the config file: Basic auth for clients, a route
+// whose password comes from the environment, targets on loopback allowed
+// explicitly, and the password nowhere in status, metrics or logs.
+func TestForwardListener(t *testing.T) {
+	target := newBackend(t, "target")
+	relay := newBackend(t, "relay") // not a proxy: answers 200 "relay" to anything
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true, level: debug}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes,
+     auth: {users: {alice: "${ALICE_PASSWORD}"}}, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+      - {name: relay, url: "http://user:${RELAY_PASS}@%s"}
+`, strings.TrimPrefix(relay.url(), "http://"))
+	env := map[string]string{"ALICE_PASSWORD": "alice-secret-1", "RELAY_PASS": "relay-canary-2"}
+	r := startRotor(t, cfg, env)
+	pu, _ := url.Parse("http://" + r.Addr("out").String())
+	pu.User = url.UserPassword("alice", "alice-secret-1")
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	seen := map[string]int{}
+	for range 40 {
+		resp, err := c.Get(target.url() + "/page")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		seen[string(b)]++
+	}
+	if seen["target"] == 0 || seen["relay"] == 0 {
+		t.Fatalf("answers by route %v: want both routes used (scored by default)", seen)
+	}
+	if p := r.Pools()[0]; p.Primary.Policy() != "scored" {
+		t.Fatalf("a forward pool's default policy is %q, want scored", p.Primary.Policy())
+	}
+	if h := target.lastRequest().Header.Get("Proxy-Authorization"); h != "" {
+		t.Fatalf("Proxy-Authorization reached the target: %q", h)
+	}
+	pu.User = nil
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}).Get(target.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("no credentials: %d, want 407", resp.StatusCode)
+	}
+	_, status := get(t, "http://"+r.Addr("admin").String()+"/status")
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	for where, text := range map[string]string{"status": status, "metrics": metrics, "logs": r.logs.String()} {
+		for _, secret := range []string{"relay-canary-2", "alice-secret-1"} {
+			if strings.Contains(text, secret) {
+				t.Fatalf("a secret appears in %s", where)
+			}
+		}
+	}
+}
