@@ -36,6 +36,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newPlaceCmd(), newMovesCmd(), newSimCmd(), newServeCmd(), newCheckConfigCmd())
+	root.AddCommand(newDemoCmd(), newPlaceCmd(), newMovesCmd(), newSimCmd(), newServeCmd(), newCheckConfigCmd(), newFetchCmd(), newBenchCmd())
 	return root
 }

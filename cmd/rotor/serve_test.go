@@ -119,7 +119,9 @@ func TestExamplesLoad(t *testing.T) {
 		t.Fatalf("examples: %v, want at least 4", files)
 	}
 	for _, f := range files {
-		code, out, errs := runRotorEnv(t, map[string]string{"STICKY_SECRET": "example-secret-0123456789"}, "check-config", f)
+		code, out, errs := runRotorEnv(t, map[string]string{
+			"STICKY_SECRET": "example-secret-0123456789", "ALICE_PASSWORD": "a", "TINY_PASS": "t", "CRAWLBASE_TOKEN": "token",
+		}, "check-config", f)
 		if code != 0 || !strings.Contains(out, ": ok") {
 			t.Errorf("%s: exit %d: %s", f, code, errs)
 		}

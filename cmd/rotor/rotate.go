@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/bench"
+	"github.com/rotor-lb/rotor/config"
+	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy/forward"
+)
+
+// routesFromConfig reads the routes of the config's first forward
+// listener (or the pool named), its guard and its health tuning.
+func routesFromConfig(path, poolName string) ([]bench.RouteDef, *forward.Guard, config.Pool, error) {
+	f, err := config.Load(path, os.Getenv)
+	if err != nil {
+		return nil, nil, config.Pool{}, err
+	}
+	guard := &forward.Guard{}
+	for _, l := range f.Listeners {
+		if l.Kind != "forward" || poolName != "" && l.Pool != poolName {
+			continue
+		}
+		for _, c := range l.AllowTargets {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				guard.Allow = append(guard.Allow, p)
+			} else if a, err := netip.ParseAddr(c); err == nil {
+				guard.Allow = append(guard.Allow, netip.PrefixFrom(a, a.BitLen()))
+			}
+		}
+		if poolName == "" {
+			poolName = l.Pool
+		}
+		break
+	}
+	for _, p := range f.Pools {
+		if p.Name != poolName {
+			continue
+		}
+		var defs []bench.RouteDef
+		for _, e := range p.Endpoints {
+			defs = append(defs, bench.RouteDef{Name: e.Name, URL: e.URL, Insecure: e.InsecureSkipVerify})
+		}
+		return defs, guard, p, nil
+	}
+	return nil, nil, config.Pool{}, fmt.Errorf("--config: %s has no forward listener or route pool %q", path, poolName)
+}
+
+func newFetchCmd() *cobra.Command {
+	var (
+		path, pool string
+		allow      []string
+		policy     string
+	)
+	cmd := &cobra.Command{
+		Use:   "fetch URL",
+		Short: "Fetch a URL through the route rotator and say which route carried it",
+		Long: `Fetch URL over the routes of a config's forward pool (or the direct route
+without --config) and print the route that carried it, the status and the
+latency; the body goes to standard output with --body.`,
+		Example: "  rotor fetch https://example.com/ --config examples/routes.yaml",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defs := []bench.RouteDef{{Name: "direct", URL: "direct://"}}
+			guard := &forward.Guard{}
+			hc := health.Config{}
+			if path != "" {
+				var pc config.Pool
+				var err error
+				if defs, guard, pc, err = routesFromConfig(path, pool); err != nil {
+					return err
+				}
+				hc = pc.HealthConfig()
+				if policy == "" {
+					policy = pc.Policy
+				}
+			}
+			for _, c := range allow {
+				p, err := netip.ParsePrefix(c)
+				if err != nil {
+					return fmt.Errorf("--allow: %q is not a CIDR", c)
+				}
+				guard.Allow = append(guard.Allow, p)
+			}
+			if policy == "" {
+				policy = "scored"
+			}
+			p, err := config.NewPolicy(policy, config.PolicyParams{})
+			if err != nil {
+				return fmt.Errorf("--policy: %w", err)
+			}
+			var routes []*forward.Route
+			for _, d := range defs {
+				u, err := forward.ParseRouteURL(d.URL)
+				if err != nil {
+					return fmt.Errorf("route %s: %w", d.Name, err)
+				}
+				routes = append(routes, forward.NewRoute(d.Name, u, d.Insecure, guard, 10*time.Second, 30*time.Second))
+			}
+			tr, err := forward.NewTransport(routes, forward.Options{Policy: p, Health: hc, Guard: guard})
+			if err != nil {
+				return err
+			}
+			defer tr.CloseIdleConnections()
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, args[0], nil)
+			if err != nil {
+				return fmt.Errorf("URL: %w", err)
+			}
+			start := time.Now()
+			resp, route, err := tr.RoundTripRoute(req)
+			if err != nil {
+				return fmt.Errorf("fetch over route %s: %v", route, err)
+			}
+			defer resp.Body.Close()
+			n, _ := io.Copy(io.Discard, resp.Body)
+			fmt.Fprintf(cmd.OutOrStdout(), "route %s\tstatus %d\tlatency %v\tbytes %d\n", route, resp.StatusCode, time.Since(start).Round(time.Millisecond), n)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "a config with a forward listener whose routes to use")
+	cmd.Flags().StringVar(&pool, "pool", "", "the route pool to use (default: the first forward listener's)")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "CIDR to allow although private or loopback (repeatable)")
+	cmd.Flags().StringVar(&policy, "policy", "", "policy (default: the pool's, or scored)")
+	return cmd
+}
+
+type benchFlags struct {
+	path, pool  string
+	routes      string
+	requests    int
+	concurrency int
+	policies    string
+	asJSON      bool
+	seed        uint64
+}
+
+func newBenchCmd() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench [URL]",
+		Short: "Send the same requests through several policies over the same routes",
+		Long: `Send --requests requests per policy to URL over the routes of a config's
+forward pool, every policy at the same time through its own pool, and print
+article 001's table: policy, requests, success rate, mean and p95 latency
+of successes, share per route, and requests wasted on failing routes (with
+those sent before the route's breaker opened).
+
+Without --config it starts the demo's routes and target on loopback.
+round_robin runs as the control: blind, with no breaker.`,
+		Example: "  rotor bench --requests 400\n  rotor bench --config examples/routes.yaml --policies round_robin,scored https://example.com/",
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.requests < 1 || f.concurrency < 1 {
+				return fmt.Errorf("--requests and --concurrency: must be at least 1")
+			}
+			o := bench.Options{Requests: f.requests, Concurrency: f.concurrency, Seed: f.seed,
+				Policies: strings.Split(f.policies, ","), Factory: benchFactory}
+			for _, p := range o.Policies {
+				if _, err := benchFactory(p); err != nil {
+					return fmt.Errorf("--policies: %w", err)
+				}
+			}
+			if f.path != "" {
+				defs, guard, pc, err := routesFromConfig(f.path, f.pool)
+				if err != nil {
+					return err
+				}
+				o.Routes, o.Guard, o.Health = defs, guard, pc.HealthConfig()
+				if len(args) == 0 {
+					return fmt.Errorf("URL: required with --config")
+				}
+				o.URL = args[0]
+			} else {
+				dm, err := bench.StartDemo(30*time.Second, f.seed)
+				if err != nil {
+					return err
+				}
+				defer dm.Close()
+				o.Routes, o.Guard, o.URL = dm.Routes, dm.Guard, dm.Target.URL+"/page"
+				if len(args) > 0 {
+					o.URL = args[0]
+				}
+			}
+			if f.routes != "" {
+				keep := map[string]bool{}
+				for _, n := range strings.Split(f.routes, ",") {
+					keep[n] = true
+				}
+				var kept []bench.RouteDef
+				for _, r := range o.Routes {
+					if keep[r.Name] {
+						kept = append(kept, r)
+						delete(keep, r.Name)
+					}
+				}
+				if len(keep) > 0 || len(kept) == 0 {
+					return fmt.Errorf("--routes: %q names a route that is not there", f.routes)
+				}
+				o.Routes = kept
+			}
+			pr, finish := progress(cmd)
+			total := int64(f.requests * len(o.Policies))
+			o.Tick = func(t bench.Tick) {
+				var done int64
+				for _, p := range t.Policies {
+					done += int64(p.Requests)
+				}
+				pr(done, total)
+			}
+			rep, err := bench.Run(cmd.Context(), o)
+			finish()
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			return writeBenchTable(cmd.OutOrStdout(), rep)
+		},
+	}
+	cmd.Flags().StringVar(&f.path, "config", "", "a config with a forward listener whose routes to use")
+	cmd.Flags().StringVar(&f.pool, "pool", "", "the route pool to use")
+	cmd.Flags().StringVar(&f.routes, "routes", "", "only these routes, comma-separated")
+	cmd.Flags().IntVar(&f.requests, "requests", 200, "requests per policy")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 8, "requests in flight per policy")
+	cmd.Flags().StringVar(&f.policies, "policies", "round_robin,scored", "policies to compare")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	cmd.Flags().Uint64Var(&f.seed, "seed", 1, "random seed")
+	return cmd
+}
+
+// benchFactory builds a policy from NAME or NAME:gamma=G (scored with
+// another exponent), so one run can compare settings.
+func benchFactory(spec string) (balance.Policy, error) {
+	name, opt, ok := strings.Cut(spec, ":")
+	params := config.PolicyParams{}
+	if ok {
+		v, found := strings.CutPrefix(opt, "gamma=")
+		g, err := strconv.ParseFloat(v, 64)
+		if !found || err != nil {
+			return nil, fmt.Errorf("%q: the only setting is gamma=NUMBER", spec)
+		}
+		params.Gamma = &g
+	}
+	return config.NewPolicy(name, params)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func writeBenchTable(w io.Writer, rep bench.Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "policy\trequests\tsuccess rate\tmean latency\tp95\tshare %% %s\twasted\tbefore breaker opened\t\n", strings.Join(rep.Routes, "/"))
+	for _, r := range rep.Rows {
+		shares := make([]string, len(rep.Routes))
+		for i, name := range rep.Routes {
+			shares[i] = fmt.Sprintf("%.0f", 100*r.Share[name])
+		}
+		label := r.Policy
+		if bench.IsControl(r.Policy) {
+			label += " (control)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.3fs\t%.3fs\t%s\t%d\t%d\t\n", label, r.Requests, 100*r.SuccessRate,
+			r.Mean.Seconds(), r.P95.Seconds(), strings.Join(shares, "/"), r.Wasted, r.BeforeOpen)
+	}
+	return tw.Flush()
+}
+
+func newDemoCmd() *cobra.Command {
+	var (
+		duration time.Duration
+		seed     uint64
+		asJSON   bool
+		rate     float64
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Round robin against health-scored rotation, on routes started here",
+		Long: `Start, in this process on loopback, a target site and four routes: "fast",
+which starts refusing with 403 a third of the way in and lets traffic
+through again later; "slow", which never fails but adds 2.5 s; "flaky",
+which fails in bursts and recovers; and "direct". Then send the same
+requests through round robin (the control: blind, no breaker), the scored
+policy (gamma 1) and the scored policy at gamma 3, all at the same time;
+print a line a second of what each is doing, the table at the end, and
+what happened: which breaker opened when, and when recovery was noticed.
+The breakers' cooldown is a sixth of the run (15 s in rotor serve), so
+recoveries fit in it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if duration < 3*time.Second {
+				return fmt.Errorf("--duration: must be at least 3s (got %v)", duration)
+			}
+			if !(rate > 0) {
+				return fmt.Errorf("--rate: must be positive")
+			}
+			dm, err := bench.StartDemo(duration, seed)
+			if err != nil {
+				return err
+			}
+			defer dm.Close()
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				fmt.Fprintf(out, "rotor demo: %v, %.0f requests/s per policy to %s/page\n", duration, rate, dm.Target.URL)
+				for _, s := range dm.Specs {
+					fmt.Fprintf(out, "  route %-6s %s\n", s.Name, describe(s))
+				}
+				fmt.Fprintf(out, "  route %-6s straight to the target (%v)\n\n", "direct", bench.TargetLatency)
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			o := bench.Options{
+				URL: dm.Target.URL + "/page", Routes: dm.Routes, Guard: dm.Guard,
+				Policies: []string{"round_robin", "scored", "scored:gamma=3"}, Factory: benchFactory,
+				Duration: duration, Rate: rate, Concurrency: 128, Seed: seed,
+				Health: health.Config{Cooldown: max(duration/6, 2*time.Second)},
+			}
+			if !asJSON {
+				o.Tick = func(t bench.Tick) { fmt.Fprintln(out, tickLine(t, dm.Routes)) }
+			}
+			rep, err := bench.Run(ctx, o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(out, rep)
+			}
+			fmt.Fprintln(out)
+			if err := writeBenchTable(out, rep); err != nil {
+				return err
+			}
+			fmt.Fprintln(out, "\nwhat happened:")
+			for _, e := range rep.Events {
+				fmt.Fprintf(out, "  %5.1fs  %-14s %-6s %s\n", e.At.Seconds(), e.Policy, e.Route, e.What)
+			}
+			if len(rep.Events) == 0 {
+				fmt.Fprintln(out, "  no breaker moved")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&duration, "duration", 15*time.Second, "how long to run")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed (route jitter and the policies' draws)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON, without the live lines")
+	cmd.Flags().Float64Var(&rate, "rate", 25, "requests per second per policy")
+	return cmd
+}
+
+func describe(s bench.RouteSpec) string {
+	d := fmt.Sprintf("adds %v", s.Latency)
+	if s.BlockFor > 0 {
+		d += fmt.Sprintf(", refuses with 403 from %.1fs to %.1fs", s.BlockFrom.Seconds(), (s.BlockFrom + s.BlockFor).Seconds())
+	}
+	if s.BurstEvery > 0 {
+		d += fmt.Sprintf(", fails with 503 for %.1fs every %.1fs", s.BurstFor.Seconds(), s.BurstEvery.Seconds())
+	}
+	return d
+}
+
+func tickLine(t bench.Tick, routes []bench.RouteDef) string {
+	var parts []string
+	for _, p := range t.Policies {
+		ok := 0.0
+		if p.Requests > 0 {
+			ok = 100 * float64(p.OK) / float64(p.Requests)
+		}
+		var shares []string
+		for _, r := range routes {
+			shares = append(shares, fmt.Sprintf("%s %d", r.Name, p.Share[r.Name]))
+		}
+		s := fmt.Sprintf("%s %d req %.0f%% ok %.0fms [%s]", p.Policy, p.Requests, ok, float64(p.Mean)/1e6, strings.Join(shares, " "))
+		if len(p.Open) > 0 {
+			sort.Strings(p.Open)
+			s += " open: " + strings.Join(p.Open, ",")
+		}
+		parts = append(parts, s)
+	}
+	return fmt.Sprintf("%3.0fs  %s", t.Elapsed.Seconds(), strings.Join(parts, "  |  "))
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rotor-lb/rotor/bench"
+)
+
+func TestDemoJSON(t *testing.T) {
+	code, out, errs := runRotor(t, "", "demo", "--duration", "4s", "--json", "--rate", "30")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bench.Row{}
+	for _, r := range rep.Rows {
+		rows[r.Policy] = r
+	}
+	rr, sc := rows["round_robin"], rows["scored"]
+	if rr.Requests < 60 || sc.Requests < 60 || len(rep.Routes) != 4 {
+		t.Fatalf("report %+v", rep)
+	}
+	// fast is blocked for a third of the run: the blind control keeps
+	// sending it a quarter of its traffic; scored drops it once its
+	// breaker opens.
+	if sc.SuccessRate < rr.SuccessRate || sc.Wasted > rr.Wasted {
+		t.Fatalf("scored %.3f success, %d wasted; round robin %.3f, %d", sc.SuccessRate, sc.Wasted, rr.SuccessRate, rr.Wasted)
+	}
+	if rr.Wasted == 0 {
+		t.Fatal("the control wasted nothing on a blocked route")
+	}
+}
+
+func TestDemoTable(t *testing.T) {
+	code, out, errs := runRotor(t, "", "demo", "--duration", "3s", "--rate", "20")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"route fast", "round_robin (control)", "scored:gamma=3", "what happened:", "  1s  round_robin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBenchAndFetchWithConfig(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	defer target.Close()
+	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "relayed") }))
+	defer relay.Close()
+	cfg := filepath.Join(t.TempDir(), "routes.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf(`listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+      - {name: relay, url: %q}
+`, relay.URL)), 0o600)
+	code, out, errs := runRotor(t, "", "bench", "--config", cfg, "--requests", "40", "--json", target.URL)
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, errs)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 || rep.Rows[0].Requests != 40 || rep.Rows[1].SuccessRate != 1 {
+		t.Fatalf("bench report %+v", rep)
+	}
+	code, out, errs = runRotor(t, "", "fetch", "--config", cfg, target.URL)
+	if code != 0 || !strings.Contains(out, "status 200") || !strings.Contains(out, "route ") {
+		t.Fatalf("fetch: exit %d, %q %q", code, out, errs)
+	}
+	// Without allow_targets, loopback is refused.
+	code, _, errs = runRotor(t, "", "fetch", target.URL)
+	if code == 0 || !strings.Contains(errs, "not allowed") {
+		t.Fatalf("fetch of loopback without --allow: exit %d, %q", code, errs)
+	}
+	code, out, _ = runRotor(t, "", "fetch", "--allow", "127.0.0.0/8", target.URL)
+	if code != 0 || !strings.Contains(out, "route direct") {
+		t.Fatalf("fetch --allow: exit %d, %q", code, out)
+	}
+	code, _, errs = runRotor(t, "", "bench", "--policies", "round_robin,p3c")
+	if code == 0 || !strings.Contains(errs, `--policies: "p3c" is not a policy`) {
+		t.Fatalf("bad policy: %q", errs)
+	}
+	code, _, errs = runRotor(t, "", "bench", "--policies", "scored:gamma=x")
+	if code == 0 || !strings.Contains(errs, "the only setting is gamma=NUMBER") {
+		t.Fatalf("bad gamma: %q", errs)
+	}
+}
