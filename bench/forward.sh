@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Forward-proxy overhead on loopback: wrk sends absolute-URI GETs through
+# rotor's forward listener (one direct route) and through tinyproxy, next to
+# the backend fetched directly, in one run. Each proxy gets one core
+# (taskset -c 0; GOMAXPROCS=1 for rotor); wrk and the backend share the other.
+# Needs: wrk, tinyproxy, nc, taskset (Debian: wrk tinyproxy netcat-openbsd util-linux).  Usage: bash bench/forward.sh > bench/out/forward.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in wrk tinyproxy taskset; do
+	command -v "$tool" >/dev/null || { echo "bench/forward.sh needs $tool" >&2; exit 1; }
+done
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-50}
+out=bench/out/forward
+rm -rf "$out" && mkdir -p "$out"
+chmod 777 "$out"
+go build -o "$out/rotor" ./cmd/rotor
+go build -o "$out/upstream" ./bench/upstream
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+taskset -c 1 "$out/upstream" 127.0.0.1:19201 & pids+=($!)
+cat > "$out/rotor.yaml" <<YAML
+admin: {listen: "off"}
+listeners: [{name: out, kind: forward, listen: "127.0.0.1:18200", pool: routes, allow_targets: [127.0.0.0/8]}]
+pools: [{name: routes, endpoints: [{name: direct, url: "direct://"}]}]
+YAML
+GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+cat > "$out/tinyproxy.conf" <<TINY
+Port 18201
+Listen 127.0.0.1
+Timeout 30
+Allow 127.0.0.1
+MaxClients 1000
+LogLevel Error
+DisableViaHeader Yes
+LogFile "$PWD/$out/tinyproxy.log"
+User nobody
+Group nogroup
+TINY
+taskset -c 0 tinyproxy -d -c "$out/tinyproxy.conf" & pids+=($!)
+cat > "$out/proxied.lua" <<'LUA'
+wrk.path = "http://127.0.0.1:19201/"
+wrk.headers["Host"] = "127.0.0.1:19201"
+LUA
+for port in 19201 18200 18201; do
+	for _ in $(seq 50); do nc -z 127.0.0.1 "$port" 2>/dev/null && break; sleep 0.1; done
+done
+echo "wrk -t1 -c$CONNS -d$DURATION --latency (core 1); proxies on core 0; absolute-URI GETs through the proxies"
+echo
+printf "%-22s %12s %10s %10s %10s\n" target "requests/s" p50 p90 p99
+for target in "direct=19201" "rotor forward=18200" "tinyproxy=18201"; do
+	name=${target%=*}; port=${target#*=}
+	script=()
+	[ "$port" != 19201 ] && script=(-s "$out/proxied.lua")
+	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${script[@]}" "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
+	rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
+	p50=$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")
+	p90=$(awk '$1=="90%" {print $2}' "$out/wrk-$port.txt")
+	p99=$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")
+	errs=$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")
+	printf "%-22s %12s %10s %10s %10s %s\n" "$name" "$rps" "$p50" "$p90" "$p99" "$errs"
+done
