@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -449,4 +450,78 @@ func FuzzRequest(f *testing.F) {
 			t.Fatal("no answer")
 		}
 	})
+}
+
+// A 200 whose body says "access denied" is the route's failure when the
+// pool is told what blocked looks like.
+func TestBlockedBodyIsAFailure(t *testing.T) {
+	denied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "<html>Access Denied: please solve the captcha</html>")
+	}))
+	defer denied.Close()
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{
+		Guard: loopback, Attempts: 1, BlockedBody: regexp.MustCompile("(?i)access denied"),
+	})
+	resp, err := (&http.Client{Transport: tr}).Get(denied.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "captcha") {
+		t.Fatalf("the sniffed body was not passed on whole: %q", body)
+	}
+	if f := tr.Pool().Set().Get("direct").State.Snapshot(time.Now()).Failures; f != 1 {
+		t.Fatalf("a blocked page counted %d failures, want 1", f)
+	}
+}
+
+// With a session key and rendezvous placement, a key keeps its route
+// while it is healthy, and only a failed route's keys move.
+func TestSessionStickyRotation(t *testing.T) {
+	tg := newTarget(t)
+	a, b, c := newFlaky(t), newFlaky(t), newFlaky(t)
+	hrw, _ := balance.NewKeyed("rendezvous", balance.KeyedOptions{})
+	routes := []*forward.Route{route(t, "a", a.URL), route(t, "b", b.URL), route(t, "c", c.URL)}
+	tr, _ := forward.NewTransport(routes, forward.Options{
+		Guard: loopback, Policy: hrw, Key: func(r *http.Request) string { return r.Header.Get("X-Session") },
+	})
+	home := map[string]string{}
+	var mu sync.Mutex
+	tr2 := &recordingTransport{tr: tr, seen: func(session, route string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if was, ok := home[session]; ok && was != route {
+			t.Errorf("session %s moved from %s to %s while healthy", session, was, route)
+		}
+		home[session] = route
+	}}
+	for round := range 3 {
+		for i := range 20 {
+			req, _ := http.NewRequest(http.MethodGet, tg.URL, nil)
+			req.Header.Set("X-Session", fmt.Sprint("s", i))
+			if _, err := tr2.do(req); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	if len(map[string]bool{home["s1"]: true, home["s2"]: true, home["s3"]: true, home["s4"]: true, home["s5"]: true}) < 2 {
+		t.Fatalf("sessions all on one route: %v", home)
+	}
+}
+
+type recordingTransport struct {
+	tr   *forward.Transport
+	seen func(session, route string)
+}
+
+func (r *recordingTransport) do(req *http.Request) (*http.Response, error) {
+	resp, route, err := r.tr.RoundTripRoute(req)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	r.seen(req.Header.Get("X-Session"), route)
+	return resp, nil
 }
