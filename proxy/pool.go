@@ -7,11 +7,13 @@ package proxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -204,4 +206,28 @@ func (b *Budget) Withdraw() bool {
 	}
 	b.tokens--
 	return true
+}
+
+// Splice copies both ways between a and b until both directions end, and
+// returns the bytes copied. When one side stops sending, the other is told
+// by a half-close, so protocols that finish by shutting one direction
+// work.
+func Splice(a, b net.Conn) int64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		c, _ := io.Copy(dst, src)
+		n.Add(c)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	wg.Add(2)
+	go cp(a, b)
+	go cp(b, a)
+	wg.Wait()
+	return n.Load()
 }

@@ -147,13 +147,7 @@ func (s *Server) Start() error {
 		switch l.Kind {
 		case "http":
 			h := reverse.NewHandler(l.Name, s.cur.tables[l.Name], s.log, cfg.Log.Access, s.metrics)
-			srv := &http.Server{
-				Handler:           h,
-				ReadHeaderTimeout: l.Timeouts.ReadHeader,
-				IdleTimeout:       l.Timeouts.Idle,
-				MaxHeaderBytes:    l.MaxHeaderBytes,
-				ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-			}
+			srv := s.httpServer(l, h)
 			s.handlers[l.Name], s.https[l.Name] = h, srv
 			if l.TLS != nil {
 				cert, err := tls.LoadX509KeyPair(l.TLS.Cert, l.TLS.Key)
@@ -169,13 +163,7 @@ func (s *Server) Start() error {
 			}
 		case "forward":
 			h := forward.NewHandler(l.Name, s.cur.forwards[l.Name], s.log, s.metrics)
-			srv := &http.Server{
-				Handler:           h,
-				ReadHeaderTimeout: l.Timeouts.ReadHeader,
-				IdleTimeout:       l.Timeouts.Idle,
-				MaxHeaderBytes:    l.MaxHeaderBytes,
-				ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-			}
+			srv := s.httpServer(l, h)
 			s.forwards[l.Name], s.https[l.Name] = h, srv
 			go s.serve(l.Name, func() error { return srv.Serve(ln) })
 		case "tcp":
@@ -192,6 +180,18 @@ func (s *Server) Start() error {
 	}
 	s.startChecks()
 	return nil
+}
+
+// httpServer is the http.Server for an http or forward listener, with
+// its timeouts and header limit.
+func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.Timeouts.ReadHeader,
+		IdleTimeout:       l.Timeouts.Idle,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
 }
 
 func (s *Server) serve(name string, f func() error) {

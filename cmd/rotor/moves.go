@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -96,9 +95,7 @@ keys per node (1 and 0 are perfect; weights are taken into account).
 				rows = append(rows, row)
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return writeJSON(cmd.OutOrStdout(), rows)
 			}
 			return writeMovesTable(cmd, rows)
 		},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -59,9 +58,7 @@ func (f *simFlags) check() error {
 
 func (f *simFlags) emit(cmd *cobra.Command, v any, table func(io.Writer) error) error {
 	if f.asJSON {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return writeJSON(cmd.OutOrStdout(), v)
 	}
 	return table(cmd.OutOrStdout())
 }

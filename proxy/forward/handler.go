@@ -218,28 +218,11 @@ func (h *Handler) connect(s *Settings, w http.ResponseWriter, r *http.Request, s
 	if brw.Reader.Buffered() > 0 {
 		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
 	}
-	splice(clientSide, conn)
+	proxy.Splice(clientSide, conn)
 	client.Close()
 	conn.Close()
 	pk.Done(health.Outcome{Status: http.StatusOK, Latency: time.Since(start)})
 	h.obs.Served(h.name, t.pool.Name(), pk.Endpoint.Name, http.StatusOK, time.Since(start))
-}
-
-func splice(a, b net.Conn) {
-	var wg sync.WaitGroup
-	cp := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	wg.Add(2)
-	go cp(a, b)
-	go cp(b, a)
-	wg.Wait()
 }
 
 // hopHeaders are removed in both directions (RFC 9110, 7.6.1), with

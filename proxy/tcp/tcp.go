@@ -6,7 +6,6 @@ package tcp
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -149,7 +148,7 @@ func (p *Proxy) handle(client net.Conn) {
 		p.mu.Lock()
 		p.conns[backend] = struct{}{}
 		p.mu.Unlock()
-		n := splice(client, backend)
+		n := proxy.Splice(client, backend)
 		p.mu.Lock()
 		delete(p.conns, backend)
 		p.mu.Unlock()
@@ -161,27 +160,4 @@ func (p *Proxy) handle(client net.Conn) {
 		return
 	}
 	p.obs.Served(p.name, pool.Name, "", 502, time.Since(start))
-}
-
-// splice copies both ways until both directions end. When one side stops
-// sending, the other is told by a half-close, so protocols that finish
-// with a shutdown of one direction work.
-func splice(a, b net.Conn) int64 {
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	cp := func(dst, src net.Conn) {
-		defer wg.Done()
-		c, _ := io.Copy(dst, src)
-		n.Add(c)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	wg.Add(2)
-	go cp(a, b)
-	go cp(b, a)
-	wg.Wait()
-	return n.Load()
 }
