@@ -1,0 +1,83 @@
+package reverse
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRouteMatching(t *testing.T) {
+	api, web, admin, beta, def := &proxy.Pool{Name: "api"}, &proxy.Pool{Name: "web"}, &proxy.Pool{Name: "admin"}, &proxy.Pool{Name: "beta"}, &proxy.Pool{Name: "default"}
+	tbl := &Table{Routes: []Route{
+		{Host: "api.example.com", PathPrefix: "/", Pool: api},
+		{Host: "*.example.com", PathPrefix: "/admin", Header: map[string]string{"X-Admin": "*"}, Pool: admin},
+		{PathPrefix: "/", Cookie: map[string]string{"beta": "1"}, Pool: beta},
+		{Host: "*.example.com", PathPrefix: "/", Pool: web},
+	}, Default: def}
+	tests := []struct {
+		name, host, path string
+		header, cookie   [2]string
+		want             *proxy.Pool
+	}{
+		{"exact host", "api.example.com", "/v1", [2]string{}, [2]string{}, api},
+		{"host with port, any case", "API.example.com:8443", "/", [2]string{}, [2]string{}, api},
+		{"wildcard host and prefix", "www.example.com", "/shop", [2]string{}, [2]string{}, web},
+		{"header present", "www.example.com", "/admin/users", [2]string{"X-Admin", "yes"}, [2]string{}, admin},
+		{"header absent falls through", "www.example.com", "/admin/users", [2]string{}, [2]string{}, web},
+		{"cookie value", "other.test", "/", [2]string{}, [2]string{"beta", "1"}, beta},
+		{"wrong cookie value", "other.test", "/", [2]string{}, [2]string{"beta", "0"}, def},
+		{"nothing matches", "other.test", "/", [2]string{}, [2]string{}, def},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(http.MethodGet, "http://"+tt.host+tt.path, nil)
+		r.Host = tt.host
+		if tt.header[0] != "" {
+			r.Header.Set(tt.header[0], tt.header[1])
+		}
+		if tt.cookie[0] != "" {
+			r.AddCookie(&http.Cookie{Name: tt.cookie[0], Value: tt.cookie[1]})
+		}
+		if got := tbl.match(r); got != tt.want {
+			t.Errorf("%s: pool %s, want %s", tt.name, got.Name, tt.want.Name)
+		}
+	}
+}
+
+func TestJoinPath(t *testing.T) {
+	for _, tc := range []struct{ target, in, want, wantRaw string }{
+		{"http://b", "/a/b", "/a/b", ""},
+		{"http://b/", "/a", "/a", ""},
+		{"http://b/prefix", "/a", "/prefix/a", ""},
+		{"http://b/prefix/", "/a", "/prefix/a", ""},
+		{"http://b/pre", "/a%2Fb", "/pre/a/b", "/pre/a%2Fb"},
+	} {
+		tu, _ := url.Parse(tc.target)
+		iu, _ := url.Parse("http://x" + tc.in)
+		p, raw := joinPath(tu, iu)
+		if p != tc.want || raw != tc.wantRaw {
+			t.Errorf("%s + %s = %q %q, want %q %q", tc.target, tc.in, p, raw, tc.want, tc.wantRaw)
+		}
+	}
+}
+
+func TestTrusted(t *testing.T) {
+	nets := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	for remote, want := range map[string]bool{
+		"10.1.2.3:555": true, "[::1]:80": true, "[::ffff:10.0.0.1]:80": true, "192.168.0.1:80": false, "garbage": false,
+	} {
+		if got := trusted(nets, remote); got != want {
+			t.Errorf("trusted(%s) = %v", remote, got)
+		}
+	}
+	if trusted(nil, "10.1.2.3:1") {
+		t.Error("trusted with no list")
+	}
+}
