@@ -265,22 +265,24 @@ func (b *Bounded) Explain(key string, n int) (Explanation, error) {
 	total := b.total.Load() + 1
 	i := s.ring.search(e.KeyHash)
 	e.Steps = append(e.Steps, Step{Note: fmt.Sprintf("load factor %.2f, %d units placed with this key", 1+b.eps, total)})
-	seen := 0
-	for step := 0; step < len(s.ring.hashes) && seen < len(s.ring.nodes); step++ {
+	var visited []string // distinct nodes met so far
+	for step := 0; step < len(s.ring.hashes) && len(visited) < len(s.ring.nodes); step++ {
 		o := s.ring.owners[i]
 		name := s.ring.nodes[o].Name
 		st := Step{Label: s.ring.pointName(i), Hash: s.ring.hashes[i], Node: name}
 		load, limit := max(s.loads[o].Load(), 0), b.bound(s, o, total)
+		first := !containsName(visited, name)
+		if first {
+			visited = append(visited, name)
+		}
 		switch {
 		case containsName(e.Owners, name):
 			st.Note = "already chosen, walk on"
 		case load >= limit:
 			st.Note = fmt.Sprintf("full (%d >= bound %d), walk on", load, limit)
-			seen++
 		default:
 			e.Owners = append(e.Owners, name)
 			st.Note = fmt.Sprintf("%s (%d < bound %d)", ordinalNote(len(e.Owners)), load, limit)
-			seen++
 		}
 		e.Steps = append(e.Steps, st)
 		if len(e.Owners) >= max(n, 1) {

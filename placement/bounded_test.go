@@ -3,6 +3,7 @@ package placement_test
 import (
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -123,5 +124,41 @@ func TestBoundedRemovedNodeUnitsLeave(t *testing.T) {
 	must(t, b.Add(placement.Node{Name: "a"}))
 	if b.Load("a") != 0 {
 		t.Errorf("a returned with load %d", b.Load("a"))
+	}
+}
+
+// The explanation walks past full nodes, and names the node Acquire would
+// use next.
+func TestBoundedExplainShowsFullNodes(t *testing.T) {
+	b, _ := placement.NewBounded(nodes(letters(4)...), placement.BoundedOptions{Epsilon: 0.1})
+	ring, _ := placement.NewRing(nodes(letters(4)...), placement.RingOptions{})
+	owner, _ := ring.Owner("hot")
+	var spilled []string
+	for range 40 {
+		if n, _ := b.Acquire("hot"); n != owner {
+			spilled = append(spilled, n)
+		}
+	}
+	// Those that spilled finish: the owner now holds far more than the
+	// average, and is full.
+	for _, n := range spilled {
+		b.Release(n)
+	}
+	e, err := b.Explain("hot", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := b.Owner("hot")
+	if len(e.Owners) != 1 || e.Owners[0] != want {
+		t.Fatalf("explained %v, Owner says %s", e.Owners, want)
+	}
+	full := 0
+	for _, s := range e.Steps {
+		if strings.HasPrefix(s.Note, "full") {
+			full++
+		}
+	}
+	if full == 0 {
+		t.Fatalf("no full node in the walk of a hot key:\n%+v", e.Steps)
 	}
 }
