@@ -283,6 +283,19 @@ func TestSecretsStayOutOfLogsAndStatus(t *testing.T) {
 	if !strings.Contains(status, "user:xxxxx@") {
 		t.Fatalf("status does not show the redacted address:\n%s", status)
 	}
+	for _, want := range []string{
+		`rotor_requests_total{code="200",endpoint="a",listener="web",pool="app"} 1`,
+		`rotor_request_duration_seconds_bucket{listener="web",pool="app"`,
+		`rotor_endpoint_breaker_state{endpoint="a",pool="app",state="closed"} 1`,
+		`rotor_endpoint_picks_total{endpoint="a",policy="round_robin",pool="app"} 1`,
+		`rotor_endpoint_score{endpoint="a",pool="app"}`,
+		`rotor_endpoint_inflight{endpoint="a",pool="app"} 0`,
+		`rotor_pool_fallbacks_total{pool="app"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // New endpoints start healthy, so a reload adding one produces no 503;
