@@ -68,32 +68,14 @@ func BenchmarkPickDone(b *testing.B) {
 		}
 		for _, n := range []int{8, 64, 1024} {
 			p := benchPool(b, pol, n)
-			b.Run(name+"/n="+strconv.Itoa(n), func(b *testing.B) {
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
-					if err != nil {
-						b.Fatal(err)
-					}
-					pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
-					i++
+			cycle := func(i int) {
+				pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
-			b.Run(name+"/n="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					i := 0
-					for pb.Next() {
-						pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
-						if err != nil {
-							b.Fatal(err)
-						}
-						pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
-						i++
-					}
-				})
-			})
+				pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
+			}
+			runSingleAndParallel(b, name+"/n="+strconv.Itoa(n), cycle)
 		}
 	}
 }
@@ -115,36 +97,39 @@ func BenchmarkPicker(b *testing.B) {
 			}
 			pk := pol.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
 			obs, _ := pk.(balance.Observer)
-			b.Run(name+"/n="+strconv.Itoa(n), func(b *testing.B) {
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					ep, err := pk.Pick(balance.Request{Key: keys[i&1023]})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if obs != nil {
-						obs.Done(ep, health.Success)
-					}
-					i++
+			pick := func(i int) {
+				ep, err := pk.Pick(balance.Request{Key: keys[i&1023]})
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
-			b.Run(name+"/n="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					i := 0
-					for pb.Next() {
-						ep, err := pk.Pick(balance.Request{Key: keys[i&1023]})
-						if err != nil {
-							b.Fatal(err)
-						}
-						if obs != nil {
-							obs.Done(ep, health.Success)
-						}
-						i++
-					}
-				})
-			})
+				if obs != nil {
+					obs.Done(ep, health.Success)
+				}
+			}
+			runSingleAndParallel(b, name+"/n="+strconv.Itoa(n), pick)
 		}
 	}
+}
+
+// runSingleAndParallel runs op as sub-benchmark name on one goroutine,
+// then as name/parallel with b.RunParallel.
+func runSingleAndParallel(b *testing.B, name string, op func(i int)) {
+	b.Run(name, func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			op(i)
+			i++
+		}
+	})
+	b.Run(name+"/parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				op(i)
+				i++
+			}
+		})
+	})
 }

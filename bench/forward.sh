@@ -47,18 +47,9 @@ LUA
 for port in 19201 18200 18201; do
 	for _ in $(seq 50); do nc -z 127.0.0.1 "$port" 2>/dev/null && break; sleep 0.1; done
 done
-echo "wrk -t1 -c$CONNS -d$DURATION --latency (core 1); proxies on core 0; absolute-URI GETs through the proxies"
-echo
-printf "%-22s %12s %10s %10s %10s\n" target "requests/s" p50 p90 p99
-for target in "direct=19201" "rotor forward=18200" "tinyproxy=18201"; do
-	name=${target%=*}; port=${target#*=}
-	script=()
-	[ "$port" != 19201 ] && script=(-s "$out/proxied.lua")
-	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${script[@]}" "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
-	rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
-	p50=$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")
-	p90=$(awk '$1=="90%" {print $2}' "$out/wrk-$port.txt")
-	p99=$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")
-	errs=$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")
-	printf "%-22s %12s %10s %10s %10s %s\n" "$name" "$rps" "$p50" "$p90" "$p99" "$errs"
-done
+echo "absolute-URI GETs through the proxies"
+. bench/wrk.sh
+wrk_header
+wrk_row direct 19201
+wrk_row "rotor forward" 18200 -s "$out/proxied.lua"
+wrk_row tinyproxy 18201 -s "$out/proxied.lua"

@@ -90,16 +90,8 @@ for port in 19101 18100 18101 18102 18103; do
 	for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.1; done
 done
 
-echo "wrk -t1 -c$CONNS -d$DURATION --latency (pinned to core 1), backends on core 1, proxies on core 0"
-echo
-printf "%-22s %12s %10s %10s %10s\n" target "requests/s" p50 p90 p99
+. bench/wrk.sh
+wrk_header
 for target in "direct (one backend)=19101" "rotor=18100" "caddy=18103" "nginx=18101" "haproxy=18102"; do
-	name=${target%=*}; port=${target#*=}
-	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
-	rps=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
-	p50=$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")
-	p90=$(awk '$1=="90%" {print $2}' "$out/wrk-$port.txt")
-	p99=$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")
-	errs=$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")
-	printf "%-22s %12s %10s %10s %10s %s\n" "$name" "$rps" "$p50" "$p90" "$p99" "$errs"
+	wrk_row "${target%=*}" "${target#*=}"
 done
