@@ -10,6 +10,7 @@ import (
 
 	"github.com/rotor-lb/rotor/admin"
 	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
 )
 
 // control is a small server: one pool, reloads that fail on demand.
@@ -87,5 +88,25 @@ func TestAdminAPI(t *testing.T) {
 	}
 	if rec := do(h, "GET", "/metrics"); rec.Code != 200 || !strings.Contains(rec.Body.String(), `rotor_endpoint_draining{endpoint="b",pool="app"} 1`) {
 		t.Fatalf("metrics: %d", rec.Code)
+	}
+}
+
+func TestStickyAndTCPMetrics(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{})
+	p := balance.NewPool("s", balance.Options{})
+	_ = p.Configure(balance.Config{Policy: st, Endpoints: []balance.EndpointConfig{{Name: "a"}}})
+	for range 3 {
+		pk, _ := p.Pick(balance.Request{Key: "k"})
+		pk.Done(health.Outcome{Status: 200})
+	}
+	views := func() []admin.PoolView { return []admin.PoolView{{Name: "s", Primary: p, Sticky: st}} }
+	m := admin.NewMetrics(views)
+	m.TCPBytes = func() map[string]int64 { return map[string]int64{"db": 4096} }
+	c := &control{pool: p}
+	body := do(admin.Handler(c, m), "GET", "/metrics").Body.String()
+	for _, want := range []string{`rotor_sticky_total{event="pinned",pool="s"} 1`, `rotor_sticky_total{event="hit",pool="s"} 2`, `rotor_tcp_bytes_total{listener="db"} 4096`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -20,6 +20,8 @@ type PoolView struct {
 	Backup    *balance.Pool
 	Addresses map[string]string // endpoint -> address, credentials redacted
 	Backups   map[string]bool
+	// Sticky is the pool's sticky policy, when it has one.
+	Sticky *balance.Sticky
 }
 
 // Metrics counts requests for Prometheus and reads endpoint health at
@@ -30,6 +32,8 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
 	pools    func() []PoolView
+	// TCPBytes, when set, reads the bytes each tcp listener has relayed.
+	TCPBytes func() map[string]int64
 }
 
 var _ proxy.Observer = (*Metrics)(nil)
@@ -77,11 +81,13 @@ var (
 	descDown     = prometheus.NewDesc("rotor_endpoint_down", "1 while active checks hold the endpoint down.", []string{"pool", "endpoint"}, nil)
 	descFallback = prometheus.NewDesc("rotor_pool_fallbacks_total", "Picks of the least bad endpoint, nothing being available.", []string{"pool"}, nil)
 	descNoEP     = prometheus.NewDesc("rotor_pool_unavailable_total", "Picks that found no endpoint at all.", []string{"pool"}, nil)
+	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed.", []string{"pool", "event"}, nil)
+	descTCPBytes = prometheus.NewDesc("rotor_tcp_bytes_total", "Bytes relayed by a tcp listener, both ways.", []string{"listener"}, nil)
 )
 
 // Describe sends the descriptors of the health metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descNoEP} {
+	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descNoEP, descSticky, descTCPBytes} {
 		ch <- d
 	}
 }
@@ -125,6 +131,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.CounterValue, float64(fallbacks), pv.Name)
 		ch <- prometheus.MustNewConstMetric(descNoEP, prometheus.CounterValue, float64(unavailable), pv.Name)
+		if pv.Sticky != nil {
+			st := pv.Sticky.Stats()
+			for event, v := range map[string]int64{"pinned": st.Pinned, "hit": st.Hits, "repinned": st.Repinned,
+				"broken": st.Broken, "rejected": st.Rejected, "unkeyed": st.Unkeyed} {
+				ch <- prometheus.MustNewConstMetric(descSticky, prometheus.CounterValue, float64(v), pv.Name, event)
+			}
+		}
+	}
+	if m.TCPBytes != nil {
+		for listener, n := range m.TCPBytes() {
+			ch <- prometheus.MustNewConstMetric(descTCPBytes, prometheus.CounterValue, float64(n), listener)
+		}
 	}
 }
 

@@ -167,7 +167,9 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 			rp.Sticky = &proxy.StickyCookie{Name: sc.Name, Secret: []byte(sc.Secret), TTL: sc.TTL}
 		}
 		b.pools[pc.Name] = rp
-		b.views = append(b.views, admin.PoolView{Name: pc.Name, Primary: st.primary, Backup: rp.Backup, Addresses: p.views, Backups: p.backups})
+		view := admin.PoolView{Name: pc.Name, Primary: st.primary, Backup: rp.Backup, Addresses: p.views, Backups: p.backups}
+		view.Sticky, _ = st.primaryPolicy.(*balance.Sticky)
+		b.views = append(b.views, view)
 		if c := pc.Health.Check; c != nil {
 			expect, err := health.NewClassifier(c.Expect)
 			if err != nil {

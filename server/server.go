@@ -65,6 +65,7 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 	}
 	s.setLog(cfg.Log, logOut)
 	s.metrics = admin.NewMetrics(s.Pools)
+	s.metrics.TCPBytes = s.tcpBytes
 	b, err := s.build(cfg)
 	if err != nil {
 		return nil, err
@@ -102,6 +103,17 @@ func (s *Server) Pools() []admin.PoolView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur.views
+}
+
+// tcpBytes reads the bytes each tcp listener has relayed.
+func (s *Server) tcpBytes() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.tcps))
+	for name, p := range s.tcps {
+		out[name] = p.Bytes.Load()
+	}
+	return out
 }
 
 // ReloadStatus says how the last reload went.
