@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
@@ -55,7 +56,7 @@ func NewMetrics(pools func() []PoolView) *Metrics {
 		pools: pools,
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.retries, m,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

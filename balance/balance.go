@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/placement"
 )
 
 // ErrNoEndpoint means no endpoint can take the request: the pool is empty,
@@ -167,7 +168,7 @@ func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock) 
 
 // randomAvailable picks uniformly among the available endpoints: a few
 // draws over the whole set, accepting only available ones, then an exact
-// count-and-choose when unavailable ones keep coming up.
+// draw when unavailable ones keep coming up.
 func randomAvailable(s *Set) *Endpoint {
 	n := len(s.endpoints)
 	if n == 0 {
@@ -178,18 +179,51 @@ func randomAvailable(s *Set) *Endpoint {
 			return ep
 		}
 	}
-	k := 0
+	return draw(s, s.Available, nil)
+}
+
+// draw picks among the endpoints ok accepts: in proportion to weight when
+// weight is given and some accepted endpoint weighs more than 0, else
+// uniformly. Two passes over the set, O(N); a weight that changes between
+// them only shifts the drawn point, and the last positive endpoint is
+// taken if the walk runs past the end. Nil when ok accepts none.
+func draw(s *Set, ok func(*Endpoint) bool, weight func(*Endpoint) float64) *Endpoint {
+	var total float64
+	n := 0
 	for _, ep := range s.endpoints {
-		if s.Available(ep) {
-			k++
+		if ok(ep) {
+			n++
+			if weight != nil {
+				total += max(weight(ep), 0)
+			}
 		}
 	}
-	if k == 0 {
+	if n == 0 {
 		return nil
 	}
-	j := intn(s.rand, k)
+	if total > 0 {
+		x := float(s.rand) * total
+		var last *Endpoint
+		for _, ep := range s.endpoints {
+			if !ok(ep) {
+				continue
+			}
+			w := weight(ep)
+			if w <= 0 {
+				continue
+			}
+			last = ep
+			if x -= w; x < 0 {
+				return ep
+			}
+		}
+		if last != nil {
+			return last
+		}
+	}
+	j := intn(s.rand, n)
 	for _, ep := range s.endpoints {
-		if s.Available(ep) {
+		if ok(ep) {
 			if j == 0 {
 				return ep
 			}
@@ -197,4 +231,20 @@ func randomAvailable(s *Set) *Endpoint {
 		}
 	}
 	return nil
+}
+
+// availableNamed reports whether the named endpoint is in the set and
+// available: what key-placing pickers walk past owners with.
+func (s *Set) availableNamed(name string) bool {
+	ep := s.Get(name)
+	return ep != nil && s.Available(ep)
+}
+
+// nodes returns the set's endpoints as placement nodes.
+func (s *Set) nodes() []placement.Node {
+	nodes := make([]placement.Node, len(s.endpoints))
+	for i, ep := range s.endpoints {
+		nodes[i] = placement.Node{Name: ep.Name, Weight: ep.Weight}
+	}
+	return nodes
 }

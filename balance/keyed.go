@@ -72,31 +72,20 @@ func (k *Keyed) Name() string { return k.algo }
 
 // Build moves the placer to s's endpoints and returns a picker over s.
 func (k *Keyed) Build(s *Set) Picker {
-	nodes := make([]placement.Node, len(s.endpoints))
-	for i, ep := range s.endpoints {
-		nodes[i] = placement.Node{Name: ep.Name, Weight: ep.Weight}
-	}
-	if err := k.set(nodes); err != nil {
+	if err := k.set(s.nodes()); err != nil {
 		// Pools hand over unique names and weights >= 1, which every
 		// placer accepts; maglev alone can refuse, when there are more
 		// endpoints than table slots. Then the picker places at random.
 		return &keyedPicker{set: s}
 	}
-	p := &keyedPicker{set: s, placer: k.placer, bnd: k.bnd}
-	p.ok = p.usable
-	return p
+	return &keyedPicker{set: s, placer: k.placer, bnd: k.bnd, ok: s.availableNamed}
 }
 
 type keyedPicker struct {
 	set    *Set
 	placer placement.Placer
 	bnd    *placement.Bounded
-	ok     func(string) bool // p.usable, bound once so picks do not allocate
-}
-
-func (p *keyedPicker) usable(name string) bool {
-	ep := p.set.Get(name)
-	return ep != nil && p.set.Available(ep)
+	ok     func(string) bool // set.availableNamed, bound once so picks do not allocate
 }
 
 func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {

@@ -167,20 +167,20 @@ func (p *Pool) Pick(r Request) (Pick, error) {
 		return pk, err
 	}
 	snap := p.cur.Load()
-	ep := p.leastBad(snap.set)
-	if ep == nil {
-		p.unavailable.Add(1)
-		return Pick{}, ErrNoEndpoint
-	}
-	ep.State.Begin()
-	p.fallbacks.Add(1)
-	return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
+	return p.fallback(snap, draw(snap.set, mayTake, scoreIgnoringBreaker))
 }
 
 // PickAvailable is Pick without the fallback: when the policy finds nothing
 // available it returns ErrNoEndpoint, so that a caller with somewhere else
 // to go (backup endpoints) can go there first.
-func (p *Pool) PickAvailable(r Request) (Pick, error) {
+func (p *Pool) PickAvailable(r Request) (Pick, error) { return p.PickAvailableIf(r, nil) }
+
+// PickAvailableIf is PickAvailable that also refuses the endpoints accept
+// rejects (nil accepts all): endpoints a request already tried, or one
+// still in its slow start. A refused pick is given back uncounted and the
+// policy asked again, without the key, so it may spread elsewhere; after
+// three refusals it returns ErrNoEndpoint.
+func (p *Pool) PickAvailableIf(r Request, accept func(*Endpoint) bool) (Pick, error) {
 	snap := p.cur.Load()
 	for range 3 {
 		ep, err := snap.picker.Pick(r)
@@ -190,6 +190,13 @@ func (p *Pool) PickAvailable(r Request) (Pick, error) {
 		}
 		if ep == nil {
 			break
+		}
+		if accept != nil && !accept(ep) {
+			if snap.observer != nil {
+				snap.observer.Done(ep, health.Ignore)
+			}
+			r.Key = ""
+			continue
 		}
 		if t, ok := ep.State.Admit(p.clock); ok {
 			ep.State.Begin()
@@ -225,28 +232,7 @@ func (p *Pool) PickNamed(name string) (Pick, bool) {
 // as a fallback.
 func (p *Pool) PickAny() (Pick, error) {
 	snap := p.cur.Load()
-	n := 0
-	for _, ep := range snap.set.endpoints {
-		if !ep.State.Draining() && !ep.State.Full() {
-			n++
-		}
-	}
-	if n == 0 {
-		p.unavailable.Add(1)
-		return Pick{}, ErrNoEndpoint
-	}
-	j := intn(snap.set.rand, n)
-	for _, ep := range snap.set.endpoints {
-		if ep.State.Draining() || ep.State.Full() {
-			continue
-		}
-		if j--; j < 0 {
-			ep.State.Begin()
-			p.fallbacks.Add(1)
-			return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
-		}
-	}
-	return Pick{}, ErrNoEndpoint
+	return p.fallback(snap, draw(snap.set, mayTake, nil))
 }
 
 // HealthyShare is the share of endpoints available now (1 when empty).
@@ -264,48 +250,21 @@ func (p *Pool) HealthyShare() float64 {
 	return float64(n) / float64(len(s.states))
 }
 
-func (p *Pool) leastBad(s *Set) *Endpoint {
-	var total float64
-	n := 0
-	for _, ep := range s.endpoints {
-		if ep.State.Draining() || ep.State.Full() {
-			continue
-		}
-		total += ep.State.ScoreIgnoringBreaker()
-		n++
+// mayTake reports whether an endpoint may take a request at all, whatever
+// its health: not draining, not at its in-flight cap.
+func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.State.Full() }
+
+func scoreIgnoringBreaker(ep *Endpoint) float64 { return ep.State.ScoreIgnoringBreaker() }
+
+// fallback counts and returns a pick of ep made past its breaker.
+func (p *Pool) fallback(snap *poolSnap, ep *Endpoint) (Pick, error) {
+	if ep == nil {
+		p.unavailable.Add(1)
+		return Pick{}, ErrNoEndpoint
 	}
-	if n == 0 {
-		return nil
-	}
-	if total > 0 {
-		x := float(s.rand) * total
-		var last *Endpoint
-		for _, ep := range s.endpoints {
-			if ep.State.Draining() || ep.State.Full() {
-				continue
-			}
-			sc := ep.State.ScoreIgnoringBreaker()
-			if sc <= 0 {
-				continue
-			}
-			last = ep
-			if x -= sc; x < 0 {
-				return ep
-			}
-		}
-		return last
-	}
-	j := intn(s.rand, n)
-	for _, ep := range s.endpoints {
-		if ep.State.Draining() || ep.State.Full() {
-			continue
-		}
-		if j == 0 {
-			return ep
-		}
-		j--
-	}
-	return nil
+	ep.State.Begin()
+	p.fallbacks.Add(1)
+	return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
 }
 
 // Pick is one pick: the endpoint, and the hook that reports its outcome.

@@ -64,9 +64,7 @@ func (p *scoredPicker) weight(st *health.State) float64 {
 	return math.Pow(s, p.gamma)
 }
 
-// scoredBatch is how many endpoints one pass weighs into a buffer on the
-// stack; a pick over up to this many reads each endpoint's state once.
-const scoredBatch = 64
+func (p *scoredPicker) endpointWeight(ep *Endpoint) float64 { return p.weight(ep.State) }
 
 // rejectionTries bounds the O(1) draws before Pick falls back to an exact
 // pass over every endpoint.
@@ -78,15 +76,10 @@ const rejectionTries = 8
 // [0, 1], and gamma >= 0). Accepted draws are exactly proportional to the
 // weights, and when scores are fair the first or second draw is accepted:
 // O(1) however many endpoints there are. If rejectionTries draws are all
-// refused (scores all low, or most endpoints unavailable), an exact pass
-// decides; that keeps the distribution exact, since it too is
-// proportional.
-//
-// The exact pass, up to scoredBatch endpoints,
-// one pass weighs them into a buffer and the draw walks the buffer; beyond
-// that, a first pass totals and a second walks to the drawn point (a score
-// that changes between the passes only shifts the point, and the last
-// positive endpoint is taken if the walk runs past the end).
+// refused (scores all low, or most endpoints unavailable), an exact O(N)
+// draw decides; that keeps the distribution exact, since it too is
+// proportional. When every available endpoint scores 0 (all failing, none
+// yet open) there is no evidence to prefer any, and it spreads evenly.
 func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 	s := p.set
 	if n := len(s.states); n > 0 {
@@ -101,67 +94,7 @@ func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 			}
 		}
 	}
-	if len(s.states) <= scoredBatch {
-		var w [scoredBatch]float64
-		var total float64
-		for i, st := range s.states {
-			if st.Available(s.clock) {
-				w[i] = p.weight(st)
-				total += w[i]
-			} else {
-				w[i] = -1
-			}
-		}
-		if total <= 0 {
-			return p.evenly()
-		}
-		x := float(s.rand) * total
-		last := -1
-		for i := range s.states {
-			if w[i] <= 0 {
-				continue
-			}
-			last = i
-			if x -= w[i]; x < 0 {
-				return s.endpoints[i], nil
-			}
-		}
-		return s.endpoints[last], nil
-	}
-	var total float64
-	for _, st := range s.states {
-		if st.Available(s.clock) {
-			total += p.weight(st)
-		}
-	}
-	if total <= 0 {
-		return p.evenly()
-	}
-	x := float(s.rand) * total
-	var last *Endpoint
-	for i, st := range s.states {
-		if !st.Available(s.clock) {
-			continue
-		}
-		w := p.weight(st)
-		if w <= 0 {
-			continue
-		}
-		last = s.endpoints[i]
-		if x -= w; x < 0 {
-			return last, nil
-		}
-	}
-	if last == nil {
-		return nil, ErrNoEndpoint
-	}
-	return last, nil
-}
-
-// evenly is the pick when every available endpoint scores 0 (all failing,
-// none yet open): no evidence to prefer any, so spread evenly.
-func (p *scoredPicker) evenly() (*Endpoint, error) {
-	if ep := randomAvailable(p.set); ep != nil {
+	if ep := draw(s, s.Available, p.endpointWeight); ep != nil {
 		return ep, nil
 	}
 	return nil, ErrNoEndpoint

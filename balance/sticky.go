@@ -104,16 +104,11 @@ func (*Sticky) Name() string { return "sticky" }
 // Build returns a picker over s. The table outlives it: pins to endpoints
 // that stay are kept.
 func (st *Sticky) Build(s *Set) Picker {
-	p := &stickyPicker{policy: st, set: s, inner: st.opts.Inner.Build(s)}
+	p := &stickyPicker{policy: st, set: s, inner: st.opts.Inner.Build(s), ok: s.availableNamed}
 	p.innerObs, _ = p.inner.(Observer)
 	if st.hrw != nil {
-		nodes := make([]placement.Node, len(s.endpoints))
-		for i, ep := range s.endpoints {
-			nodes[i] = placement.Node{Name: ep.Name, Weight: ep.Weight}
-		}
-		_ = st.hrw.Set(nodes) // unique names and weights >= 1: accepted
+		_ = st.hrw.Set(s.nodes()) // unique names and weights >= 1: accepted
 	}
-	p.ok = p.usable
 	return p
 }
 
@@ -122,12 +117,7 @@ type stickyPicker struct {
 	set      *Set
 	inner    Picker
 	innerObs Observer
-	ok       func(string) bool
-}
-
-func (p *stickyPicker) usable(name string) bool {
-	ep := p.set.Get(name)
-	return ep != nil && p.set.Available(ep)
+	ok       func(string) bool // set.availableNamed
 }
 
 // onlyFull reports that ep is unavailable only because it is full: it is

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -261,10 +260,8 @@ func (f *File) validate() []pathError {
 				}
 			}
 			for j, c := range l.AllowTargets {
-				if _, err := netip.ParsePrefix(c); err != nil {
-					if _, err2 := netip.ParseAddr(c); err2 != nil {
-						add(errAt(fmt.Sprintf("%s.allow_targets[%d]", path, j), "%q is not a CIDR or an address", c))
-					}
+				if _, err := ParsePrefix(c); err != nil {
+					add(errAt(fmt.Sprintf("%s.allow_targets[%d]", path, j), "%v", err))
 				}
 			}
 			for j, port := range l.ConnectPorts {
@@ -288,10 +285,8 @@ func (f *File) validate() []pathError {
 			add(errAt(path+".kind", "%q is not a listener kind (http, tcp, forward)", l.Kind))
 		}
 		for j, c := range l.TrustedProxies {
-			if _, err := netip.ParsePrefix(c); err != nil {
-				if _, err2 := netip.ParseAddr(c); err2 != nil {
-					add(errAt(fmt.Sprintf("%s.trusted_proxies[%d]", path, j), "%q is not a CIDR or an address", c))
-				}
+			if _, err := ParsePrefix(c); err != nil {
+				add(errAt(fmt.Sprintf("%s.trusted_proxies[%d]", path, j), "%v", err))
 			}
 		}
 		if l.MaxHeaderBytes < 0 {

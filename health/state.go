@@ -83,7 +83,7 @@ type State struct {
 	probing     atomic.Bool   // a half-open probe is out; written under mu
 	gen         atomic.Uint64 // breaker generation; written under mu
 	peakValue   atomic.Uint64 // float64 bits, seconds; written under mu
-	peakStamp   atomic.Int64  // unix ns of the last peak update; written under mu
+	peakStamp   atomic.Int64  // unix ns of the last peak update, 0 before any; written under mu
 	upSince     atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
 	// Counters for metrics.
@@ -97,16 +97,13 @@ type State struct {
 	samples     int64   // guarded by mu; outcomes that fed the EWMAs
 	timed       bool    // guarded by mu; latencyEWMA holds a measure
 	consecutive int     // guarded by mu; consecutive failures in this generation
-	peak        float64 // guarded by mu; seconds
-	peakAt      time.Time
 }
 
 // NewState returns the state of a new endpoint: optimistic (success 1,
 // latency 0, score 1), breaker closed. cfg is normalised; it must validate.
 func NewState(name string, cfg Config) *State {
 	s := &State{name: name, successEWMA: 1}
-	s.SetConfig(cfg)
-	s.publish()
+	s.SetConfig(cfg) // publishes the first score
 	return s
 }
 
@@ -369,14 +366,14 @@ func (s *State) close(now time.Time) {
 // weight that grows with the time since the last sample. Called with mu
 // held.
 func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
-	if s.peakAt.IsZero() || sec > s.peak {
-		s.peak = sec
+	peak, stamp := math.Float64frombits(s.peakValue.Load()), s.peakStamp.Load()
+	if stamp == 0 || sec > peak {
+		peak = sec
 	} else {
-		w := math.Exp(-float64(now.Sub(s.peakAt)) / float64(tau))
-		s.peak = s.peak*w + sec*(1-w)
+		w := math.Exp(-float64(now.UnixNano()-stamp) / float64(tau))
+		peak = peak*w + sec*(1-w)
 	}
-	s.peakAt = now
-	s.peakValue.Store(math.Float64bits(s.peak))
+	s.peakValue.Store(math.Float64bits(peak))
 	s.peakStamp.Store(now.UnixNano())
 }
 

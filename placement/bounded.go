@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -237,7 +238,7 @@ func (b *Bounded) AppendOwners(dst []string, key string, n int) ([]string, error
 			o := s.ring.owners[i]
 			name := s.ring.nodes[o].Name
 			under := s.loads[o].Load() < b.bound(s, o, total)
-			if under == underOnly && !containsName(dst[start:], name) {
+			if under == underOnly && !slices.Contains(dst[start:], name) {
 				dst = append(dst, name)
 			}
 			if i++; i == len(s.ring.hashes) {
@@ -271,12 +272,12 @@ func (b *Bounded) Explain(key string, n int) (Explanation, error) {
 		name := s.ring.nodes[o].Name
 		st := Step{Label: s.ring.pointName(i), Hash: s.ring.hashes[i], Node: name}
 		load, limit := max(s.loads[o].Load(), 0), b.bound(s, o, total)
-		first := !containsName(visited, name)
+		first := !slices.Contains(visited, name)
 		if first {
 			visited = append(visited, name)
 		}
 		switch {
-		case containsName(e.Owners, name):
+		case slices.Contains(e.Owners, name):
 			st.Note = "already chosen, walk on"
 		case load >= limit:
 			st.Note = fmt.Sprintf("full (%d >= bound %d), walk on", load, limit)

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -114,12 +115,12 @@ func (j *Jump) AppendOwners(dst []string, key string, n int) ([]string, error) {
 		if i > 0 {
 			h = mix64(kh + i)
 		}
-		if name := nodes[JumpHash(h, int32(len(nodes)))].Name; !containsName(dst[start:], name) {
+		if name := nodes[JumpHash(h, int32(len(nodes)))].Name; !slices.Contains(dst[start:], name) {
 			dst = append(dst, name)
 		}
 	}
 	for i := 0; len(dst)-start < n; i++ {
-		if !containsName(dst[start:], nodes[i].Name) {
+		if !slices.Contains(dst[start:], nodes[i].Name) {
 			dst = append(dst, nodes[i].Name)
 		}
 	}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -148,7 +149,7 @@ func (m *Maglev) AppendOwners(dst []string, key string, n int) ([]string, error)
 	n = min(n, len(s.nodes))
 	start := len(dst)
 	for c := XXHash.Sum(key) % uint64(len(s.table)); len(dst)-start < n; c = (c + 1) % uint64(len(s.table)) {
-		if name := s.nodes[s.table[c]].Name; !containsName(dst[start:], name) {
+		if name := s.nodes[s.table[c]].Name; !slices.Contains(dst[start:], name) {
 			dst = append(dst, name)
 		}
 	}
@@ -175,7 +176,7 @@ func (m *Maglev) Explain(key string, n int) (Explanation, error) {
 	for ; len(e.Owners) < n; c = (c + 1) % uint64(len(s.table)) {
 		name := s.nodes[s.table[c]].Name
 		st := Step{Label: "slot " + strconv.FormatUint(c, 10), Hash: c, Node: name}
-		if containsName(e.Owners, name) {
+		if slices.Contains(e.Owners, name) {
 			st.Note = "already chosen, walk on"
 		} else {
 			e.Owners = append(e.Owners, name)

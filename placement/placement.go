@@ -128,17 +128,6 @@ func removeNode(nodes []Node, name string) ([]Node, error) {
 
 func copyNodes(nodes []Node) []Node { return append([]Node(nil), nodes...) }
 
-// containsName reports whether names holds name. Replica sets are small, so a
-// linear scan beats a map and allocates nothing.
-func containsName(names []string, name string) bool {
-	for _, s := range names {
-		if s == name {
-			return true
-		}
-	}
-	return false
-}
-
 // unitFloat maps a 64-bit hash to a float in the open interval (0, 1).
 func unitFloat(h uint64) float64 {
 	return (float64(h>>11) + 0.5) / (1 << 53)

@@ -276,7 +276,7 @@ func (r *Ring) AppendOwners(dst []string, key string, n int) ([]string, error) {
 	i := s.search(r.opts.Hash.Sum(key))
 	for len(dst)-start < n {
 		name := s.nodes[s.owners[i]].Name
-		if !containsName(dst[start:], name) {
+		if !slices.Contains(dst[start:], name) {
 			dst = append(dst, name)
 		}
 		if i++; i == len(s.hashes) {
@@ -317,7 +317,7 @@ func (r *Ring) Explain(key string, n int) (Explanation, error) {
 	for len(e.Owners) < n {
 		name := s.nodes[s.owners[i]].Name
 		st := Step{Label: s.pointName(i), Hash: s.hashes[i], Node: name}
-		if containsName(e.Owners, name) {
+		if slices.Contains(e.Owners, name) {
 			st.Note = "already chosen, walk on"
 		} else {
 			e.Owners = append(e.Owners, name)

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"testing"
@@ -51,7 +52,7 @@ func TestRingHandLaidOut(t *testing.T) {
 			i := s.search(tt.hash)
 			var got []string
 			for len(got) < min(tt.r, 3) {
-				if name := s.nodes[s.owners[i]].Name; !containsName(got, name) {
+				if name := s.nodes[s.owners[i]].Name; !slices.Contains(got, name) {
 					got = append(got, name)
 				}
 				i = (i + 1) % len(s.hashes)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -79,23 +80,14 @@ func (p *Pool) Pick(r balance.Request, exclude []string) (balance.Pick, error) {
 	if p.PanicThreshold > 0 && p.Primary.HealthyShare() < p.PanicThreshold {
 		return p.Primary.PickAny()
 	}
+	accept := func(ep *balance.Endpoint) bool { return !slices.Contains(exclude, ep.Name) && p.warm(ep) }
 	for _, pool := range []*balance.Pool{p.Primary, p.Backup} {
 		if pool == nil {
 			continue
 		}
-		for range 3 {
-			pk, err := pool.PickAvailable(r)
-			if err != nil {
-				if err == balance.ErrRejected {
-					return pk, err
-				}
-				break
-			}
-			if !contains(exclude, pk.Endpoint.Name) && p.warm(pk) {
-				return pk, nil
-			}
-			pk.Done(health.Outcome{Err: health.Local}) // not this one: give it back, uncounted
-			r.Key = ""                                 // the key pointed at an excluded endpoint: let the policy spread
+		pk, err := pool.PickAvailableIf(r, accept)
+		if err != balance.ErrNoEndpoint {
+			return pk, err
 		}
 	}
 	return p.Primary.Pick(r)
@@ -104,11 +96,11 @@ func (p *Pool) Pick(r balance.Request, exclude []string) (balance.Pick, error) {
 // warm applies slow start: an endpoint that came back less than SlowStart
 // ago takes a pick with probability elapsed/SlowStart (at least 10%), so its
 // share ramps up instead of jumping to full at once.
-func (p *Pool) warm(pk balance.Pick) bool {
+func (p *Pool) warm(ep *balance.Endpoint) bool {
 	if p.SlowStart <= 0 {
 		return true
 	}
-	since := pk.Endpoint.State.UpSince()
+	since := ep.State.UpSince()
 	if since.IsZero() {
 		return true
 	}
@@ -117,15 +109,6 @@ func (p *Pool) warm(pk balance.Pick) bool {
 		return true
 	}
 	return randFloat() < max(f, 0.1)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Classify turns a transport error into an outcome kind: whether the

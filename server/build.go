@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"time"
@@ -58,8 +57,6 @@ type checkSpec struct {
 func (s *Server) build(cfg *config.File) (*built, error) {
 	type plan struct {
 		pc        config.Pool
-		st        *poolState
-		fresh     bool
 		policyKey string
 		classes   *health.Classifier
 		retry     *health.Classifier
@@ -214,17 +211,11 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 		if l.Pool != "" {
 			t.Default = b.pools[l.Pool]
 		}
-		for _, c := range l.TrustedProxies {
-			pfx, err := netip.ParsePrefix(c)
-			if err != nil {
-				addr, err := netip.ParseAddr(c)
-				if err != nil {
-					return nil, fmt.Errorf("listeners.%s.trusted_proxies: %q is not a CIDR", l.Name, c)
-				}
-				pfx = netip.PrefixFrom(addr, addr.BitLen())
-			}
-			t.Trusted = append(t.Trusted, pfx)
+		trusted, err := config.ParsePrefixes(l.TrustedProxies)
+		if err != nil {
+			return nil, fmt.Errorf("listeners.%s.trusted_proxies%w", l.Name, err)
 		}
+		t.Trusted = trusted
 		b.tables[l.Name] = t
 	}
 	return b, nil
@@ -294,18 +285,11 @@ func (s *Server) forwardSettings(l config.Listener, cfg *config.File, pool *prox
 			pc = p
 		}
 	}
-	guard := &forward.Guard{}
-	for _, c := range l.AllowTargets {
-		pfx, err := netip.ParsePrefix(c)
-		if err != nil {
-			addr, err := netip.ParseAddr(c)
-			if err != nil {
-				return nil, fmt.Errorf("listeners.%s.allow_targets: %q is not a CIDR", l.Name, c)
-			}
-			pfx = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		guard.Allow = append(guard.Allow, pfx)
+	allow, err := config.ParsePrefixes(l.AllowTargets)
+	if err != nil {
+		return nil, fmt.Errorf("listeners.%s.allow_targets%w", l.Name, err)
 	}
+	guard := &forward.Guard{Allow: allow}
 	var routes []*forward.Route
 	for _, e := range pc.Endpoints {
 		u, err := forward.ParseRouteURL(e.URL)

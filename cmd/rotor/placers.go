@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -41,7 +42,7 @@ func (f *placerFlags) validate(allowAll bool) ([]string, placement.Hash, error) 
 	algos := []string{f.algo}
 	if f.algo == "all" && allowAll {
 		algos = algorithms
-	} else if !contains(algorithms, f.algo) {
+	} else if !slices.Contains(algorithms, f.algo) {
 		return nil, 0, fmt.Errorf("--algo: %q is not an algorithm (%s)", f.algo, strings.Join(algorithms, ", "))
 	}
 	if f.vnodes < 1 {
@@ -68,7 +69,7 @@ func (f *placerFlags) newPlacer(algo string, h placement.Hash, nodes []placement
 	}
 	p, err := config.NewPlacer(algo, nodes, config.PlacerParams{VNodes: f.vnodes, Hash: h, Epsilon: f.epsilon, TableSize: f.tableSize})
 	if err != nil {
-		if !contains(algorithms, algo) {
+		if !slices.Contains(algorithms, algo) {
 			return nil, fmt.Errorf("--algo: %w", err)
 		}
 		return nil, fmt.Errorf("%s: %w", flag, err)
@@ -106,13 +107,4 @@ func parseNodes(flag, spec string) ([]placement.Node, error) {
 		nodes = append(nodes, n)
 	}
 	return nodes, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"os"
 	"sort"
 	"strconv"
@@ -35,12 +34,8 @@ func routesFromConfig(path, poolName string) ([]bench.RouteDef, *forward.Guard, 
 		if l.Kind != "forward" || poolName != "" && l.Pool != poolName {
 			continue
 		}
-		for _, c := range l.AllowTargets {
-			if p, err := netip.ParsePrefix(c); err == nil {
-				guard.Allow = append(guard.Allow, p)
-			} else if a, err := netip.ParseAddr(c); err == nil {
-				guard.Allow = append(guard.Allow, netip.PrefixFrom(a, a.BitLen()))
-			}
+		if guard.Allow, err = config.ParsePrefixes(l.AllowTargets); err != nil {
+			return nil, nil, config.Pool{}, fmt.Errorf("listeners.%s.allow_targets%w", l.Name, err)
 		}
 		if poolName == "" {
 			poolName = l.Pool
@@ -90,9 +85,9 @@ latency; the body goes to standard output with --body.`,
 				}
 			}
 			for _, c := range allow {
-				p, err := netip.ParsePrefix(c)
+				p, err := config.ParsePrefix(c)
 				if err != nil {
-					return fmt.Errorf("--allow: %q is not a CIDR", c)
+					return fmt.Errorf("--allow: %w", err)
 				}
 				guard.Allow = append(guard.Allow, p)
 			}

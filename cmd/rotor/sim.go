@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,7 +326,7 @@ func newSimKeysCmd(f *simFlags) *cobra.Command {
 			}
 			o.Algos = strings.Split(algos, ",")
 			for _, a := range o.Algos {
-				if !contains(config.PlacerNames, a) {
+				if !slices.Contains(config.PlacerNames, a) {
 					return fmt.Errorf("--algos: %q is not an algorithm (%s)", a, strings.Join(config.PlacerNames, ", "))
 				}
 			}

@@ -139,7 +139,7 @@ func newFlaky(t *testing.T) *flaky {
 		out.RequestURI = ""
 		resp, err := http.DefaultTransport.RoundTrip(out)
 		if err != nil {
-			http.Error(w, err.Error(), 502)
+			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()

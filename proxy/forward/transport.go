@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/rotor-lb/rotor/balance"
@@ -184,16 +185,11 @@ func (t *Transport) RoundTripRoute(req *http.Request) (*http.Response, string, e
 }
 
 func (t *Transport) pick(key string, tried []string) (balance.Pick, error) {
-	for range 3 {
-		pk, err := t.pool.PickAvailable(balance.Request{Key: key})
-		if err != nil {
-			break
-		}
-		if !contains(tried, pk.Endpoint.Name) {
-			return pk, nil
-		}
-		pk.Done(health.Outcome{Err: health.Local})
-		key = ""
+	pk, err := t.pool.PickAvailableIf(balance.Request{Key: key}, func(ep *balance.Endpoint) bool {
+		return !slices.Contains(tried, ep.Name)
+	})
+	if err != balance.ErrNoEndpoint {
+		return pk, err
 	}
 	return t.pool.Pick(balance.Request{Key: key})
 }
@@ -216,15 +212,6 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // CloseIdleConnections closes every route's idle connections.
