@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/rotor-lb/rotor/admin"
@@ -58,20 +59,35 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 	type plan struct {
 		pc        config.Pool
 		policyKey string
-		classes   *health.Classifier
-		retry     *health.Classifier
-		primary   []balance.EndpointConfig
-		backup    []balance.EndpointConfig
-		targets   map[string]*url.URL
-		addrs     map[string]string
-		views     map[string]string
-		backups   map[string]bool
+		// primaryPolicy and backupPolicy are built when the policy's
+		// settings changed (or the pool is new); nil keeps the running ones.
+		primaryPolicy, backupPolicy balance.Policy
+		expect                      *health.Classifier
+		classes                     *health.Classifier
+		retry                       *health.Classifier
+		primary                     []balance.EndpointConfig
+		backup                      []balance.EndpointConfig
+		targets                     map[string]*url.URL
+		addrs                       map[string]string
+		views                       map[string]string
+		backups                     map[string]bool
 	}
 	var plans []*plan
 	for _, pc := range cfg.Pools {
 		p := &plan{pc: pc, targets: map[string]*url.URL{}, addrs: map[string]string{}, views: map[string]string{}, backups: map[string]bool{}}
-		p.policyKey = fmt.Sprintf("%s %+v %v", pc.Policy, pc.PolicyParams(), derefGamma(pc.Gamma))
+		p.policyKey = policyKey(pc)
 		var err error
+		if st := s.state[pc.Name]; st == nil || st.policyKey != p.policyKey {
+			if p.primaryPolicy, err = config.NewPolicy(pc.Policy, pc.PolicyParams()); err != nil {
+				return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
+			}
+			p.backupPolicy, _ = config.NewPolicy(pc.Policy, pc.PolicyParams())
+		}
+		if c := pc.Health.Check; c != nil {
+			if p.expect, err = health.NewClassifier(c.Expect); err != nil {
+				return nil, fmt.Errorf("pools.%s.health.check.expect: %w", pc.Name, err)
+			}
+		}
 		if p.classes, err = health.NewClassifier(pc.FailStatuses); err != nil {
 			return nil, fmt.Errorf("pools.%s.fail_statuses: %w", pc.Name, err)
 		}
@@ -111,13 +127,8 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 			st.backup = balance.NewPool(pc.Name+"/backup", opts(1))
 			s.state[pc.Name] = st
 		}
-		if st.policyKey != p.policyKey || st.primaryPolicy == nil {
-			pp, err := config.NewPolicy(pc.Policy, pc.PolicyParams())
-			if err != nil {
-				return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
-			}
-			bp, _ := config.NewPolicy(pc.Policy, pc.PolicyParams())
-			st.primaryPolicy, st.backupPolicy, st.policyKey = pp, bp, p.policyKey
+		if p.primaryPolicy != nil {
+			st.primaryPolicy, st.backupPolicy, st.policyKey = p.primaryPolicy, p.backupPolicy, p.policyKey
 		}
 		if st.budget == nil || st.budgetRatio != pc.Retries.Budget {
 			st.budget, st.budgetRatio = proxy.NewBudget(pc.Retries.Budget), pc.Retries.Budget
@@ -168,11 +179,7 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 		view.Sticky, _ = st.primaryPolicy.(*balance.Sticky)
 		b.views = append(b.views, view)
 		if c := pc.Health.Check; c != nil {
-			expect, err := health.NewClassifier(c.Expect)
-			if err != nil {
-				return nil, fmt.Errorf("pools.%s.health.check.expect: %w", pc.Name, err)
-			}
-			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall}}
+			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: p.expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall}}
 			for _, bp := range []*balance.Pool{st.primary, st.backup} {
 				for _, ep := range bp.Set().Endpoints() {
 					cs.targets = append(cs.targets, check.Target{Name: ep.Name, State: ep.State, URL: p.targets[ep.Name], Addr: p.addrs[ep.Name]})
@@ -221,11 +228,17 @@ func (s *Server) build(cfg *config.File) (*built, error) {
 	return b, nil
 }
 
-func derefGamma(g *float64) any {
-	if g == nil {
-		return nil
+// policyKey says what a pool's policy was built from: while it stays the
+// same across reloads the policy value (its counters, tables, loads) is
+// kept. The gamma pointer is keyed by its value, not its address.
+func policyKey(pc config.Pool) string {
+	params := pc.PolicyParams()
+	gamma := "default"
+	if params.Gamma != nil {
+		gamma = strconv.FormatFloat(*params.Gamma, 'g', -1, 64)
+		params.Gamma = nil
 	}
-	return *g
+	return fmt.Sprintf("%s %+v gamma=%s", pc.Policy, params, gamma)
 }
 
 // keyFunc returns where a pool finds a request's key.

@@ -320,3 +320,29 @@ func TestWaitFirstCheck(t *testing.T) {
 		return body == "b"
 	})
 }
+
+// A reload that leaves a pool's policy settings as they were keeps the
+// policy itself, and with it its state (here a sticky table), gamma set or
+// not.
+func TestReloadKeepsPolicy(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	cfg := webConfig("sticky", a, b) + "    gamma: 2\n    key: {header: X-User}\n"
+	r := startRotor(t, cfg, nil)
+	before := r.Pools()[0].Sticky
+	if before == nil {
+		t.Fatal("no sticky policy")
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := r.Pools()[0].Sticky; after != before {
+		t.Fatal("an unchanged reload replaced the policy, and lost its table")
+	}
+	r.rewrite(t, strings.Replace(cfg, "gamma: 2", "gamma: 3", 1))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if after := r.Pools()[0].Sticky; after == before {
+		t.Fatal("changed settings kept the old policy")
+	}
+}
