@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -108,7 +109,7 @@ func (p *Pool) warm(ep *balance.Endpoint) bool {
 	if f >= 1 {
 		return true
 	}
-	return randFloat() < max(f, 0.1)
+	return rand.Float64() < max(f, 0.1)
 }
 
 // Classify turns a transport error into an outcome kind: whether the

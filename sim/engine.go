@@ -70,23 +70,22 @@ type TraceEntry struct {
 
 // Result is one policy's run.
 type Result struct {
-	Policy    string            `json:"policy"`
-	Requests  int               `json:"requests"`
-	Failures  int               `json:"failures"`
-	Unplaced  int               `json:"unplaced"` // no endpoint could be picked
-	Mean      time.Duration     `json:"mean_ns"`
-	P50       time.Duration     `json:"p50_ns"`
-	P99       time.Duration     `json:"p99_ns"`
-	P999      time.Duration     `json:"p999_ns"`
-	MaxQueue  int               `json:"max_queue"`
-	Share     []float64         `json:"share"`      // of requests, per server
-	MaxQueues []int             `json:"max_queues"` // per server
-	Duration  time.Duration     `json:"virtual_duration_ns"`
-	Fallbacks int64             `json:"fallbacks"`
-	Latency   *Histogram        `json:"-"` // every request
-	OK        *Histogram        `json:"-"` // successful requests only
-	Wall      time.Duration     `json:"-"`
-	States    []health.Snapshot `json:"-"`
+	Policy    string        `json:"policy"`
+	Requests  int           `json:"requests"`
+	Failures  int           `json:"failures"`
+	Unplaced  int           `json:"unplaced"` // no endpoint could be picked
+	Mean      time.Duration `json:"mean_ns"`
+	P50       time.Duration `json:"p50_ns"`
+	P99       time.Duration `json:"p99_ns"`
+	P999      time.Duration `json:"p999_ns"`
+	MaxQueue  int           `json:"max_queue"`
+	Share     []float64     `json:"share"`      // of requests, per server
+	MaxQueues []int         `json:"max_queues"` // per server
+	Duration  time.Duration `json:"virtual_duration_ns"`
+	Fallbacks int64         `json:"fallbacks"`
+	Latency   *Histogram    `json:"-"` // every request
+	OK        *Histogram    `json:"-"` // successful requests only
+	Wall      time.Duration `json:"-"`
 }
 
 // Hooks let a scenario watch a run. Any may be nil.
@@ -221,9 +220,6 @@ func Run(ctx context.Context, w Workload, servers []Server, pool *balance.Pool, 
 	r.Mean, r.P50, r.P99, r.P999 = r.Latency.Mean(), r.Latency.Quantile(0.5), r.Latency.Quantile(0.99), r.Latency.Quantile(0.999)
 	r.Duration = clock.Elapsed()
 	r.Fallbacks = pool.Stats().Fallbacks
-	for _, ep := range pool.Set().Endpoints() {
-		r.States = append(r.States, ep.State.Snapshot(clock.Now()))
-	}
 	r.Wall = time.Since(start)
 	return r, nil
 }

@@ -124,7 +124,9 @@ func (t *Transport) RoundTripRoute(req *http.Request) (*http.Response, string, e
 		closeBody(req)
 		return nil, "", err
 	}
-	t.budget.Deposit()
+	if t.opts.Attempts > 1 {
+		t.budget.Deposit() // the budget only matters when retries are allowed
+	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	key := ""
 	if t.opts.Key != nil {

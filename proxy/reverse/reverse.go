@@ -176,16 +176,12 @@ func (h *Handler) done(r *http.Request, rec *recorder, pool, endpoint string, st
 // dropped and set afresh, so a client cannot spoof its address. The
 // original Host is passed on, as Caddy does.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	t := h.table.Load()
-	if trusted(t.Trusted, pr.In.RemoteAddr) {
-		for _, k := range []string{"X-Forwarded-For"} {
-			if v := pr.In.Header.Values(k); len(v) > 0 {
-				pr.Out.Header[k] = append([]string(nil), v...)
-			}
-		}
+	trust := trusted(h.table.Load().Trusted, pr.In.RemoteAddr)
+	if v := pr.In.Header.Values("X-Forwarded-For"); trust && len(v) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 	}
 	pr.SetXForwarded()
-	if trusted(t.Trusted, pr.In.RemoteAddr) {
+	if trust {
 		for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
 			if v := pr.In.Header.Get(k); v != "" {
 				pr.Out.Header.Set(k, v)

@@ -64,7 +64,9 @@ func (b *cancelBody) Close() error {
 func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	info := out.Context().Value(ctxKey{}).(*reqInfo)
 	pool := info.pool
-	pool.Budget.Deposit()
+	if pool.Attempts > 1 {
+		pool.Budget.Deposit() // the budget only matters to pools that retry
+	}
 	var g *guard
 	if out.Body != nil && out.Body != http.NoBody {
 		g = &guard{body: out.Body}
