@@ -35,11 +35,42 @@ type BoundedOptions struct {
 // from any number of goroutines; a node's counter changes only by
 // compare-and-swap, so no Acquire overshoots the bound it saw.
 type Bounded struct {
-	eps   float64    // immutable after NewBounded
-	ring  *Ring      // membership; its snapshot is mirrored in snap
-	mu    sync.Mutex // serialises membership changes
-	snap  atomic.Pointer[boundedSnap]
-	total atomic.Int64 // units held on live nodes
+	eps     float64    // immutable after NewBounded
+	ring    *Ring      // membership; its snapshot is mirrored in snap
+	mu      sync.Mutex // serialises membership changes
+	snap    atomic.Pointer[boundedSnap]
+	loads   *loadTable // shared with the placers WithNodes derives
+	derived bool       // made by WithNodes: nodes leaving are not retired
+}
+
+// loadTable holds the load counters by node name, and their total.
+type loadTable struct {
+	mu     sync.Mutex
+	byName map[string]*atomic.Int64 // guarded by mu
+	total  atomic.Int64             // units held on live nodes
+}
+
+// counter returns name's counter, creating it at zero.
+func (t *loadTable) counter(name string) *atomic.Int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.byName[name]
+	if c == nil {
+		c = new(atomic.Int64)
+		t.byName[name] = c
+	}
+	return c
+}
+
+// retire takes a node that left off the table: its units leave the total,
+// and a late Release of them is a no-op.
+func (t *loadTable) retire(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.byName[name]; c != nil {
+		t.total.Add(-max(c.Swap(dead), 0))
+		delete(t.byName, name)
+	}
 }
 
 var (
@@ -53,7 +84,7 @@ const dead = math.MinInt64 / 2
 
 type boundedSnap struct {
 	ring        *ringSnap
-	loads       []*atomic.Int64 // aligned with ring.nodes; shared across snapshots by name
+	loads       []*atomic.Int64 // aligned with ring.nodes; from the load table, by name
 	byName      map[string]*atomic.Int64
 	totalWeight float64
 }
@@ -70,9 +101,26 @@ func NewBounded(nodes []Node, opts BoundedOptions) (*Bounded, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bounded{eps: opts.Epsilon, ring: ring}
+	b := &Bounded{eps: opts.Epsilon, ring: ring, loads: &loadTable{byName: map[string]*atomic.Int64{}}}
 	b.publish()
 	return b, nil
+}
+
+// WithNodes returns a placer over nodes, with b's options, that shares b's
+// loads: a node in both counts the same units, and units released through
+// either reach the same counters. b itself does not change, so a placer
+// built for a membership change that is then abandoned leaves b as it was
+// (a balancer builds its next snapshot beside the running one this way).
+// Nodes that leave a derived placer keep their counters until their units
+// are released.
+func (b *Bounded) WithNodes(nodes []Node) (*Bounded, error) {
+	ring, err := NewRing(nodes, b.ring.opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Bounded{eps: b.eps, ring: ring, loads: b.loads, derived: true}
+	d.publish()
+	return d, nil
 }
 
 // publish mirrors the ring's snapshot, carrying each remaining node's load
@@ -82,20 +130,14 @@ func (b *Bounded) publish() {
 	s := &boundedSnap{ring: rs, loads: make([]*atomic.Int64, len(rs.nodes)), byName: make(map[string]*atomic.Int64, len(rs.nodes))}
 	old := b.snap.Load()
 	for i, n := range rs.nodes {
-		c := (*atomic.Int64)(nil)
-		if old != nil {
-			c = old.byName[n.Name]
-		}
-		if c == nil {
-			c = new(atomic.Int64)
-		}
+		c := b.loads.counter(n.Name)
 		s.loads[i], s.byName[n.Name] = c, c
 		s.totalWeight += float64(n.Weight)
 	}
-	if old != nil {
-		for name, c := range old.byName {
+	if old != nil && !b.derived {
+		for name := range old.byName {
 			if _, ok := s.byName[name]; !ok {
-				b.total.Add(-max(c.Swap(dead), 0))
+				b.loads.retire(name)
 			}
 		}
 	}
@@ -145,7 +187,7 @@ func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, er
 	if len(s.ring.hashes) == 0 {
 		return "", ErrNoNodes
 	}
-	total := b.total.Add(1)
+	total := b.loads.total.Add(1)
 	start := s.ring.search(b.ring.opts.Hash.Sum(key))
 	fallback := int32(-1)
 	for step, i := 0, start; step < len(s.ring.hashes); step++ {
@@ -166,7 +208,7 @@ func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, er
 		}
 	}
 	if fallback < 0 {
-		b.total.Add(-1)
+		b.loads.total.Add(-1)
 		return "", ErrNoNodes
 	}
 	// Every acceptable node was at its bound: only possible while other
@@ -184,7 +226,7 @@ func (b *Bounded) Release(name string) bool {
 	}
 	for cur := c.Load(); cur > 0; cur = c.Load() {
 		if c.CompareAndSwap(cur, cur-1) {
-			b.total.Add(-1)
+			b.loads.total.Add(-1)
 			return true
 		}
 	}
@@ -200,7 +242,7 @@ func (b *Bounded) Load(name string) int64 {
 }
 
 // Total returns the units held across all nodes.
-func (b *Bounded) Total() int64 { return b.total.Load() }
+func (b *Bounded) Total() int64 { return b.loads.total.Load() }
 
 // Owner returns where Acquire would place key now, without counting it.
 func (b *Bounded) Owner(key string) (string, error) {
@@ -208,7 +250,7 @@ func (b *Bounded) Owner(key string) (string, error) {
 	if len(s.ring.hashes) == 0 {
 		return "", ErrNoNodes
 	}
-	total := b.total.Load() + 1
+	total := b.loads.total.Load() + 1
 	start := s.ring.search(b.ring.opts.Hash.Sum(key))
 	for step, i := 0, start; step < len(s.ring.hashes); step++ {
 		if o := s.ring.owners[i]; s.loads[o].Load() < b.bound(s, o, total) {
@@ -231,7 +273,7 @@ func (b *Bounded) AppendOwners(dst []string, key string, n int) ([]string, error
 	}
 	n = min(n, len(s.ring.nodes))
 	start := len(dst)
-	total := b.total.Load() + 1
+	total := b.loads.total.Load() + 1
 	origin := s.ring.search(b.ring.opts.Hash.Sum(key))
 	for _, underOnly := range []bool{true, false} {
 		for step, i := 0, origin; step < len(s.ring.hashes) && len(dst)-start < n; step++ {
@@ -263,7 +305,7 @@ func (b *Bounded) Explain(key string, n int) (Explanation, error) {
 		return e, ErrNoNodes
 	}
 	e.KeyHash = b.ring.opts.Hash.Sum(key)
-	total := b.total.Load() + 1
+	total := b.loads.total.Load() + 1
 	i := s.ring.search(e.KeyHash)
 	e.Steps = append(e.Steps, Step{Note: fmt.Sprintf("load factor %.2f, %d units placed with this key", 1+b.eps, total)})
 	var visited []string // distinct nodes met so far

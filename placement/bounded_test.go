@@ -162,3 +162,39 @@ func TestBoundedExplainShowsFullNodes(t *testing.T) {
 		t.Fatalf("no full node in the walk of a hot key:\n%+v", e.Steps)
 	}
 }
+
+// A placer derived with WithNodes shares the loads of the one it came
+// from, and building it changes nothing in the original: a balancer can
+// build its next membership aside and abandon it.
+func TestBoundedWithNodesSharesLoadsAndLeavesTheOriginal(t *testing.T) {
+	b, err := placement.NewBounded(nodes("a", "b", "c"), placement.BoundedOptions{})
+	must(t, err)
+	for range 30 {
+		if _, err := b.Acquire("k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := map[string]int64{"a": b.Load("a"), "b": b.Load("b"), "c": b.Load("c")}
+	d, err := b.WithNodes(nodes("a", "b", "d")) // c leaves, d joins
+	must(t, err)
+	if got := b.Nodes(); len(got) != 3 || got[2].Name != "c" {
+		t.Fatalf("the original's nodes changed: %v", got)
+	}
+	for name, l := range before {
+		if b.Load(name) != l {
+			t.Fatalf("the original's load of %s changed from %d to %d", name, l, b.Load(name))
+		}
+	}
+	if d.Load("a") != before["a"] || d.Load("b") != before["b"] || d.Load("d") != 0 {
+		t.Fatalf("derived loads a=%d b=%d d=%d, want %d %d 0", d.Load("a"), d.Load("b"), d.Load("d"), before["a"], before["b"])
+	}
+	// A unit acquired through one is released through the other.
+	name, err := d.Acquire("k2")
+	must(t, err)
+	if !b.Release(name) {
+		t.Fatalf("a unit acquired on %s through the derived placer was not released through the original", name)
+	}
+	if b.Total() != 30 || d.Total() != 30 {
+		t.Fatalf("totals %d and %d, want both 30", b.Total(), d.Total())
+	}
+}
