@@ -55,29 +55,21 @@ func Handler(c Control, m *Metrics) http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "action must be drain or undrain"})
 			return
 		}
-		st := find(c, r.PathValue("pool"), r.PathValue("name"))
-		if st == nil {
+		ep := find(c, r.PathValue("pool"), r.PathValue("name"))
+		if ep == nil {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": ErrUnknown.Error()})
 			return
 		}
-		st.SetDraining(action == "drain")
-		writeJSON(w, http.StatusOK, st.Snapshot(time.Now()))
+		ep.State.SetDraining(action == "drain")
+		writeJSON(w, http.StatusOK, ep.Snapshot(time.Now()))
 	})
 	return mux
 }
 
-func find(c Control, pool, name string) *health.State {
+func find(c Control, pool, name string) *balance.Endpoint {
 	for _, pv := range c.Pools() {
-		if pv.Name != pool {
-			continue
-		}
-		for _, bp := range []*balance.Pool{pv.Primary, pv.Backup} {
-			if bp == nil {
-				continue
-			}
-			if ep := bp.Set().Get(name); ep != nil {
-				return ep.State
-			}
+		if pv.Name == pool {
+			return pv.Snapshot.Get(name)
 		}
 	}
 	return nil
@@ -109,17 +101,11 @@ func status(c Control) StatusDoc {
 	doc := StatusDoc{Reload: c.ReloadStatus()}
 	now := time.Now()
 	for _, pv := range c.Pools() {
-		ps := PoolStatus{Name: pv.Name, Policy: pv.Primary.Policy(), Stats: pv.Primary.Stats()}
-		for _, bp := range []*balance.Pool{pv.Primary, pv.Backup} {
-			if bp == nil {
-				continue
-			}
-			for _, ep := range bp.Set().Endpoints() {
-				ps.Endpoints = append(ps.Endpoints, EndpointStatus{
-					Address: pv.Addresses[ep.Name], Weight: ep.Weight, Backup: pv.Backups[ep.Name],
-					Snapshot: ep.State.Snapshot(now),
-				})
-			}
+		ps := PoolStatus{Name: pv.Name, Policy: pv.Snapshot.Policy(), Stats: pv.Snapshot.Pool().Stats()}
+		for _, ep := range pv.Snapshot.Endpoints() {
+			ps.Endpoints = append(ps.Endpoints, EndpointStatus{
+				Address: ep.Addr, Weight: ep.Weight, Backup: ep.Backup, Snapshot: ep.Snapshot(now),
+			})
 		}
 		doc.Pools = append(doc.Pools, ps)
 	}

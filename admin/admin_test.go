@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotor-lb/rotor/admin"
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // control is a small server: one pool, reloads that fail on demand.
@@ -21,7 +23,7 @@ type control struct {
 }
 
 func (c *control) Pools() []admin.PoolView {
-	return []admin.PoolView{{Name: "app", Primary: c.pool, Addresses: map[string]string{"a": "http://u:xxxxx@a"}}}
+	return []admin.PoolView{{Name: "app", Snapshot: c.pool.Snapshot()}}
 }
 
 func (c *control) Reload() error {
@@ -56,7 +58,7 @@ func TestAdminAPI(t *testing.T) {
 	if rec := do(h, "GET", "/healthz"); rec.Code != 200 || rec.Body.String() != "ok\n" {
 		t.Fatalf("healthz: %d %q", rec.Code, rec.Body)
 	}
-	if rec := do(h, "POST", "/admin/endpoints/app/b/drain"); rec.Code != 200 || !c.pool.Set().Get("b").State.Draining() {
+	if rec := do(h, "POST", "/admin/endpoints/app/b/drain"); rec.Code != 200 || !c.pool.Snapshot().Get("b").State.Draining() {
 		t.Fatalf("drain: %d", rec.Code)
 	}
 	for path, want := range map[string]int{
@@ -91,7 +93,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 }
 
-func TestStickyAndTCPMetrics(t *testing.T) {
+func TestStickyAndRecordMetrics(t *testing.T) {
 	st, _ := balance.NewSticky(balance.StickyOptions{})
 	p := balance.NewPool("s", balance.Options{})
 	_ = p.Configure(balance.Config{Policy: st, Endpoints: []balance.EndpointConfig{{Name: "a"}}})
@@ -99,12 +101,23 @@ func TestStickyAndTCPMetrics(t *testing.T) {
 		pk, _ := p.Pick(balance.Request{Key: "k"})
 		pk.Done(health.Outcome{Status: 200})
 	}
-	views := func() []admin.PoolView { return []admin.PoolView{{Name: "s", Primary: p, Sticky: st}} }
+	views := func() []admin.PoolView { return []admin.PoolView{{Name: "s", Snapshot: p.Snapshot(), Sticky: st}} }
 	m := admin.NewMetrics(views)
-	m.TCPBytes = func() map[string]int64 { return map[string]int64{"db": 4096} }
+	m.Served(&proxy.Record{Listener: "db", Kind: proxy.KindTCP, Pool: "s", Endpoint: "a", BytesIn: 1000, BytesOut: 3096, Duration: time.Second})
+	m.Served(&proxy.Record{Listener: "db", Kind: proxy.KindTCP, Pool: "s", Reason: "no_endpoint"})
+	m.Served(&proxy.Record{Listener: "web", Kind: proxy.KindHTTP, Pool: "s", Endpoint: "a", Status: 101, Attempts: 2})
+	m.Served(&proxy.Record{Listener: "out", Kind: proxy.KindConnect, Pool: "s", Status: 403, Reason: "port_forbidden"})
 	c := &control{pool: p}
 	body := do(admin.Handler(c, m), "GET", "/metrics").Body.String()
-	for _, want := range []string{`rotor_sticky_total{event="pinned",pool="s"} 1`, `rotor_sticky_total{event="hit",pool="s"} 2`, `rotor_tcp_bytes_total{listener="db"} 4096`} {
+	for _, want := range []string{
+		`rotor_sticky_total{event="pinned",pool="s"} 1`, `rotor_sticky_total{event="hit",pool="s"} 2`, `rotor_sticky_entries{pool="s"} 1`,
+		`rotor_bytes_total{direction="in",listener="db"} 1000`, `rotor_bytes_total{direction="out",listener="db"} 3096`,
+		`rotor_tcp_connections_total{endpoint="a",listener="db",pool="s",result="ok"} 1`,
+		`rotor_tcp_connections_total{endpoint="",listener="db",pool="s",result="no_endpoint"} 1`,
+		`rotor_requests_total{code="101",endpoint="a",kind="http",listener="web",pool="s"} 1`,
+		`rotor_retries_total{listener="web",pool="s"} 1`,
+		`rotor_refused_total{listener="out",reason="port_forbidden"} 1`,
+	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -14,13 +14,12 @@ import (
 	"github.com/rotor-lb/rotor/proxy"
 )
 
-// PoolView is what the admin listener sees of one pool.
+// PoolView is what the admin listener sees of one pool: the snapshot in
+// force (its endpoints' Addr are shown as they are, so they must carry no
+// credentials).
 type PoolView struct {
-	Name      string
-	Primary   *balance.Pool
-	Backup    *balance.Pool
-	Addresses map[string]string // endpoint -> address, credentials redacted
-	Backups   map[string]bool
+	Name     string
+	Snapshot *balance.Snapshot
 	// Sticky is the pool's sticky policy, when it has one.
 	Sticky *balance.Sticky
 }
@@ -31,10 +30,12 @@ type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	conns    *prometheus.CounterVec
+	connDur  *prometheus.HistogramVec
 	retries  *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
 	pools    func() []PoolView
-	// TCPBytes, when set, reads the bytes each tcp listener has relayed.
-	TCPBytes func() map[string]int64
 }
 
 var _ proxy.Observer = (*Metrics)(nil)
@@ -44,30 +45,61 @@ func NewMetrics(pools func() []PoolView) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rotor_requests_total", Help: "Requests (or tcp connections) finished, by listener, pool, endpoint and status.",
-		}, []string{"listener", "pool", "endpoint", "code"}),
+			Name: "rotor_requests_total", Help: "HTTP requests finished (forward and CONNECT included), by listener, kind, pool, endpoint and the status sent (101 for an upgrade, 200 for a tunnel, 499 when the client went away).",
+		}, []string{"listener", "kind", "pool", "endpoint", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "rotor_request_duration_seconds", Help: "Time from accepting a request to its end, by listener and pool.",
+			Name: "rotor_request_duration_seconds", Help: "Time from accepting an HTTP request to its end, by listener and pool.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"listener", "pool"}),
+		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_tcp_connections_total", Help: "TCP connections finished, by listener, pool, endpoint and result (ok, or why it failed).",
+		}, []string{"listener", "pool", "endpoint", "result"}),
+		connDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "rotor_tcp_connection_duration_seconds", Help: "Life of a TCP connection, by listener and pool.",
+			Buckets: []float64{.01, .1, 1, 10, 60, 300, 1800, 3600},
+		}, []string{"listener", "pool"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rotor_retries_total", Help: "Attempts tried again on another endpoint, by pool.",
-		}, []string{"pool"}),
+			Name: "rotor_retries_total", Help: "Tries made again on another endpoint, by listener and pool.",
+		}, []string{"listener", "pool"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_refused_total", Help: "Requests and connections rotor refused or failed itself, by listener and reason (no_endpoint, auth, port_forbidden, target_forbidden, client, timeout, ...).",
+		}, []string{"listener", "reason"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_bytes_total", Help: "Bytes relayed, by listener and direction (in: from clients, out: to clients).",
+		}, []string{"listener", "direction"}),
 		pools: pools,
 	}
-	m.Registry.MustRegister(m.requests, m.latency, m.retries, m,
+	m.Registry.MustRegister(m.requests, m.latency, m.conns, m.connDur, m.retries, m.refused, m.bytes, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// Served counts one finished request.
-func (m *Metrics) Served(listener, pool, endpoint string, status int, d time.Duration) {
-	m.requests.WithLabelValues(listener, pool, endpoint, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(listener, pool).Observe(d.Seconds())
+// Served counts one finished request or connection.
+func (m *Metrics) Served(r *proxy.Record) {
+	if r.Kind == proxy.KindTCP {
+		result := r.Reason
+		if result == "" {
+			result = "ok"
+		}
+		m.conns.WithLabelValues(r.Listener, r.Pool, r.Endpoint, result).Inc()
+		m.connDur.WithLabelValues(r.Listener, r.Pool).Observe(r.Duration.Seconds())
+	} else {
+		m.requests.WithLabelValues(r.Listener, r.Kind, r.Pool, r.Endpoint, strconv.Itoa(r.Status)).Inc()
+		m.latency.WithLabelValues(r.Listener, r.Pool).Observe(r.Duration.Seconds())
+	}
+	if r.Attempts > 1 {
+		m.retries.WithLabelValues(r.Listener, r.Pool).Add(float64(r.Attempts - 1))
+	}
+	if r.Reason != "" {
+		m.refused.WithLabelValues(r.Listener, r.Reason).Inc()
+	}
+	if r.BytesIn > 0 {
+		m.bytes.WithLabelValues(r.Listener, "in").Add(float64(r.BytesIn))
+	}
+	if r.BytesOut > 0 {
+		m.bytes.WithLabelValues(r.Listener, "out").Add(float64(r.BytesOut))
+	}
 }
-
-// Retried counts one retry.
-func (m *Metrics) Retried(pool string) { m.retries.WithLabelValues(pool).Inc() }
 
 var (
 	descInflight = prometheus.NewDesc("rotor_endpoint_inflight", "Requests in flight on the endpoint.", []string{"pool", "endpoint"}, nil)
@@ -81,14 +113,16 @@ var (
 	descDraining = prometheus.NewDesc("rotor_endpoint_draining", "1 while the endpoint is draining.", []string{"pool", "endpoint"}, nil)
 	descDown     = prometheus.NewDesc("rotor_endpoint_down", "1 while active checks hold the endpoint down.", []string{"pool", "endpoint"}, nil)
 	descFallback = prometheus.NewDesc("rotor_pool_fallbacks_total", "Picks of the least bad endpoint, nothing being available.", []string{"pool"}, nil)
+	descPanic    = prometheus.NewDesc("rotor_pool_panic_picks_total", "Picks in panic mode: too few primaries healthy, spread over all.", []string{"pool"}, nil)
+	descBackup   = prometheus.NewDesc("rotor_pool_backup_picks_total", "Picks of a backup endpoint, no primary being available.", []string{"pool"}, nil)
 	descNoEP     = prometheus.NewDesc("rotor_pool_unavailable_total", "Picks that found no endpoint at all.", []string{"pool"}, nil)
-	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed.", []string{"pool", "event"}, nil)
-	descTCPBytes = prometheus.NewDesc("rotor_tcp_bytes_total", "Bytes relayed by a tcp listener, both ways.", []string{"listener"}, nil)
+	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed, evicted.", []string{"pool", "event"}, nil)
+	descStickyN  = prometheus.NewDesc("rotor_sticky_entries", "Keys in the sticky table.", []string{"pool"}, nil)
 )
 
 // Describe sends the descriptors of the health metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descNoEP, descSticky, descTCPBytes} {
+	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descPanic, descBackup, descNoEP, descSticky, descStickyN} {
 		ch <- d
 	}
 }
@@ -97,52 +131,46 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	for _, pv := range m.pools() {
-		var fallbacks, unavailable int64
-		for _, bp := range []*balance.Pool{pv.Primary, pv.Backup} {
-			if bp == nil {
-				continue
+		snap := pv.Snapshot
+		for _, ep := range snap.Endpoints() {
+			s := ep.Snapshot(now)
+			l := []string{pv.Name, ep.Name}
+			gauge := func(d *prometheus.Desc, v float64, extra ...string) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
 			}
-			st := bp.Stats()
-			fallbacks += st.Fallbacks
-			unavailable += st.Unavailable
-			for _, ep := range bp.Set().Endpoints() {
-				s := ep.State.Snapshot(now)
-				l := []string{pv.Name, ep.Name}
-				gauge := func(d *prometheus.Desc, v float64, extra ...string) {
-					ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
-				}
-				counter := func(d *prometheus.Desc, v float64, extra ...string) {
-					ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(l, extra...)...)
-				}
-				gauge(descInflight, float64(s.Inflight))
-				gauge(descScore, s.Score)
-				gauge(descSuccess, s.SuccessEWMA)
-				gauge(descLatency, s.LatencyEWMA)
-				for _, b := range []health.BreakerState{health.Closed, health.Open, health.HalfOpen} {
-					gauge(descBreaker, b2f(s.Breaker == b), b.String())
-				}
-				counter(descPicks, float64(s.Requests), bp.Policy())
-				counter(descOutcomes, float64(s.Successes), "success")
-				counter(descOutcomes, float64(s.Failures), "failure")
-				counter(descOutcomes, float64(s.Ignored), "ignore")
-				counter(descOpens, float64(s.Opens))
-				gauge(descDraining, b2f(s.Draining))
-				gauge(descDown, b2f(s.Down))
+			counter := func(d *prometheus.Desc, v float64, extra ...string) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(l, extra...)...)
 			}
+			gauge(descInflight, float64(s.Inflight))
+			gauge(descScore, s.Score)
+			gauge(descSuccess, s.SuccessEWMA)
+			gauge(descLatency, s.LatencyEWMA)
+			for _, b := range []health.BreakerState{health.Closed, health.Open, health.HalfOpen} {
+				gauge(descBreaker, b2f(s.Breaker == b), b.String())
+			}
+			counter(descPicks, float64(s.Requests), snap.Policy())
+			counter(descOutcomes, float64(s.Successes), "success")
+			counter(descOutcomes, float64(s.Failures), "failure")
+			counter(descOutcomes, float64(s.Ignored), "ignore")
+			counter(descOpens, float64(s.Opens))
+			gauge(descDraining, b2f(s.Draining))
+			gauge(descDown, b2f(s.Down))
 		}
-		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.CounterValue, float64(fallbacks), pv.Name)
-		ch <- prometheus.MustNewConstMetric(descNoEP, prometheus.CounterValue, float64(unavailable), pv.Name)
+		st := snap.Pool().Stats()
+		pool := func(d *prometheus.Desc, v int64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), pv.Name)
+		}
+		pool(descFallback, st.Fallbacks)
+		pool(descPanic, st.Panics)
+		pool(descBackup, st.Backups)
+		pool(descNoEP, st.Unavailable)
 		if pv.Sticky != nil {
 			st := pv.Sticky.Stats()
 			for event, v := range map[string]int64{"pinned": st.Pinned, "hit": st.Hits, "repinned": st.Repinned,
-				"broken": st.Broken, "rejected": st.Rejected, "unkeyed": st.Unkeyed} {
+				"broken": st.Broken, "rejected": st.Rejected, "unkeyed": st.Unkeyed, "evicted": st.Evicted} {
 				ch <- prometheus.MustNewConstMetric(descSticky, prometheus.CounterValue, float64(v), pv.Name, event)
 			}
-		}
-	}
-	if m.TCPBytes != nil {
-		for listener, n := range m.TCPBytes() {
-			ch <- prometheus.MustNewConstMetric(descTCPBytes, prometheus.CounterValue, float64(n), listener)
+			ch <- prometheus.MustNewConstMetric(descStickyN, prometheus.GaugeValue, float64(st.Entries), pv.Name)
 		}
 	}
 }

@@ -10,9 +10,9 @@
 // outcome, and everything that learns (in-flight counts, the success and
 // latency EWMAs, the circuit breaker, sticky tables, bounded loads) learns
 // through it. Every policy skips what the one availability predicate,
-// health.State.Available, rejects; when nothing is available the pool falls
-// back to the least bad endpoint rather than failing (article 001), and
-// counts it.
+// Set.Available, rejects; Pool.Pick, the one entry point, walks the
+// fallback order (pinned endpoint, panic mode, primaries, backups, least
+// bad) so that no caller has to, and counts each step.
 //
 // Time and randomness are injected (health.Clock, Rand), so the simulator
 // drives this very code on virtual time, deterministically, from a seed.
@@ -23,6 +23,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/placement"
@@ -39,20 +40,61 @@ var ErrRejected = errors.New("balance: rejected: the pinned endpoint is full")
 
 // Endpoint is one place a request can go, as one snapshot knows it. Its
 // fields are immutable; its runtime State is shared by every snapshot the
-// endpoint is in.
+// endpoint is in. Its configuration (weight, cost, cap, health tuning)
+// belongs to the snapshot, so a snapshot built beside a running one
+// changes nothing the running one sees.
 type Endpoint struct {
-	Name   string
-	Addr   string // opaque to this package: a URL, host:port, a route
-	Weight int    // >= 1
-	Cost   float64
-	State  *health.State
+	Name        string
+	Addr        string // opaque to this package: a URL, host:port, a route
+	Weight      int    // >= 1
+	Cost        float64
+	MaxInflight int64 // 0: no cap
+	Backup      bool  // taken only when no primary is available
+	State       *health.State
+
+	tuning   *health.Config // normalised; nil means the defaults
+	discount float64        // cost_weight x cost: the score is divided by 1 + discount
 }
 
-// Request is what a policy may look at to pick.
-type Request struct {
-	// Key is the request's key for key-based and sticky policies (a header,
-	// cookie, client address...). Empty when the request has none.
-	Key string
+// Health returns the health tuning requests to the endpoint are admitted
+// under.
+func (ep *Endpoint) Health() health.Config {
+	if ep.tuning == nil {
+		return health.Config{}.Normalize()
+	}
+	return *ep.tuning
+}
+
+// Full reports whether the endpoint is at its in-flight cap.
+func (ep *Endpoint) Full() bool {
+	return ep.MaxInflight > 0 && ep.State.Inflight() >= ep.MaxInflight
+}
+
+// Score is the endpoint's health score at now (health.State.Score) times
+// its cost factor 1/(1 + cost_weight x cost) (article 001's cost term).
+func (ep *Endpoint) Score(now time.Time) float64 { return ep.State.Score(now) / (1 + ep.discount) }
+
+// scoreIgnoringBreaker is Score as if the breaker were closed.
+func (ep *Endpoint) scoreIgnoringBreaker() float64 {
+	return ep.State.ScoreIgnoringBreaker() / (1 + ep.discount)
+}
+
+// PeakLatency is the state's peak-EWMA latency under the endpoint's tuning.
+func (ep *Endpoint) PeakLatency(now time.Time) (sec float64, measured bool) {
+	tau := health.DefaultPeakDecay
+	if ep.tuning != nil {
+		tau = ep.tuning.PeakDecay
+	}
+	return ep.State.PeakLatency(now, tau)
+}
+
+// Snapshot is the state's snapshot with the endpoint's score and peak
+// latency, as status pages show them.
+func (ep *Endpoint) Snapshot(now time.Time) health.Snapshot {
+	snap := ep.State.Snapshot(now)
+	snap.Score = ep.Score(now)
+	snap.PeakLatency, _ = ep.PeakLatency(now)
+	return snap
 }
 
 // Policy builds pickers. One Policy value lives as long as the pool's
@@ -78,7 +120,7 @@ type Picker interface {
 // their own (bounded loads): Done is called once for every endpoint the
 // picker returned, when its request ends.
 type Observer interface {
-	Done(ep *Endpoint, v health.Verdict)
+	Done(ep *Endpoint)
 }
 
 // Rand is the random source policies draw from. It must be safe for
@@ -122,11 +164,13 @@ func intn(r Rand, n int) int {
 // float returns a number in [0, 1).
 func float(r Rand) float64 { return float64(r.Uint64()>>11) / (1 << 53) }
 
-// Set is one immutable snapshot of a pool's endpoints, with the clock and
-// random source its pickers use.
+// Set is one immutable snapshot of the endpoints a picker chooses among
+// (a pool's primaries, or its backups), with the clock and random source
+// its pickers use.
 type Set struct {
 	endpoints []*Endpoint     // immutable
 	states    []*health.State // immutable; states[i] is endpoints[i].State, one hop closer for hot loops
+	caps      []int64         // immutable; caps[i] is endpoints[i].MaxInflight
 	byName    map[string]int  // immutable
 	clock     health.Clock
 	rand      Rand
@@ -135,10 +179,11 @@ type Set struct {
 // NewSet builds a set. Pools build their own; this is for pickers used
 // directly and for tests.
 func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
-	s := &Set{endpoints: endpoints, states: make([]*health.State, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
+	s := &Set{endpoints: endpoints, states: make([]*health.State, len(endpoints)), caps: make([]int64, len(endpoints)),
+		byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
 	for i, ep := range endpoints {
 		s.byName[ep.Name] = i
-		s.states[i] = ep.State
+		s.states[i], s.caps[i] = ep.State, ep.MaxInflight
 	}
 	return s
 }
@@ -163,8 +208,14 @@ func (s *Set) Clock() health.Clock { return s.clock }
 // Rand returns the set's random source.
 func (s *Set) Rand() Rand { return s.rand }
 
-// Available is the availability predicate, health.State.Available.
-func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock) }
+// Available is the one availability predicate every policy skips by: the
+// endpoint's health admits a request (health.State.Available: not
+// draining, not down, breaker closed or ready for its probe) and it is
+// under its in-flight cap.
+func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock, ep.MaxInflight) }
+
+// Hot loops call s.states[i].Available(s.clock, s.caps[i]) themselves:
+// inlined there, a healthy endpoint without a cap costs one atomic load.
 
 // randomAvailable picks uniformly among the available endpoints: a few
 // draws over the whole set, accepting only available ones, then an exact

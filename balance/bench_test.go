@@ -91,9 +91,8 @@ func BenchmarkPicker(b *testing.B) {
 		}
 		for _, n := range []int{8, 64, 1024} {
 			eps := make([]*balance.Endpoint, n)
-			store := health.NewMemoryStore()
 			for j := range eps {
-				eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1 + j%4, State: store.State("e"+strconv.Itoa(j), health.Config{})}
+				eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1 + j%4, State: health.NewState("e" + strconv.Itoa(j))}
 			}
 			pk := pol.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
 			obs, _ := pk.(balance.Observer)
@@ -103,7 +102,7 @@ func BenchmarkPicker(b *testing.B) {
 					b.Fatal(err)
 				}
 				if obs != nil {
-					obs.Done(ep, health.Success)
+					obs.Done(ep)
 				}
 			}
 			runSingleAndParallel(b, name+"/n="+strconv.Itoa(n), pick)

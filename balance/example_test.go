@@ -80,7 +80,7 @@ func ExampleWeightedLeastConn() {
 	for range 40 {
 		_, _ = p.Pick(balance.Request{}) // held
 	}
-	fmt.Println(p.Set().Get("big").State.Inflight(), p.Set().Get("small").State.Inflight())
+	fmt.Println(p.Snapshot().Get("big").State.Inflight(), p.Snapshot().Get("small").State.Inflight())
 	// Output: 30 10
 }
 
@@ -90,7 +90,7 @@ func ExampleP2C() {
 	for range 10 {
 		_, _ = p.Pick(balance.Request{}) // held: two choices keep the two level
 	}
-	fmt.Println(p.Set().Get("a").State.Inflight(), p.Set().Get("b").State.Inflight())
+	fmt.Println(p.Snapshot().Get("a").State.Inflight(), p.Snapshot().Get("b").State.Inflight())
 	// Output: 5 5
 }
 
@@ -98,10 +98,9 @@ func ExamplePeakEWMA() {
 	peak, _ := balance.NewPeakEWMA(2)
 	p := newExamplePool(peak, balance.EndpointConfig{Name: "fast"}, balance.EndpointConfig{Name: "slow"})
 	for _, name := range []string{"fast", "slow"} {
-		st := p.Set().Get(name).State
-		tk, _ := st.Admit(p.Clock())
+		pk, _ := p.Pick(balance.Request{Pin: name}) // one request to each
 		lat := map[string]time.Duration{"fast": 10 * time.Millisecond, "slow": 300 * time.Millisecond}[name]
-		st.Observe(tk, health.Success, lat, p.Clock().Now())
+		pk.Done(health.Outcome{Status: 200, Latency: lat})
 	}
 	pk, _ := p.Pick(balance.Request{})
 	fmt.Println(pk.Endpoint.Name)
@@ -111,10 +110,10 @@ func ExamplePeakEWMA() {
 func ExampleScored() {
 	scored, _ := balance.NewScored(1)
 	p := newExamplePool(scored, balance.EndpointConfig{Name: "a"}, balance.EndpointConfig{Name: "b"})
-	a := p.Set().Get("a").State
+	a := p.Snapshot().Get("a").State
 	for range 3 { // three failures in a row open a's breaker
-		tk, _ := a.Admit(p.Clock())
-		a.Observe(tk, health.Failure, 0, p.Clock().Now())
+		pk, _ := p.Pick(balance.Request{Pin: "a"})
+		pk.Done(health.Outcome{Status: 503})
 	}
 	fmt.Println(a.Score(p.Clock().Now()), picks(p, 5))
 	// Output: 0 bbbbb

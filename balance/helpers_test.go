@@ -76,20 +76,31 @@ func counts(t testing.TB, p *balance.Pool, n int, key func(i int) string) map[st
 	return c
 }
 
-func state(p *balance.Pool, name string) *health.State { return p.Set().Get(name).State }
+func state(p *balance.Pool, name string) *health.State { return p.Snapshot().Get(name).State }
 
 // openBreaker fails an endpoint until its breaker opens.
 func openBreaker(t testing.TB, p *balance.Pool, name string) {
 	t.Helper()
 	st := state(p, name)
-	for range st.Config().Threshold {
-		tk, ok := st.Admit(p.Clock())
-		if !ok {
-			t.Fatalf("%s refused while opening", name)
-		}
-		st.Observe(tk, health.Failure, 0, p.Clock().Now())
-	}
+	observe(t, p, name, health.Failure, 0, p.Snapshot().Get(name).Health().Threshold)
+
 	if st.Breaker(p.Clock().Now()) != health.Open {
 		t.Fatalf("%s did not open", name)
+	}
+}
+
+// observe admits n requests on the named endpoint, past its policy, and
+// reports verdict v with latency lat for each.
+func observe(t testing.TB, p *balance.Pool, name string, v health.Verdict, lat time.Duration, n int) {
+	t.Helper()
+	ep := p.Snapshot().Get(name)
+	cfg := ep.Health()
+	for range n {
+		tk, ok := ep.State.Admit(p.Clock(), &cfg)
+		if !ok {
+			t.Fatalf("%s refused a request", name)
+		}
+		tk.Observe(v, lat, p.Clock().Now())
+		tk.Release()
 	}
 }

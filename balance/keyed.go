@@ -2,9 +2,9 @@ package balance
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
-	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/placement"
 )
 
@@ -27,58 +27,66 @@ type KeyedOptions struct {
 // counted from pick to Done. A request with no key is placed at random
 // (bounded: as the key "", which the bound spreads).
 type Keyed struct {
-	algo   string           // immutable
-	placer placement.Placer // membership follows the latest Build
-	set    func([]placement.Node) error
-	bnd    *placement.Bounded // when algo is "bounded"
+	algo  string       // immutable
+	opts  KeyedOptions // immutable
+	loads *placement.Bounded
+	// loads, for bounded: the placer every build derives from, so that
+	// loads outlive membership changes (placement.Bounded.WithNodes).
 }
 
 var _ Policy = (*Keyed)(nil)
 
 // NewKeyed returns a keyed policy using algo, one of KeyedAlgorithms.
 func NewKeyed(algo string, opts KeyedOptions) (*Keyed, error) {
-	k := &Keyed{algo: algo}
-	var err error
-	switch algo {
-	case "ring":
-		var r *placement.Ring
-		r, err = placement.NewRing(nil, opts.Ring)
-		k.placer, k.set = r, r.Set
-	case "rendezvous":
-		r, _ := placement.NewRendezvous(nil)
-		k.placer, k.set = r, r.Set
-	case "maglev":
-		var m *placement.Maglev
-		m, err = placement.NewMaglev(nil, placement.MaglevOptions{TableSize: opts.TableSize})
-		if err == nil {
-			k.placer, k.set = m, m.Set
-		}
-	case "bounded":
-		k.bnd, err = placement.NewBounded(nil, placement.BoundedOptions{Ring: opts.Ring, Epsilon: opts.Epsilon})
-		if err == nil {
-			k.placer, k.set = k.bnd, k.bnd.Set
-		}
-	default:
+	k := &Keyed{algo: algo, opts: opts}
+	if !slices.Contains(KeyedAlgorithms, algo) {
 		return nil, fmt.Errorf("%q is not a key placer (%s)", algo, strings.Join(KeyedAlgorithms, ", "))
 	}
+	// An empty placer checks the options.
+	p, err := k.placer(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s", strings.TrimPrefix(err.Error(), "placement: "))
 	}
+	if algo == "bounded" {
+		k.loads = p.(*placement.Bounded)
+	}
 	return k, nil
+}
+
+// placer returns a new placer over nodes.
+func (k *Keyed) placer(nodes []placement.Node) (placement.Placer, error) {
+	switch k.algo {
+	case "ring":
+		return placement.NewRing(nodes, k.opts.Ring)
+	case "rendezvous":
+		return placement.NewRendezvous(nodes)
+	case "maglev":
+		return placement.NewMaglev(nodes, placement.MaglevOptions{TableSize: k.opts.TableSize})
+	case "bounded":
+		if k.loads != nil {
+			return k.loads.WithNodes(nodes)
+		}
+		return placement.NewBounded(nodes, placement.BoundedOptions{Ring: k.opts.Ring, Epsilon: k.opts.Epsilon})
+	}
+	return nil, fmt.Errorf("%q is not a key placer", k.algo)
 }
 
 // Name returns the placer's name: "ring", "rendezvous", "maglev" or "bounded".
 func (k *Keyed) Name() string { return k.algo }
 
-// Build moves the placer to s's endpoints and returns a picker over s.
+// Build returns a picker over s with a placer of its own: the running
+// picker's placer is never changed, so a snapshot built and abandoned
+// leaves nothing behind. Bounded loads are shared across builds by name.
 func (k *Keyed) Build(s *Set) Picker {
-	if err := k.set(s.nodes()); err != nil {
+	pl, err := k.placer(s.nodes())
+	if err != nil {
 		// Pools hand over unique names and weights >= 1, which every
 		// placer accepts; maglev alone can refuse, when there are more
 		// endpoints than table slots. Then the picker places at random.
 		return &keyedPicker{set: s}
 	}
-	return &keyedPicker{set: s, placer: k.placer, bnd: k.bnd, ok: s.availableNamed}
+	bnd, _ := pl.(*placement.Bounded)
+	return &keyedPicker{set: s, placer: pl, bnd: bnd, ok: s.availableNamed}
 }
 
 type keyedPicker struct {
@@ -134,7 +142,7 @@ func walkOwners(s *Set, placer placement.Placer, key string, ok func(string) boo
 }
 
 // Done gives a bounded placer its unit back.
-func (p *keyedPicker) Done(ep *Endpoint, _ health.Verdict) {
+func (p *keyedPicker) Done(ep *Endpoint) {
 	if p.bnd != nil {
 		p.bnd.Release(ep.Name)
 	}

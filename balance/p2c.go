@@ -60,9 +60,8 @@ func (p *p2cPicker) Pick(Request) (*Endpoint, error) {
 		if j >= i {
 			j++
 		}
-		a, b := s.states[i], s.states[j]
-		if a.Available(s.clock) && b.Available(s.clock) {
-			if b.Inflight() < a.Inflight() {
+		if s.states[i].Available(s.clock, s.caps[i]) && s.states[j].Available(s.clock, s.caps[j]) {
+			if s.states[j].Inflight() < s.states[i].Inflight() {
 				return s.endpoints[j], nil
 			}
 			return s.endpoints[i], nil
@@ -160,7 +159,8 @@ const peakFloor = 1e-6
 func (p *peakPicker) Pick(Request) (*Endpoint, error) {
 	now := p.set.clock.Now()
 	ep := chooseBest(p.set, p.d, func(ep *Endpoint) float64 {
-		return max(ep.State.PeakLatency(now), peakFloor) * float64(ep.State.Inflight()+1)
+		lat, _ := ep.PeakLatency(now)
+		return max(lat, peakFloor) * float64(ep.State.Inflight()+1)
 	})
 	if ep == nil {
 		return nil, ErrNoEndpoint

@@ -127,7 +127,7 @@ func TestP2CBallsIntoBins(t *testing.T) {
 			}
 		}
 		var m int64
-		for _, ep := range p.Set().Endpoints() {
+		for _, ep := range p.Snapshot().Endpoints() {
 			m = max(m, ep.State.Inflight())
 		}
 		return m
@@ -185,11 +185,9 @@ func scoredPool(t *testing.T, gamma float64) *balance.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, clock := testPool(t, pol, "e0", "e1", "e2")
+	p, _ := testPool(t, pol, "e0", "e1", "e2")
 	for name, lat := range map[string]time.Duration{"e0": 0, "e1": time.Second, "e2": 3 * time.Second} {
-		st := state(p, name)
-		tk, _ := st.Admit(clock)
-		st.Observe(tk, health.Success, lat, clock.Now())
+		observe(t, p, name, health.Success, lat, 1)
 	}
 	return p
 }
@@ -305,14 +303,13 @@ func TestNoEndpoint(t *testing.T) {
 func TestScoredExactPaths(t *testing.T) {
 	for _, n := range []int{10, 100} {
 		pol, _ := balance.NewScored(1)
-		p, clock := testPool(t, pol, letters(n)...)
-		for i, ep := range p.Set().Endpoints() {
+		p, _ := testPool(t, pol, letters(n)...)
+		for i, ep := range p.Snapshot().Endpoints() {
 			lat := 9 * time.Second // score 0.1
 			if i >= n/2 {
 				lat = 19 * time.Second // score 0.05
 			}
-			tk, _ := ep.State.Admit(clock)
-			ep.State.Observe(tk, health.Success, lat, clock.Now())
+			observe(t, p, ep.Name, health.Success, lat, 1)
 		}
 		const picks = 30000
 		first := 0

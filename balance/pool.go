@@ -1,14 +1,18 @@
 package balance
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rotor-lb/rotor/health"
 )
 
-// EndpointConfig describes one endpoint to Configure.
+// EndpointConfig describes one endpoint to Build.
 type EndpointConfig struct {
 	Name   string
 	Addr   string
@@ -18,6 +22,9 @@ type EndpointConfig struct {
 	Cost float64
 	// MaxInflight caps the endpoint's concurrent requests; 0 is no cap.
 	MaxInflight int64
+	// Backup endpoints take requests only while no primary is available
+	// (nginx's and HAProxy's backup servers).
+	Backup bool
 }
 
 // Options are a pool's fixed parts.
@@ -30,8 +37,11 @@ type Options struct {
 	Rand Rand
 }
 
-// Config is what Configure may change on a running pool.
+// Config is what a snapshot is built from.
 type Config struct {
+	// Policy picks among the available primaries and, separately, among
+	// the available backups; what it keeps by endpoint name (smooth
+	// weights, sticky pins, bounded loads) both share.
 	Policy    Policy
 	Endpoints []EndpointConfig
 	// Health tunes the health model; the zero value means the defaults.
@@ -39,33 +49,40 @@ type Config struct {
 	// Classifier decides which outcomes are failures. Nil means
 	// health.DefaultStatuses.
 	Classifier *health.Classifier
+	// PanicThreshold: while fewer than this share of the primaries are
+	// available, a pick spreads over every primary that may take a
+	// request, whatever its health (Envoy's panic mode), rather than
+	// crushing the few that look well. 0 turns it off.
+	PanicThreshold float64
+	// SlowStart: an endpoint that came back (from down, or from an open
+	// breaker) less than SlowStart ago is accepted when picked with
+	// probability elapsed/SlowStart, at least 10%, so its share ramps up
+	// instead of jumping to full at once. 0 turns it off.
+	SlowStart time.Duration
+	// StartDown: endpoints new to the pool start down, until an active
+	// health check brings them up.
+	StartDown bool
 }
 
 // Pool is a named set of endpoints and the policy that picks among them.
+//
+// What a pick reads is one immutable Snapshot. Build makes a snapshot
+// beside the running one without touching it; Publish swaps it in; a
+// snapshot never published is given back with Discard, and nothing
+// running has changed. Configure is Build then Publish.
 type Pool struct {
 	name  string       // immutable
 	store health.Store // immutable
 	clock health.Clock // immutable
 	rand  Rand         // immutable
 
-	mu  sync.Mutex // serialises Configure
-	cur atomic.Pointer[poolSnap]
+	mu  sync.Mutex // serialises Publish
+	cur atomic.Pointer[Snapshot]
 
 	// Rare events, counted pool-wide; picks are counted per endpoint
 	// (health.State), which keeps the hot path off one shared counter.
-	fallbacks, unavailable, rejected atomic.Int64
+	fallbacks, unavailable, rejected, panics, backups atomic.Int64
 }
-
-// poolSnap is what Pick loads: one set, its picker, its classifier.
-type poolSnap struct {
-	set        *Set
-	picker     Picker
-	observer   Observer // picker as an Observer, or nil
-	policy     string
-	classifier *health.Classifier
-}
-
-var defaultClassifier = health.MustClassifier(health.DefaultStatuses)
 
 // NewPool returns a pool with no endpoints; Configure gives it some.
 func NewPool(name string, opts Options) *Pool {
@@ -79,171 +96,404 @@ func NewPool(name string, opts Options) *Pool {
 		opts.Rand = FastRand{}
 	}
 	p := &Pool{name: name, store: opts.Store, clock: opts.Clock, rand: opts.Rand}
-	set := NewSet(nil, p.clock, p.rand)
-	p.cur.Store(&poolSnap{set: set, picker: (&RoundRobin{}).Build(set), policy: "round_robin", classifier: defaultClassifier})
+	empty := &Snapshot{pool: p, policy: "none", classifier: defaultClassifier, tuning: &defaultTuning, byName: map[string]*Endpoint{}}
+	empty.primary.set = NewSet(nil, p.clock, p.rand)
+	empty.backup.set = empty.primary.set
+	empty.phase.Store(published)
+	p.cur.Store(empty)
 	return p
 }
+
+var (
+	defaultClassifier = health.MustClassifier(health.DefaultStatuses)
+	defaultTuning     = health.Config{}.Normalize()
+)
 
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }
 
-// Configure validates c and, if it is good, publishes a new snapshot. An
-// endpoint that stays keeps its health (estimates, in-flight, breaker); one
-// that leaves is forgotten once it is gone, and its requests in flight still
-// report to the state they hold. A bad config changes nothing.
+// Clock returns the pool's clock.
+func (p *Pool) Clock() health.Clock { return p.clock }
+
+// Store returns the store that keeps the pool's endpoint health.
+func (p *Pool) Store() health.Store { return p.store }
+
+// Snapshot returns the published snapshot.
+func (p *Pool) Snapshot() *Snapshot { return p.cur.Load() }
+
+// Policy returns the published snapshot's policy name.
+func (p *Pool) Policy() string { return p.cur.Load().policy }
+
+// Pick picks from the published snapshot: see Snapshot.Pick.
+func (p *Pool) Pick(r Request) (Pick, error) { return p.cur.Load().Pick(r) }
+
+// Configure builds a snapshot from c and publishes it. A bad config
+// changes nothing.
 func (p *Pool) Configure(c Config) error {
+	s, err := p.Build(c)
+	if err != nil {
+		return err
+	}
+	return p.Publish(s)
+}
+
+// Build validates c and builds a snapshot from it, beside the running
+// one: nothing a pick reads changes until Publish. An endpoint in both
+// keeps its health (estimates, in-flight, breaker); one new to the pool
+// starts afresh. Every snapshot built must be published or discarded.
+func (p *Pool) Build(c Config) (*Snapshot, error) {
 	if c.Policy == nil {
-		return fmt.Errorf("policy: required")
+		return nil, fmt.Errorf("policy: required")
 	}
 	hc := c.Health.Normalize()
 	if err := hc.Validate(); err != nil {
-		return fmt.Errorf("health.%w", err)
+		return nil, fmt.Errorf("health.%w", err)
+	}
+	if !(c.PanicThreshold >= 0 && c.PanicThreshold <= 1) {
+		return nil, fmt.Errorf("panic_threshold: must be between 0 and 1 (got %v)", c.PanicThreshold)
+	}
+	if c.SlowStart < 0 {
+		return nil, fmt.Errorf("slow_start: must be zero or positive (got %v)", c.SlowStart)
 	}
 	seen := make(map[string]bool, len(c.Endpoints))
+	primaries := 0
 	for i, ec := range c.Endpoints {
 		switch {
 		case ec.Name == "":
-			return fmt.Errorf("endpoints[%d].name: required", i)
+			return nil, fmt.Errorf("endpoints[%d].name: required", i)
 		case seen[ec.Name]:
-			return fmt.Errorf("endpoints[%d].name: %q appears twice", i, ec.Name)
+			return nil, fmt.Errorf("endpoints[%d].name: %q appears twice", i, ec.Name)
 		case ec.Weight < 0:
-			return fmt.Errorf("endpoints.%s.weight: must be at least 1 (got %d)", ec.Name, ec.Weight)
-		case ec.Cost < 0:
-			return fmt.Errorf("endpoints.%s.cost: must be zero or positive (got %v)", ec.Name, ec.Cost)
+			return nil, fmt.Errorf("endpoints.%s.weight: must be at least 1 (got %d)", ec.Name, ec.Weight)
+		case !(ec.Cost >= 0) || math.IsInf(ec.Cost, 0):
+			return nil, fmt.Errorf("endpoints.%s.cost: must be zero or positive (got %v)", ec.Name, ec.Cost)
 		case ec.MaxInflight < 0:
-			return fmt.Errorf("endpoints.%s.max_inflight: must be zero or positive (got %d)", ec.Name, ec.MaxInflight)
+			return nil, fmt.Errorf("endpoints.%s.max_inflight: must be zero or positive (got %d)", ec.Name, ec.MaxInflight)
 		}
 		seen[ec.Name] = true
+		if !ec.Backup {
+			primaries++
+		}
+	}
+	if primaries == 0 && len(c.Endpoints) > 0 {
+		return nil, fmt.Errorf("endpoints: every endpoint is a backup: at least one must not be")
 	}
 	classifier := c.Classifier
 	if classifier == nil {
 		classifier = defaultClassifier
 	}
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	eps := make([]*Endpoint, len(c.Endpoints))
-	for i, ec := range c.Endpoints {
-		st := p.store.State(ec.Name, hc)
-		st.SetCost(ec.Cost)
-		st.SetMaxInflight(ec.MaxInflight)
-		eps[i] = &Endpoint{Name: ec.Name, Addr: ec.Addr, Weight: max(ec.Weight, 1), Cost: ec.Cost, State: st}
+	s := &Snapshot{
+		pool: p, policy: c.Policy.Name(), classifier: classifier, tuning: &hc,
+		panicThreshold: c.PanicThreshold, slowStart: c.SlowStart,
+		all: make([]*Endpoint, len(c.Endpoints)), byName: make(map[string]*Endpoint, len(c.Endpoints)),
 	}
-	set := NewSet(eps, p.clock, p.rand)
-	picker := c.Policy.Build(set)
-	obs, _ := picker.(Observer)
-	old := p.cur.Swap(&poolSnap{set: set, picker: picker, observer: obs, policy: c.Policy.Name(), classifier: classifier})
-	for _, ep := range old.set.endpoints {
-		if !seen[ep.Name] {
-			p.store.Forget(ep.Name)
+	var prim, back []*Endpoint
+	for i, ec := range c.Endpoints {
+		st, created := p.store.Acquire(ec.Name)
+		if created && c.StartDown {
+			st.SetDown(true, p.clock.Now()) // new: nobody else holds it yet
+		}
+		ep := &Endpoint{
+			Name: ec.Name, Addr: ec.Addr, Weight: max(ec.Weight, 1), Cost: ec.Cost, MaxInflight: ec.MaxInflight,
+			Backup: ec.Backup, State: st, tuning: &hc, discount: hc.CostWeight * ec.Cost,
+		}
+		s.all[i], s.byName[ec.Name] = ep, ep
+		if ec.Backup {
+			back = append(back, ep)
+		} else {
+			prim = append(prim, ep)
 		}
 	}
+	s.primary = newTier(NewSet(prim, p.clock, p.rand), c.Policy)
+	s.backup = newTier(NewSet(back, p.clock, p.rand), c.Policy)
+	return s, nil
+}
+
+// ErrNotBuilt means a snapshot given to Publish or Discard was not built
+// by that pool, or was already published or discarded.
+var ErrNotBuilt = errors.New("balance: snapshot not built by this pool, or already published or discarded")
+
+// Publish makes s the snapshot picks read. The one it replaces is
+// retired: endpoints only it held are forgotten (their requests in flight
+// still report to the states they hold).
+func (p *Pool) Publish(s *Snapshot) error {
+	if s.pool != p || !s.phase.CompareAndSwap(built, published) {
+		return ErrNotBuilt
+	}
+	p.mu.Lock()
+	old := p.cur.Swap(s)
+	p.mu.Unlock()
+	old.release()
 	return nil
 }
 
-// Set returns the current snapshot's endpoints.
-func (p *Pool) Set() *Set { return p.cur.Load().set }
+// Discard gives back a snapshot that will not be published: states only
+// it created are forgotten, and nothing running has changed.
+func (p *Pool) Discard(s *Snapshot) error {
+	if s.pool != p || !s.phase.CompareAndSwap(built, discarded) {
+		return ErrNotBuilt
+	}
+	s.release()
+	return nil
+}
 
-// Policy returns the current policy's name.
-func (p *Pool) Policy() string { return p.cur.Load().policy }
+// Stats counts what the pool did.
+type Stats struct {
+	Fallbacks   int64 `json:"fallbacks"`   // picks of the least bad, nothing being available
+	Panics      int64 `json:"panics"`      // picks in panic mode
+	Backups     int64 `json:"backups"`     // picks of a backup endpoint
+	Unavailable int64 `json:"unavailable"` // picks that found no endpoint at all
+	Rejected    int64 `json:"rejected"`    // picks a policy refused by rule
+}
 
-// Clock returns the pool's clock.
-func (p *Pool) Clock() health.Clock { return p.clock }
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	return Stats{
+		Fallbacks: p.fallbacks.Load(), Panics: p.panics.Load(), Backups: p.backups.Load(),
+		Unavailable: p.unavailable.Load(), Rejected: p.rejected.Load(),
+	}
+}
 
-// Pick chooses an endpoint for r. The caller must call Done on the result
-// exactly once, when the request ends. It never blocks.
+// Snapshot phases.
+const (
+	built int32 = iota
+	published
+	discarded
+)
+
+// Snapshot is one immutable view of a pool: its primary and backup
+// endpoints, a picker over each, and the rules a pick follows.
+type Snapshot struct {
+	pool            *Pool
+	primary, backup tier
+	all             []*Endpoint          // config order
+	byName          map[string]*Endpoint // immutable
+	policy          string
+	classifier      *health.Classifier
+	tuning          *health.Config // normalised
+	panicThreshold  float64
+	slowStart       time.Duration
+	phase           atomic.Int32
+}
+
+type tier struct {
+	set      *Set
+	picker   Picker   // nil when the set is empty
+	observer Observer // picker as an Observer, or nil
+}
+
+func newTier(s *Set, policy Policy) tier {
+	t := tier{set: s}
+	if s.Len() > 0 {
+		t.picker = policy.Build(s)
+		t.observer, _ = t.picker.(Observer)
+	}
+	return t
+}
+
+// release gives back the states this snapshot acquired.
+func (s *Snapshot) release() {
+	for _, ep := range s.all {
+		s.pool.store.Release(ep.Name)
+	}
+}
+
+// Pool returns the pool the snapshot was built by.
+func (s *Snapshot) Pool() *Pool { return s.pool }
+
+// Endpoints returns every endpoint, primaries and backups, in config
+// order. Do not modify the slice.
+func (s *Snapshot) Endpoints() []*Endpoint { return s.all }
+
+// Get returns the named endpoint, or nil.
+func (s *Snapshot) Get(name string) *Endpoint { return s.byName[name] }
+
+// Policy returns the policy's name.
+func (s *Snapshot) Policy() string { return s.policy }
+
+// Primaries returns the primary endpoints' set.
+func (s *Snapshot) Primaries() *Set { return s.primary.set }
+
+// Backups returns the backup endpoints' set (empty without backups).
+func (s *Snapshot) Backups() *Set { return s.backup.set }
+
+// Request is what a pick may look at.
+type Request struct {
+	// Key is the request's key for key-based and sticky policies (a header,
+	// cookie, client address...). Empty when the request has none.
+	Key string
+	// Pin names an endpoint to take first when it is available: a session
+	// cookie's. The policy is not asked.
+	Pin string
+	// Tried names endpoints this request has already tried: they are
+	// avoided while any other can take it.
+	Tried []string
+}
+
+// Pick chooses an endpoint for r. It is the one entry point: the fallback
+// order lives here, so that every caller gets it.
 //
-// The policy picks among available endpoints; the breaker then admits the
-// pick (an open breaker past its cooldown admits one probe, and two
-// concurrent picks may race for it, so a refused pick is retried). When
-// the policy finds nothing available, the pool falls back to the least bad
-// endpoint: among those not draining and not full, one drawn in proportion
-// to its score as if no breaker were open (uniformly if every score is 0).
-// It returns ErrNoEndpoint only when no endpoint may take a request at all,
-// and ErrRejected when the policy refused the request by rule.
-func (p *Pool) Pick(r Request) (Pick, error) {
-	pk, err := p.PickAvailable(r)
+//  1. The pinned endpoint (r.Pin), when it is available.
+//  2. Panic mode: when fewer than the panic threshold of primaries are
+//     available, any primary that may take a request, uniformly.
+//  3. The policy over the available primaries, then over the available
+//     backups. Endpoints already tried and endpoints in their slow start
+//     are refused and the policy asked again, without the key; an
+//     endpoint whose breaker will not admit the request is refused too.
+//  4. The same without the refusals, when they left nothing.
+//  5. The least bad: among endpoints not draining and not full, one
+//     drawn in proportion to its score as if no breaker were open
+//     (article 001: a pool that is all sick still tries).
+//
+// It never blocks. It returns ErrNoEndpoint only when no endpoint may take
+// a request at all, and ErrRejected when the policy refused the request by
+// rule. The caller must call Done (or Report and Release) on the result
+// exactly once.
+func (s *Snapshot) Pick(r Request) (Pick, error) {
+	if r.Pin == "" && len(r.Tried) == 0 && s.panicThreshold == 0 && s.slowStart == 0 {
+		// The common case: nothing pinned, nothing to refuse.
+		if pk, err := s.pickFrom(&s.primary, r, false); err != ErrNoEndpoint {
+			return pk, err
+		}
+		return s.pickRest(r, false)
+	}
+	p := s.pool
+	if r.Pin != "" {
+		if ep := s.byName[r.Pin]; ep != nil && !tried(r, ep) && s.tierOf(ep).set.Available(ep) {
+			if t, ok := ep.State.Admit(p.clock, s.tuning); ok {
+				return s.made(ep, t, nil), nil
+			}
+		}
+	}
+	if s.panicThreshold > 0 && s.primary.set.Len() > 0 && healthyShare(s.primary.set) < s.panicThreshold {
+		if ep := s.leastBad(&s.primary, r, false); ep != nil {
+			p.panics.Add(1)
+			return s.made(ep, ep.State.AdmitFallback(s.tuning), nil), nil
+		}
+	}
+	refuse := len(r.Tried) > 0 || s.slowStart > 0
+	if pk, err := s.pickFrom(&s.primary, r, refuse); err != ErrNoEndpoint {
+		return pk, err
+	}
+	return s.pickRest(r, refuse)
+}
+
+// pickRest goes on from the primaries: the backups, then (after refusals)
+// both again without refusing, then the least bad.
+func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
+	pk, err := s.pickFrom(&s.backup, r, refused)
+	if err == nil {
+		s.pool.backups.Add(1)
+	}
 	if err != ErrNoEndpoint {
 		return pk, err
 	}
-	snap := p.cur.Load()
-	return p.fallback(snap, draw(snap.set, mayTake, scoreIgnoringBreaker))
+	if refused {
+		if pk, err := s.pickFrom(&s.primary, r, false); err != ErrNoEndpoint {
+			return pk, err
+		}
+		return s.pickRest(r, false)
+	}
+	for _, t := range [2]*tier{&s.primary, &s.backup} {
+		if ep := s.leastBad(t, r, true); ep != nil {
+			s.pool.fallbacks.Add(1)
+			pk := s.made(ep, ep.State.AdmitFallback(s.tuning), nil)
+			pk.Fallback = true
+			return pk, nil
+		}
+	}
+	s.pool.unavailable.Add(1)
+	return Pick{}, ErrNoEndpoint
 }
 
-// PickAvailable is Pick without the fallback: when the policy finds nothing
-// available it returns ErrNoEndpoint, so that a caller with somewhere else
-// to go (backup endpoints) can go there first.
-func (p *Pool) PickAvailable(r Request) (Pick, error) { return p.PickAvailableIf(r, nil) }
+func (s *Snapshot) tierOf(ep *Endpoint) *tier {
+	if ep.Backup {
+		return &s.backup
+	}
+	return &s.primary
+}
 
-// PickAvailableIf is PickAvailable that also refuses the endpoints accept
-// rejects (nil accepts all): endpoints a request already tried, or one
-// still in its slow start. A refused pick is given back uncounted and the
-// policy asked again, without the key, so it may spread elsewhere; after
-// three refusals it returns ErrNoEndpoint.
-func (p *Pool) PickAvailableIf(r Request, accept func(*Endpoint) bool) (Pick, error) {
-	snap := p.cur.Load()
+func tried(r Request, ep *Endpoint) bool {
+	return len(r.Tried) > 0 && slices.Contains(r.Tried, ep.Name)
+}
+
+// pickFrom asks t's policy. With strict set, endpoints already tried and
+// endpoints in their slow start are refused: the pick is given back
+// uncounted and the policy asked again, without the key, so it may spread
+// elsewhere; after three refusals it gives up with ErrNoEndpoint.
+func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
+	if t.picker == nil {
+		return Pick{}, ErrNoEndpoint
+	}
 	for range 3 {
-		ep, err := snap.picker.Pick(r)
+		ep, err := t.picker.Pick(r)
 		if err == ErrRejected {
-			p.rejected.Add(1)
+			s.pool.rejected.Add(1)
 			return Pick{}, err
 		}
 		if ep == nil {
 			break
 		}
-		if accept != nil && !accept(ep) {
-			if snap.observer != nil {
-				snap.observer.Done(ep, health.Ignore)
+		if strict && (tried(r, ep) || !s.warm(ep)) {
+			if t.observer != nil {
+				t.observer.Done(ep) // give back what the picker took
 			}
 			r.Key = ""
 			continue
 		}
-		if t, ok := ep.State.Admit(p.clock); ok {
-			ep.State.Begin()
-			return Pick{Endpoint: ep, ticket: t, snap: snap, clock: p.clock, picked: true}, nil
+		if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
+			return s.made(ep, tk, t.observer), nil
 		}
-		if snap.observer != nil {
-			snap.observer.Done(ep, health.Ignore) // give back what the picker took
+		if t.observer != nil {
+			t.observer.Done(ep)
 		}
 	}
 	return Pick{}, ErrNoEndpoint
 }
 
-// PickNamed picks the named endpoint if it is in the pool and available
-// (a session cookie pins a client to it); ok is false otherwise, and
-// nothing was counted.
-func (p *Pool) PickNamed(name string) (Pick, bool) {
-	snap := p.cur.Load()
-	ep := snap.set.Get(name)
-	if ep == nil || !snap.set.Available(ep) {
-		return Pick{}, false
+// warm applies slow start: an endpoint that came back less than SlowStart
+// ago takes a pick with probability elapsed/SlowStart, at least 10%.
+func (s *Snapshot) warm(ep *Endpoint) bool {
+	if s.slowStart <= 0 {
+		return true
 	}
-	t, ok := ep.State.Admit(p.clock)
-	if !ok {
-		return Pick{}, false
+	since := ep.State.UpSince()
+	if since.IsZero() {
+		return true
 	}
-	ep.State.Begin()
-	return Pick{Endpoint: ep, ticket: t, snap: snap, clock: p.clock}, true
+	f := float64(s.pool.clock.Now().Sub(since)) / float64(s.slowStart)
+	if f >= 1 {
+		return true
+	}
+	return float(s.pool.rand) < max(f, 0.1)
 }
 
-// PickAny spreads over every endpoint that is not draining or full,
-// whatever its health: Envoy's panic mode, for when so few endpoints look
-// healthy that sending them everything would crush them. The pick counts
-// as a fallback.
-func (p *Pool) PickAny() (Pick, error) {
-	snap := p.cur.Load()
-	return p.fallback(snap, draw(snap.set, mayTake, nil))
+// leastBad draws among t's endpoints that may take a request at all (not
+// draining, not full), avoiding those already tried when it can: in
+// proportion to their scores ignoring breakers when byScore is set (and
+// uniformly when every score is 0), else uniformly.
+func (s *Snapshot) leastBad(t *tier, r Request, byScore bool) *Endpoint {
+	var weight func(*Endpoint) float64
+	if byScore {
+		weight = (*Endpoint).scoreIgnoringBreaker
+	}
+	if len(r.Tried) > 0 {
+		if ep := draw(t.set, func(ep *Endpoint) bool { return mayTake(ep) && !tried(r, ep) }, weight); ep != nil {
+			return ep
+		}
+	}
+	return draw(t.set, mayTake, weight)
 }
 
-// HealthyShare is the share of endpoints available now (1 when empty).
-func (p *Pool) HealthyShare() float64 {
-	s := p.cur.Load().set
+// healthyShare is the share of endpoints available now (1 when empty).
+func healthyShare(s *Set) float64 {
 	if len(s.states) == 0 {
 		return 1
 	}
 	n := 0
-	for _, st := range s.states {
-		if st.Available(s.clock) {
+	for i := range s.states {
+		if s.states[i].Available(s.clock, s.caps[i]) {
 			n++
 		}
 	}
@@ -252,64 +502,62 @@ func (p *Pool) HealthyShare() float64 {
 
 // mayTake reports whether an endpoint may take a request at all, whatever
 // its health: not draining, not at its in-flight cap.
-func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.State.Full() }
+func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.Full() }
 
-func scoreIgnoringBreaker(ep *Endpoint) float64 { return ep.State.ScoreIgnoringBreaker() }
-
-// fallback counts and returns a pick of ep made past its breaker.
-func (p *Pool) fallback(snap *poolSnap, ep *Endpoint) (Pick, error) {
-	if ep == nil {
-		p.unavailable.Add(1)
-		return Pick{}, ErrNoEndpoint
-	}
-	ep.State.Begin()
-	p.fallbacks.Add(1)
-	return Pick{Endpoint: ep, Fallback: true, ticket: ep.State.AdmitFallback(), snap: snap, clock: p.clock}, nil
+func (s *Snapshot) made(ep *Endpoint, t health.Ticket, obs Observer) Pick {
+	return Pick{Endpoint: ep, ticket: t, observer: obs, classifier: s.classifier, clock: s.pool.clock}
 }
 
-// Pick is one pick: the endpoint, and the hook that reports its outcome.
+// Pick is one pick: the endpoint, and the hooks that report its outcome
+// and end it.
 type Pick struct {
 	Endpoint *Endpoint
 	// Fallback says nothing was available and this is the least bad.
 	Fallback bool
 
-	ticket health.Ticket
-	snap   *poolSnap
-	clock  health.Clock
-	picked bool // the picker chose it (not the fallback): report to its Observer
+	ticket     health.Ticket
+	observer   Observer // the picker that chose it, when it keeps accounts
+	classifier *health.Classifier
+	clock      health.Clock
 }
 
 // Probe reports whether this request is the breaker's half-open probe.
-func (pk Pick) Probe() bool { return pk.ticket.Probe() }
+func (pk *Pick) Probe() bool { return pk.ticket.Probe() }
 
-// Done reports the request's outcome, exactly once, and returns the verdict
-// the pool's classifier gave it.
-func (pk Pick) Done(o health.Outcome) health.Verdict {
+// Report feeds the request's outcome to the endpoint's health, once, and
+// returns the verdict the pool's classifier gave it. The request stays in
+// flight until Release: a connection that was established (an outcome)
+// and stays open (still in flight) reports first and releases when it
+// closes.
+func (pk *Pick) Report(o health.Outcome) health.Verdict {
 	if pk.Endpoint == nil {
 		return health.Ignore
 	}
-	v := pk.snap.classifier.Classify(o)
-	st := pk.Endpoint.State
-	st.End()
+	v := pk.classifier.Classify(o)
 	at := o.At
 	if at.IsZero() {
 		at = pk.clock.Now()
 	}
-	st.Observe(pk.ticket, v, o.Latency, at)
-	if pk.picked && pk.snap.observer != nil {
-		pk.snap.observer.Done(pk.Endpoint, v)
-	}
+	pk.ticket.Observe(v, o.Latency, at)
 	return v
 }
 
-// Stats counts what the pool did.
-type Stats struct {
-	Fallbacks   int64 `json:"fallbacks"`   // picks of the least bad, nothing being available
-	Unavailable int64 `json:"unavailable"` // picks that found no endpoint at all
-	Rejected    int64 `json:"rejected"`    // picks a policy refused by rule
+// Release ends the request, once: the endpoint's in-flight count goes
+// down, and a picker that keeps accounts (bounded loads) is told.
+func (pk *Pick) Release() {
+	if pk.Endpoint == nil {
+		return
+	}
+	pk.ticket.Release()
+	if pk.observer != nil {
+		pk.observer.Done(pk.Endpoint)
+	}
 }
 
-// Stats returns the pool's counters.
-func (p *Pool) Stats() Stats {
-	return Stats{Fallbacks: p.fallbacks.Load(), Unavailable: p.unavailable.Load(), Rejected: p.rejected.Load()}
+// Done is Report then Release: the request's outcome, when the request
+// ends with it.
+func (pk *Pick) Done(o health.Outcome) health.Verdict {
+	v := pk.Report(o)
+	pk.Release()
+	return v
 }

@@ -1,6 +1,9 @@
 package balance_test
 
 import (
+	"maps"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,7 +34,7 @@ func TestConfigureRefusesBadConfig(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err %v, want %q", err, tt.wantErr)
 			}
-			if p.Set().Len() != 1 || p.Set().Get("keep") == nil || p.Policy() != "round_robin" {
+			if len(p.Snapshot().Endpoints()) != 1 || p.Snapshot().Get("keep") == nil || p.Policy() != "round_robin" {
 				t.Fatal("a refused config changed the pool")
 			}
 		})
@@ -59,7 +62,7 @@ func TestStateSurvivesReconfigure(t *testing.T) {
 	if n := state(p, "b").Inflight(); n != 1 {
 		t.Fatalf("b in flight %d after reload, want 1", n)
 	}
-	if p.Set().Get("b").Weight != 3 || p.Policy() != "scored" {
+	if p.Snapshot().Get("b").Weight != 3 || p.Policy() != "scored" {
 		t.Fatal("new config not in force")
 	}
 	held.Done(health.Outcome{Status: 200})
@@ -143,6 +146,252 @@ func TestConcurrentPicksDuringReconfigure(t *testing.T) {
 				}
 				return true
 			})
+		})
+	}
+}
+
+// backupPool is a pool of primaries p0, p1 and backups b0, b1 on round
+// robin, with the extra config applied.
+func backupPool(t *testing.T, c balance.Config) (*balance.Pool, *health.ManualClock) {
+	t.Helper()
+	p, clock := testPool(t, &balance.RoundRobin{}, "p0")
+	c.Policy = &balance.RoundRobin{}
+	c.Endpoints = []balance.EndpointConfig{{Name: "p0"}, {Name: "p1"}, {Name: "b0", Backup: true}, {Name: "b1", Backup: true}}
+	if err := p.Configure(c); err != nil {
+		t.Fatal(err)
+	}
+	return p, clock
+}
+
+// Backups take requests only while no primary is available, and give them
+// back as soon as one is.
+func TestBackupsOnlyWhenPrimariesAreOut(t *testing.T) {
+	p, _ := backupPool(t, balance.Config{})
+	if got := counts(t, p, 100, nil); got["b0"]+got["b1"] != 0 {
+		t.Fatalf("backups took requests while primaries were up: %v", got)
+	}
+	openBreaker(t, p, "p0")
+	state(p, "p1").SetDraining(true)
+	got := counts(t, p, 100, nil)
+	if got["b0"] != 50 || got["b1"] != 50 || p.Stats().Backups != 100 {
+		t.Fatalf("primaries out: %v, backups counted %d; want 50/50 on the backups", got, p.Stats().Backups)
+	}
+	state(p, "p1").SetDraining(false)
+	if got := counts(t, p, 10, nil); got["p1"] != 10 {
+		t.Fatalf("a primary back: %v, want all on p1", got)
+	}
+	// Every endpoint out: the least bad primary, counted as a fallback.
+	state(p, "p1").SetDown(true, t0)
+	openBreaker(t, p, "b0")
+	openBreaker(t, p, "b1")
+	pk := pickKeyless(t, p)
+	if !pk.Fallback || pk.Endpoint.Backup || p.Stats().Fallbacks != 1 {
+		t.Fatalf("all out: picked %s fallback=%v, stats %+v; want a primary as fallback", pk.Endpoint.Name, pk.Fallback, p.Stats())
+	}
+	pk.Done(health.Outcome{Status: 200})
+}
+
+// Panic mode: below the threshold of healthy primaries, picks spread over
+// every primary instead of piling on the few healthy ones; backups wait.
+func TestPanicModeSpreadsOverAllPrimaries(t *testing.T) {
+	p, _ := backupPool(t, balance.Config{PanicThreshold: 0.6})
+	state(p, "p0").SetDown(true, t0) // half the primaries healthy: below 0.6
+	got := counts(t, p, 1000, nil)
+	if got["p0"] < 400 || got["p1"] < 400 || got["b0"]+got["b1"] != 0 {
+		t.Fatalf("panic: %v, want about half each on p0 and p1, none on backups", got)
+	}
+	if p.Stats().Panics != 1000 {
+		t.Fatalf("panic picks counted %d, want 1000", p.Stats().Panics)
+	}
+}
+
+// Slow start: an endpoint that has just come back takes a growing share,
+// on the pool's clock and random source.
+func TestSlowStartRamps(t *testing.T) {
+	p, clock := testPool(t, &balance.RoundRobin{}, "old")
+	cfg := balance.Config{Policy: &balance.RoundRobin{}, SlowStart: time.Minute,
+		Endpoints: []balance.EndpointConfig{{Name: "old"}, {Name: "new"}}}
+	if err := p.Configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	state(p, "new").SetDown(true, clock.Now())
+	state(p, "new").SetDown(false, clock.Now()) // back just now
+	// Accepted with probability f on its turn, refused turns going to old
+	// and leaving new's turn next: new serves f/(1+f) of the requests.
+	share := func(f float64) {
+		t.Helper()
+		want := 2000 * f / (1 + f)
+		if n := counts(t, p, 2000, nil)["new"]; math.Abs(float64(n)-want) > 0.25*want {
+			t.Fatalf("at %v of the window: new got %d of 2000, want about %.0f", f, n, want)
+		}
+	}
+	share(0.1) // the floor
+	clock.Advance(30 * time.Second)
+	share(0.5)
+	clock.Advance(30 * time.Second) // window over
+	if n := counts(t, p, 2000, nil)["new"]; n != 1000 {
+		t.Fatalf("after the window: new got %d of 2000, want 1000", n)
+	}
+}
+
+// A pin goes to its endpoint while it is available, past the policy; a
+// tried endpoint is avoided while another can take the request.
+func TestPinAndTried(t *testing.T) {
+	p, _ := testPool(t, &balance.RoundRobin{}, "a", "b", "c")
+	for range 5 {
+		pk, err := p.Pick(balance.Request{Pin: "c"})
+		if err != nil || pk.Endpoint.Name != "c" {
+			t.Fatalf("pinned to c: got %v, %v", pk.Endpoint, err)
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+	state(p, "c").SetDraining(true)
+	if pk := pickPin(t, p, "c"); pk.Endpoint.Name == "c" {
+		t.Fatal("a pin to a draining endpoint was followed")
+	}
+	state(p, "c").SetDraining(false)
+	for range 20 {
+		pk, err := p.Pick(balance.Request{Pin: "a", Tried: []string{"a", "b"}})
+		if err != nil || pk.Endpoint.Name != "c" {
+			t.Fatalf("a and b tried: got %v, %v, want c", pk.Endpoint, err)
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+	// Everything tried: an endpoint is still given rather than none.
+	pk, err := p.Pick(balance.Request{Tried: []string{"a", "b", "c"}})
+	if err != nil || pk.Fallback {
+		t.Fatalf("all tried: %v fallback=%v, want an ordinary pick", err, pk.Fallback)
+	}
+	pk.Done(health.Outcome{Status: 200})
+}
+
+func pickPin(t *testing.T, p *balance.Pool, pin string) balance.Pick {
+	t.Helper()
+	pk, err := p.Pick(balance.Request{Pin: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk.Done(health.Outcome{Status: 200})
+	return pk
+}
+
+// A snapshot built beside the running one changes nothing until it is
+// published, and discarding it forgets only what it alone created.
+func TestBuildAsideChangesNothingUntilPublished(t *testing.T) {
+	store := health.NewMemoryStore()
+	clock := health.NewManualClock(t0)
+	ring, _ := balance.NewKeyed("ring", balance.KeyedOptions{})
+	p := balance.NewPool("aside", balance.Options{Store: store, Clock: clock, Rand: balance.NewSeededRand(1)})
+	run := balance.Config{Policy: ring, Endpoints: []balance.EndpointConfig{{Name: "a"}, {Name: "b"}, {Name: "c", MaxInflight: 5}}}
+	if err := p.Configure(run); err != nil {
+		t.Fatal(err)
+	}
+	owners := func() map[string]string {
+		m := map[string]string{}
+		for i := range 200 {
+			k := "key" + strconv.Itoa(i)
+			pk, err := p.Pick(balance.Request{Key: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[k] = pk.Endpoint.Name
+			pk.Done(health.Outcome{Status: 200})
+		}
+		return m
+	}
+	before := owners()
+	aside, err := p.Build(balance.Config{Policy: ring, Health: health.Config{Threshold: 1}, StartDown: true,
+		Endpoints: []balance.EndpointConfig{{Name: "a", Weight: 9}, {Name: "d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(); !maps.Equal(got, before) {
+		t.Fatal("building a snapshot aside moved keys in the running one")
+	}
+	if p.Snapshot().Get("c").MaxInflight != 5 || p.Snapshot().Get("a").Health().Threshold != 3 {
+		t.Fatal("building aside changed the running endpoints' settings")
+	}
+	if aside.Get("d").State.Down() != true || state(p, "a").Down() {
+		t.Fatal("StartDown should mark only the new endpoint down")
+	}
+	if err := p.Discard(aside); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("after discarding, the store holds %v, want a b c", got)
+	}
+	if err := p.Publish(aside); err != balance.ErrNotBuilt {
+		t.Fatalf("publishing a discarded snapshot: %v, want ErrNotBuilt", err)
+	}
+	// Published: the new one serves, and endpoints that left are forgotten.
+	next, _ := p.Build(balance.Config{Policy: ring, Endpoints: []balance.EndpointConfig{{Name: "a"}, {Name: "d"}}})
+	if err := p.Publish(next); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Names(); !slices.Equal(got, []string{"a", "d"}) {
+		t.Fatalf("after publishing, the store holds %v, want a d", got)
+	}
+}
+
+// Keys chosen by clients cannot grow the sticky table past its bound: a
+// full table forgets its least recently seen key.
+func TestStickyTableIsBounded(t *testing.T) {
+	st, err := balance.NewSticky(balance.StickyOptions{MaxEntries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := testPool(t, st, "a", "b", "c")
+	for i := range 10_000 {
+		pickKey(t, p, "client-"+strconv.Itoa(i))
+	}
+	stats := st.Stats()
+	if stats.Entries > 64 || stats.Evicted < 10_000-64 {
+		t.Fatalf("after 10,000 keys: %d entries, %d evicted; want at most 64 entries", stats.Entries, stats.Evicted)
+	}
+	if _, err := balance.NewSticky(balance.StickyOptions{MaxEntries: -1}); err == nil {
+		t.Fatal("a negative max_entries was accepted")
+	}
+}
+
+// No policy's Build touches what the running picker reads: a snapshot
+// built over other endpoints and discarded leaves every key where it was.
+func TestPoliciesBuildAside(t *testing.T) {
+	policies := map[string]func() balance.Policy{
+		"ring":        func() balance.Policy { p, _ := balance.NewKeyed("ring", balance.KeyedOptions{}); return p },
+		"rendezvous":  func() balance.Policy { p, _ := balance.NewKeyed("rendezvous", balance.KeyedOptions{}); return p },
+		"maglev":      func() balance.Policy { p, _ := balance.NewKeyed("maglev", balance.KeyedOptions{}); return p },
+		"bounded":     func() balance.Policy { p, _ := balance.NewKeyed("bounded", balance.KeyedOptions{}); return p },
+		"sticky_hash": func() balance.Policy { p, _ := balance.NewSticky(balance.StickyOptions{Hash: true}); return p },
+		"sticky":      func() balance.Policy { p, _ := balance.NewSticky(balance.StickyOptions{}); return p },
+	}
+	for name, mk := range policies {
+		t.Run(name, func(t *testing.T) {
+			pol := mk()
+			p, _ := testPool(t, pol, letters(8)...)
+			owners := func() []string {
+				var out []string
+				for i := range 300 {
+					pk, err := p.Pick(balance.Request{Key: "k" + strconv.Itoa(i)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, pk.Endpoint.Name)
+					pk.Done(health.Outcome{Status: 200})
+				}
+				return out
+			}
+			before := owners()
+			aside, err := p.Build(balance.Config{Policy: pol, Endpoints: []balance.EndpointConfig{{Name: "e0"}, {Name: "zz"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := owners(); !slices.Equal(got, before) {
+				t.Fatal("building a snapshot aside moved keys in the running one")
+			}
+			_ = p.Discard(aside)
+			if got := owners(); !slices.Equal(got, before) {
+				t.Fatal("discarding a snapshot moved keys in the running one")
+			}
 		})
 	}
 }

@@ -3,13 +3,11 @@ package balance
 import (
 	"fmt"
 	"math"
-
-	"github.com/rotor-lb/rotor/health"
 )
 
 // Scored is article 001's health-weighted choice: each available endpoint
 // is drawn with probability proportional to score^gamma, where the score
-// is success_ewma x 1/(1 + latency_ewma_s) (health.State.Score). Gamma 0 is
+// is success_ewma x 1/(1 + latency_ewma_s) (Endpoint.Score). Gamma 0 is
 // uniform; higher gammas concentrate traffic on the best endpoints. Keep it
 // modest: a large gamma commits to whatever looked best first and then
 // never learns that a demoted endpoint has recovered, as it sends it
@@ -51,8 +49,8 @@ type scoredPicker struct {
 }
 
 // weight is score^gamma, with the common exponents done without Pow.
-func (p *scoredPicker) weight(st *health.State) float64 {
-	s := st.ScoreIgnoringBreaker() // available: the breaker admits
+func (p *scoredPicker) weight(ep *Endpoint) float64 {
+	s := ep.scoreIgnoringBreaker() // available: the breaker admits
 	switch p.gamma {
 	case 0:
 		return 1
@@ -63,8 +61,6 @@ func (p *scoredPicker) weight(st *health.State) float64 {
 	}
 	return math.Pow(s, p.gamma)
 }
-
-func (p *scoredPicker) endpointWeight(ep *Endpoint) float64 { return p.weight(ep.State) }
 
 // rejectionTries bounds the O(1) draws before Pick falls back to an exact
 // pass over every endpoint.
@@ -85,16 +81,15 @@ func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 	if n := len(s.states); n > 0 {
 		for range rejectionTries {
 			i := intn(s.rand, n)
-			st := s.states[i]
-			if !st.Available(s.clock) {
+			if !s.states[i].Available(s.clock, s.caps[i]) {
 				continue
 			}
-			if w := p.weight(st); w >= 1 || float(s.rand) < w {
+			if w := p.weight(s.endpoints[i]); w >= 1 || float(s.rand) < w {
 				return s.endpoints[i], nil
 			}
 		}
 	}
-	if ep := draw(s, s.Available, p.endpointWeight); ep != nil {
+	if ep := draw(s, s.Available, p.weight); ep != nil {
 		return ep, nil
 	}
 	return nil, ErrNoEndpoint

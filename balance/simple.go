@@ -7,7 +7,9 @@ import (
 // RoundRobin sends the i-th request to endpoint i mod N: no state but one
 // atomic counter, blind to load. Unavailable endpoints are skipped, and the
 // turns skipped are consumed, so the next request starts after the one
-// chosen and the endpoint after a dead one does not take its share too.
+// chosen and the endpoint after a dead one does not take its share too. A
+// pick that finds nothing available takes no turn, so a pool's primaries
+// and backups can share one counter.
 type RoundRobin struct {
 	next atomic.Uint64 // survives rebuilds
 }
@@ -40,6 +42,7 @@ func (p *rrPicker) Pick(Request) (*Endpoint, error) {
 			return ep, nil
 		}
 	}
+	p.next.Add(^uint64(0)) // give the turn back
 	return nil, ErrNoEndpoint
 }
 
@@ -91,9 +94,8 @@ func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
 	best := -1
 	var bestLoad int64
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		st := s.states[i]
-		if st.Available(s.clock) {
-			if load := st.Inflight(); best < 0 || load < bestLoad {
+		if s.states[i].Available(s.clock, s.caps[i]) {
+			if load := s.states[i].Inflight(); best < 0 || load < bestLoad {
 				best, bestLoad = i, load
 			}
 		}
@@ -131,7 +133,7 @@ func (p wlcPicker) Pick(Request) (*Endpoint, error) {
 	}
 	best := -1
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if st := s.states[i]; st.Available(s.clock) {
+		if st := s.states[i]; st.Available(s.clock, s.caps[i]) {
 			if best < 0 {
 				best = i
 			} else {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/placement"
@@ -15,6 +16,11 @@ import (
 // DefaultStickyTTL is how long a sticky table keeps a key that is not seen
 // again.
 const DefaultStickyTTL = 30 * time.Minute
+
+// DefaultStickyEntries is the most keys a sticky table holds when
+// StickyOptions.MaxEntries is zero: keys are chosen by clients, so the
+// table is bounded, and a full table forgets its least recently used key.
+const DefaultStickyEntries = 100_000
 
 // OnFull says what a sticky policy does when a key's endpoint is full (at
 // its in-flight cap) but otherwise well.
@@ -37,6 +43,10 @@ type StickyOptions struct {
 	// TTL is how long a table entry lives after its key was last seen.
 	// Zero means DefaultStickyTTL.
 	TTL time.Duration
+	// MaxEntries bounds the table: when it is full, a new key evicts the
+	// least recently seen one (which is then placed afresh if it comes
+	// back). Zero means DefaultStickyEntries.
+	MaxEntries int
 	// OnFull is what happens when the pinned endpoint is full.
 	OnFull OnFull
 	// Inner places keys seen for the first time, keys whose endpoint left,
@@ -51,20 +61,22 @@ type StickyOptions struct {
 // (draining, down, breaker open, or gone from the config: the key is pinned
 // again elsewhere) and when it is full (OnFull: break affinity for this
 // request, or reject it). Each case is counted.
+//
+// The table is sharded, each shard a bounded LRU under its own lock: a
+// pick costs one map lookup, and expired keys are dropped as they are met
+// (looked up, or found oldest when a key is added), never by a sweep.
 type Sticky struct {
-	opts   StickyOptions         // immutable after NewSticky
-	shards [stickyShards]*shard  // table mode
-	hrw    *placement.Rendezvous // hash mode
+	opts   StickyOptions        // immutable after NewSticky
+	shards [stickyShards]*shard // table mode
 
-	pinned, hits, repinned, broken, rejected, unkeyed atomic.Int64
+	pinned, hits, repinned, broken, rejected, unkeyed, evicted atomic.Int64
 }
 
 const stickyShards = 32
 
 type shard struct {
-	mu      sync.Mutex
-	pins    map[string]pin // guarded by mu
-	inserts int            // guarded by mu; sweeps every 256
+	mu   sync.Mutex
+	pins *simplelru.LRU[string, pin] // guarded by mu
 }
 
 type pin struct {
@@ -85,15 +97,25 @@ func NewSticky(opts StickyOptions) (*Sticky, error) {
 	if opts.OnFull != BreakAffinity && opts.OnFull != Reject {
 		return nil, fmt.Errorf("on_full: must be break or reject")
 	}
+	if opts.MaxEntries == 0 {
+		opts.MaxEntries = DefaultStickyEntries
+	}
+	if opts.MaxEntries < 0 {
+		return nil, fmt.Errorf("max_entries: must be positive (got %d)", opts.MaxEntries)
+	}
 	if opts.Inner == nil {
 		opts.Inner = LeastConn{}
 	}
 	s := &Sticky{opts: opts}
-	if opts.Hash {
-		s.hrw, _ = placement.NewRendezvous(nil)
-	}
-	for i := range s.shards {
-		s.shards[i] = &shard{pins: map[string]pin{}}
+	if !opts.Hash {
+		per := (opts.MaxEntries + stickyShards - 1) / stickyShards
+		for i := range s.shards {
+			lru, err := simplelru.NewLRU[string, pin](per, nil)
+			if err != nil {
+				return nil, err
+			}
+			s.shards[i] = &shard{pins: lru}
+		}
 	}
 	return s, nil
 }
@@ -102,12 +124,13 @@ func NewSticky(opts StickyOptions) (*Sticky, error) {
 func (*Sticky) Name() string { return "sticky" }
 
 // Build returns a picker over s. The table outlives it: pins to endpoints
-// that stay are kept.
+// that stay are kept. In hash mode the picker has a placer of its own, so
+// the running one is never changed by a build.
 func (st *Sticky) Build(s *Set) Picker {
 	p := &stickyPicker{policy: st, set: s, inner: st.opts.Inner.Build(s), ok: s.availableNamed}
 	p.innerObs, _ = p.inner.(Observer)
-	if st.hrw != nil {
-		_ = st.hrw.Set(s.nodes()) // unique names and weights >= 1: accepted
+	if st.opts.Hash {
+		p.hrw, _ = placement.NewRendezvous(s.nodes()) // unique names and weights >= 1: accepted
 	}
 	return p
 }
@@ -117,13 +140,14 @@ type stickyPicker struct {
 	set      *Set
 	inner    Picker
 	innerObs Observer
-	ok       func(string) bool // set.availableNamed
+	hrw      *placement.Rendezvous // hash mode
+	ok       func(string) bool     // set.availableNamed
 }
 
 // onlyFull reports that ep is unavailable only because it is full: it is
 // still there and well, so the key's affinity is worth keeping.
 func (p *stickyPicker) onlyFull(ep *Endpoint) bool {
-	return ep.State.Full() && !ep.State.Draining() && !ep.State.Down() &&
+	return ep.Full() && !ep.State.Draining() && !ep.State.Down() &&
 		ep.State.Breaker(p.set.clock.Now()) != health.Open
 }
 
@@ -133,7 +157,7 @@ func (p *stickyPicker) Pick(r Request) (*Endpoint, error) {
 		st.unkeyed.Add(1)
 		return p.inner.Pick(r)
 	}
-	if st.hrw != nil {
+	if p.hrw != nil {
 		return p.pickHash(r)
 	}
 	return p.pickTable(r)
@@ -141,7 +165,7 @@ func (p *stickyPicker) Pick(r Request) (*Endpoint, error) {
 
 func (p *stickyPicker) pickHash(r Request) (*Endpoint, error) {
 	st := p.policy
-	owner, err := st.hrw.Owner(r.Key)
+	owner, err := p.hrw.Owner(r.Key)
 	if err != nil {
 		return nil, ErrNoEndpoint
 	}
@@ -159,7 +183,7 @@ func (p *stickyPicker) pickHash(r Request) (*Endpoint, error) {
 	default:
 		st.repinned.Add(1)
 	}
-	return walkOwners(p.set, st.hrw, r.Key, p.ok)
+	return walkOwners(p.set, p.hrw, r.Key, p.ok)
 }
 
 func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
@@ -167,15 +191,16 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	now := p.set.clock.Now().UnixNano()
 	sh := st.shards[xxhash.Sum64String(r.Key)%stickyShards]
 	sh.mu.Lock()
-	pn, found := sh.pins[r.Key]
+	pn, found := sh.pins.Get(r.Key)
 	if found && pn.expires <= now {
+		sh.pins.Remove(r.Key)
 		found = false
 	}
 	if found {
 		ep := p.set.Get(pn.name)
 		switch {
 		case ep != nil && p.set.Available(ep):
-			sh.pins[r.Key] = pin{name: pn.name, expires: now + int64(st.opts.TTL)}
+			sh.pins.Add(r.Key, pin{name: pn.name, expires: now + int64(st.opts.TTL)})
 			sh.mu.Unlock()
 			st.hits.Add(1)
 			return ep, nil
@@ -198,13 +223,16 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 		return nil, err
 	}
 	sh.mu.Lock()
-	sh.pins[r.Key] = pin{name: ep.Name, expires: now + int64(st.opts.TTL)}
-	if sh.inserts++; sh.inserts%256 == 0 {
-		for k, v := range sh.pins {
-			if v.expires <= now {
-				delete(sh.pins, k)
-			}
+	if sh.pins.Add(r.Key, pin{name: ep.Name, expires: now + int64(st.opts.TTL)}) {
+		st.evicted.Add(1)
+	}
+	// Drop expired keys met at the old end: at most two, so a pick's cost
+	// stays constant, and more than one per insert keeps up with inserts.
+	for range 2 {
+		if _, old, ok := sh.pins.GetOldest(); !ok || old.expires > now {
+			break
 		}
+		sh.pins.RemoveOldest()
 	}
 	sh.mu.Unlock()
 	if found {
@@ -216,9 +244,9 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 }
 
 // Done forwards to the inner picker when it keeps accounts of its own.
-func (p *stickyPicker) Done(ep *Endpoint, v health.Verdict) {
+func (p *stickyPicker) Done(ep *Endpoint) {
 	if p.innerObs != nil {
-		p.innerObs.Done(ep, v)
+		p.innerObs.Done(ep)
 	}
 }
 
@@ -230,6 +258,7 @@ type StickyStats struct {
 	Broken   int64 `json:"broken"`   // requests sent elsewhere as their endpoint was full
 	Rejected int64 `json:"rejected"` // requests refused as their endpoint was full
 	Unkeyed  int64 `json:"unkeyed"`  // requests with no key
+	Evicted  int64 `json:"evicted"`  // keys forgotten as the table was full
 	Entries  int   `json:"entries"`  // keys in the table (table mode)
 }
 
@@ -237,11 +266,14 @@ type StickyStats struct {
 func (st *Sticky) Stats() StickyStats {
 	s := StickyStats{
 		Pinned: st.pinned.Load(), Hits: st.hits.Load(), Repinned: st.repinned.Load(),
-		Broken: st.broken.Load(), Rejected: st.rejected.Load(), Unkeyed: st.unkeyed.Load(),
+		Broken: st.broken.Load(), Rejected: st.rejected.Load(), Unkeyed: st.unkeyed.Load(), Evicted: st.evicted.Load(),
 	}
 	for _, sh := range st.shards {
+		if sh == nil {
+			continue // hash mode
+		}
 		sh.mu.Lock()
-		s.Entries += len(sh.pins)
+		s.Entries += sh.pins.Len()
 		sh.mu.Unlock()
 	}
 	return s

@@ -84,7 +84,16 @@ func TestStickyFull(t *testing.T) {
 		p, _ := testPool(t, st, "a", "b")
 		first := pickKey(t, p, "k")
 		home := first.Endpoint.Name
-		state(p, home).SetMaxInflight(1) // full while first is in flight
+		// Cap home at one request: full while first is in flight.
+		eps := []balance.EndpointConfig{{Name: "a"}, {Name: "b"}}
+		for i := range eps {
+			if eps[i].Name == home {
+				eps[i].MaxInflight = 1
+			}
+		}
+		if err := p.Configure(balance.Config{Policy: st, Endpoints: eps}); err != nil {
+			t.Fatal(err)
+		}
 		pk, err := p.Pick(balance.Request{Key: "k"})
 		switch onFull {
 		case balance.Reject:
@@ -201,7 +210,7 @@ func TestKeyedBoundedSpreadsHotKey(t *testing.T) {
 	for range 100 {
 		held = append(held, pickKey(t, p, "hot"))
 	}
-	for _, ep := range p.Set().Endpoints() {
+	for _, ep := range p.Snapshot().Endpoints() {
 		if n := ep.State.Inflight(); n > 32 {
 			t.Fatalf("%s holds %d of 100, bound ceil(1.25*100/4) = 32", ep.Name, n)
 		}

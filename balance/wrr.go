@@ -25,20 +25,25 @@ var _ Policy = (*SmoothWeighted)(nil)
 // Name returns "weighted_round_robin".
 func (*SmoothWeighted) Name() string { return "weighted_round_robin" }
 
-// Build returns a picker over s, carrying credits over by name.
+// Build returns a picker over s, carrying credits over by name. Credits
+// of endpoints not in s are kept (a backup set, or a snapshot built aside
+// and abandoned, must not reset the running cycle); the map holds one
+// counter per name the pool ever had.
 func (w *SmoothWeighted) Build(s *Set) Picker {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	next := make(map[string]*int64, len(s.endpoints))
+	if w.credits == nil {
+		w.credits = make(map[string]*int64, len(s.endpoints))
+	}
 	p := &wrrPicker{set: s, mu: &w.mu, credit: make([]*int64, len(s.endpoints))}
 	for i, ep := range s.endpoints {
 		c := w.credits[ep.Name]
 		if c == nil {
 			c = new(int64)
+			w.credits[ep.Name] = c
 		}
-		next[ep.Name], p.credit[i] = c, c
+		p.credit[i] = c
 	}
-	w.credits = next
 	return p
 }
 
@@ -53,8 +58,9 @@ func (p *wrrPicker) Pick(Request) (*Endpoint, error) {
 	defer p.mu.Unlock()
 	best := -1
 	var total int64
-	for i, ep := range p.set.endpoints {
-		if !p.set.Available(ep) {
+	s := p.set
+	for i, ep := range s.endpoints {
+		if !s.states[i].Available(s.clock, s.caps[i]) {
 			continue
 		}
 		*p.credit[i] += int64(ep.Weight)

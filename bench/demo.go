@@ -11,9 +11,9 @@ import (
 // routes on loopback, with the behaviours article 001 describes.
 type Demo struct {
 	Target *Server
-	Routes []RouteDef
+	// Routes are the routes to use, each allowed to reach loopback.
+	Routes []forward.RouteOptions
 	Specs  []RouteSpec
-	Guard  *forward.Guard
 	close  []func()
 }
 
@@ -34,7 +34,8 @@ const TargetLatency = 150 * time.Millisecond
 
 // StartDemo starts the target and the routes.
 func StartDemo(d time.Duration, seed uint64) (*Demo, error) {
-	dm := &Demo{Specs: DemoSpecs(d), Guard: &forward.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}
+	dm := &Demo{Specs: DemoSpecs(d)}
+	loopback := &forward.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	t, err := StartTarget(TargetLatency)
 	if err != nil {
 		return nil, err
@@ -48,9 +49,9 @@ func StartDemo(d time.Duration, seed uint64) (*Demo, error) {
 			return nil, err
 		}
 		dm.close = append(dm.close, r.Close)
-		dm.Routes = append(dm.Routes, RouteDef{Name: spec.Name, URL: r.URL})
+		dm.Routes = append(dm.Routes, forward.RouteOptions{Name: spec.Name, URL: r.URL, Guard: loopback})
 	}
-	dm.Routes = append(dm.Routes, RouteDef{Name: "direct", URL: "direct://"})
+	dm.Routes = append(dm.Routes, forward.RouteOptions{Name: "direct", URL: "direct://", Guard: loopback})
 	return dm, nil
 }
 

@@ -17,21 +17,15 @@ import (
 	"github.com/rotor-lb/rotor/sim"
 )
 
-// RouteDef names a route and its URL (direct://, http://..., socks5://...).
-type RouteDef struct {
-	Name     string
-	URL      string
-	Insecure bool
-}
-
 // Options set up a benchmark: every policy sends the same requests to URL
 // over the same routes, at the same time, each through its own pool.
 type Options struct {
-	URL      string
-	Routes   []RouteDef
+	URL string
+	// Routes are built for each policy (its own connections); a zero
+	// Connect means 5s, a zero Try the request timeout.
+	Routes   []forward.RouteOptions
 	Policies []string
 	Factory  func(name string) (balance.Policy, error)
-	Guard    *forward.Guard
 	// Requests per policy; when 0, Duration at Rate requests a second.
 	Requests    int
 	Duration    time.Duration
@@ -147,12 +141,18 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, fmt.Errorf("policy %s: %w", name, err)
 		}
 		var routes []*forward.Route
-		for _, rd := range o.Routes {
-			u, err := forward.ParseRouteURL(rd.URL)
-			if err != nil {
-				return Report{}, fmt.Errorf("route %s: %w", rd.Name, err)
+		for _, ro := range o.Routes {
+			if ro.Connect == 0 {
+				ro.Connect = 5 * time.Second
 			}
-			routes = append(routes, forward.NewRoute(rd.Name, u, rd.Insecure, o.Guard, 5*time.Second, o.Timeout))
+			if ro.Try == 0 {
+				ro.Try = o.Timeout
+			}
+			r, err := forward.NewRoute(ro)
+			if err != nil {
+				return Report{}, fmt.Errorf("route %s: %w", ro.Name, err)
+			}
+			routes = append(routes, r)
 		}
 		hc := o.Health
 		if IsControl(name) {
@@ -161,7 +161,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		rn := &runner{name: name, share: map[string]int{}, breaker: map[string]health.BreakerState{}}
 		rn.sec.Share = map[string]int{}
 		tr, err := forward.NewTransport(routes, forward.Options{
-			Policy: p, Health: hc, Attempts: 1, Guard: o.Guard, Rand: balance.NewSeededRand(o.Seed + uint64(i)),
+			Policy: p, Health: hc, Attempts: 1, Rand: balance.NewSeededRand(o.Seed + uint64(i)),
 			OnOutcome: func(route string, oc health.Outcome, v health.Verdict) {
 				rn.observe(route, v, start, event)
 			},
@@ -289,7 +289,7 @@ func (rn *runner) fetch(ctx context.Context, c *http.Client, target string) {
 
 // observe is told each attempt's outcome on a route.
 func (rn *runner) observe(route string, v health.Verdict, start time.Time, event func(Event)) {
-	st := rn.tr.Pool().Set().Get(route).State
+	st := rn.tr.Pool().Snapshot.Get(route).State
 	now := time.Now()
 	b := st.Breaker(now)
 	rn.mu.Lock()
@@ -325,7 +325,7 @@ func (rn *runner) second() PolicyTick {
 		t.Mean = rn.secSum / time.Duration(t.OK)
 	}
 	now := time.Now()
-	for _, ep := range rn.tr.Pool().Set().Endpoints() {
+	for _, ep := range rn.tr.Pool().Snapshot.Endpoints() {
 		if ep.State.Breaker(now) == health.Open {
 			t.Open = append(t.Open, ep.Name)
 		}

@@ -48,7 +48,7 @@ func TestHTTPRiseAndFall(t *testing.T) {
 	}))
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL + "/base")
-	st := health.NewState("a", health.Config{})
+	st := health.NewState("a")
 	expect, _ := health.NewClassifier("2xx")
 	c := check.Start(check.Spec{Kind: "http", Path: "/healthz", Expect: expect, Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond, Rise: 2, Fall: 3},
 		[]check.Target{{Name: "a", State: st, URL: u}}, quiet)
@@ -85,7 +85,7 @@ func TestTCPCheck(t *testing.T) {
 		}
 	}()
 	addr := ln.Addr().String()
-	st := health.NewState("db", health.Config{})
+	st := health.NewState("db")
 	c := check.Start(check.Spec{Kind: "tcp", Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond, Rise: 1, Fall: 1},
 		[]check.Target{{Name: "db", State: st, Addr: addr}}, quiet)
 	defer c.Stop()

@@ -112,10 +112,13 @@ type Pool struct {
 
 // Sticky configures the sticky policy.
 type Sticky struct {
-	Hash   bool          `yaml:"hash"`
-	TTL    time.Duration `yaml:"ttl"`
-	OnFull string        `yaml:"on_full"` // break (default) or reject
-	Inner  string        `yaml:"inner"`   // default least_conn
+	Hash bool          `yaml:"hash"`
+	TTL  time.Duration `yaml:"ttl"`
+	// MaxEntries bounds the table (default 100000): a full table forgets
+	// its least recently seen key.
+	MaxEntries int    `yaml:"max_entries"`
+	OnFull     string `yaml:"on_full"` // break (default) or reject
+	Inner      string `yaml:"inner"`   // default least_conn
 }
 
 // Placement configures the key-placement policies.
@@ -196,7 +199,7 @@ type Retries struct {
 	Attempts int     `yaml:"attempts"` // tries in all, default 2 (one retry)
 	Budget   float64 `yaml:"budget"`   // extra tries as a share of requests, default 0.2
 	// Statuses are the statuses retried for idempotent requests
-	// (default 502,503,504).
+	// (default 502,503,504; for a forward pool, its fail_statuses).
 	Statuses string `yaml:"statuses"`
 }
 

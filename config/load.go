@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rotor-lb/rotor/internal/secret"
 )
 
 // Load reads, interpolates, decodes and validates the configuration file at
@@ -24,8 +27,22 @@ func Load(path string, getenv func(string) string) (*File, error) {
 	return Parse(path, data, getenv)
 }
 
-// Parse is Load on bytes already read; name is used in messages.
+// Parse is Load on bytes already read; name is used in messages. Its
+// errors never show a URL's userinfo, even where they quote the input.
 func Parse(name string, data []byte, getenv func(string) string) (*File, error) {
+	f, err := parse(name, data, getenv)
+	if err != nil {
+		return nil, redacted{err}
+	}
+	return f, nil
+}
+
+// redacted is an error whose message has every URL's userinfo masked.
+type redacted struct{ err error }
+
+func (r redacted) Error() string { return secret.Text(r.err.Error()) }
+
+func parse(name string, data []byte, getenv func(string) string) (*File, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -46,6 +63,7 @@ func Parse(name string, data []byte, getenv func(string) string) (*File, error) 
 		return nil, p.decodeError(err)
 	}
 	f.applyDefaults()
+	f.resolvePaths(filepath.Dir(name))
 	var errs []error
 	for _, pe := range f.validate() {
 		errs = append(errs, p.at(pe.path, pe.msg))

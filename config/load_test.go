@@ -1,11 +1,13 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotor-lb/rotor/config"
+	"github.com/rotor-lb/rotor/proxy/forward"
 )
 
 // The file shape the serve issue fixes, verbatim.
@@ -75,7 +77,8 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"decay", edit(16, "      ewma: {success_decay: 1.5, latency_decay: 0.3}"), "rotor.yaml:16: pools.app.health.ewma.success_decay: must be in (0, 1] (got 1.5)"},
 		{"threshold", edit(15, "      breaker: {threshold: -1, cooldown: 15s}"), "rotor.yaml:15: pools.app.health.breaker.threshold: must be at least 1 (got -1)"},
 		{"negative weight", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: -2}"), "rotor.yaml:10: pools.app.endpoints.a.weight: must be at least 1 (got -2)"},
-		{"bad url", edit(10, "      - {name: a, url: ftp://u:hunter2@127.0.0.1:9001}"), `rotor.yaml:10: pools.app.endpoints.a.url: "ftp://u:xxxxx@127.0.0.1:9001": scheme must be http or https`},
+		{"bad url", edit(10, "      - {name: a, url: ftp://u:hunter2@127.0.0.1:9001}"), `rotor.yaml:10: pools.app.endpoints.a.url: "ftp://xxxxx@127.0.0.1:9001": scheme must be http or https`},
+		{"credentials in a backend url", edit(10, "      - {name: a, url: http://TOKEN0123@127.0.0.1:9001}"), `rotor.yaml:10: pools.app.endpoints.a.url: "http://xxxxx@127.0.0.1:9001": credentials in a backend URL are not sent; remove them`},
 		{"listen", edit(3, "  - {name: web, kind: http, listen: 8080, routes: [{match: {path_prefix: /}, pool: app}]}"), `rotor.yaml:3: listeners.web.listen: "8080" is not host:port`},
 		{"keyed policy needs a key", edit(8, "    key: {}") + "", ""},
 		{"panic threshold", edit(18, "      panic_threshold: 2"), "rotor.yaml:18: pools.app.health.panic_threshold: must be between 0 and 1 (got 2)"},
@@ -112,17 +115,17 @@ func TestKeyedPolicyRequiresKey(t *testing.T) {
 }
 
 func TestEnvInterpolation(t *testing.T) {
-	y := strings.Replace(contract, "url: http://127.0.0.1:9001", `url: "http://user:${APP_PASS}@127.0.0.1:${APP_PORT:-9001}"`, 1)
-	env := map[string]string{"APP_PASS": "s3cret"}
+	y := strings.Replace(contract, "url: http://127.0.0.1:9001", `url: "http://${APP_HOST}:${APP_PORT:-9001}"`, 1)
+	env := map[string]string{"APP_HOST": "127.0.0.2"}
 	f, err := config.Parse("rotor.yaml", []byte(y), func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := f.Pools[0].Endpoints[0].URL; got != "http://user:s3cret@127.0.0.1:9001" {
+	if got := f.Pools[0].Endpoints[0].URL; got != "http://127.0.0.2:9001" {
 		t.Fatalf("url %q", got)
 	}
 	_, err = config.Parse("rotor.yaml", []byte(y), func(string) string { return "" })
-	if err == nil || !strings.Contains(err.Error(), "rotor.yaml:10: pools.app.endpoints.a.url: environment variable APP_PASS is not set") {
+	if err == nil || !strings.Contains(err.Error(), "rotor.yaml:10: pools.app.endpoints.a.url: environment variable APP_HOST is not set") {
 		t.Fatalf("unset variable: %v", err)
 	}
 	// A variable may stand for a number.
@@ -170,7 +173,7 @@ func TestForwardContract(t *testing.T) {
 	}
 	l, p := f.Listeners[0], f.Pools[0]
 	if l.Kind != "forward" || l.Auth.Users["alice"] != "a-pass" || l.AllowTargets[0] != "127.0.0.0/8" ||
-		p.Endpoints[2].Cost != 2 || p.FailStatuses != "5xx,429,403,407" {
+		p.Endpoints[2].Cost != 2 || p.FailStatuses != "5xx,429,403,407" || p.Retries.Statuses != p.FailStatuses {
 		t.Fatalf("decoded %+v %+v", l, p)
 	}
 	// A route whose secret is unset stops loading, naming the variable.
@@ -182,7 +185,56 @@ func TestForwardContract(t *testing.T) {
 	}
 	bad := strings.Replace(forwardContract, `url: "direct://"`, `url: "ftp://x:secretpw@h:1"`, 1)
 	_, err = config.Parse("rotor.yaml", []byte(bad), func(k string) string { return env[k] })
-	if err == nil || !strings.Contains(err.Error(), `pools.routes.endpoints.direct.url: "ftp://x:xxxxx@h:1": scheme must be direct, http or socks5`) || strings.Contains(err.Error(), "secretpw") {
+	if err == nil || !strings.Contains(err.Error(), `pools.routes.endpoints.direct.url: "ftp://xxxxx@h:1": scheme must be direct, http or socks5`) || strings.Contains(err.Error(), "secretpw") {
 		t.Fatalf("bad route: %v", err)
+	}
+}
+
+// What check-config accepts, the route constructor builds: a direct route
+// with a user is refused by both, the same way; and a token standing as a
+// route's user shows in no error.
+func TestRouteURLRulesAreTheConstructors(t *testing.T) {
+	for _, raw := range []string{"direct://user@", "direct://h:1", "http://TOKEN0123@h", "ftp://TOKEN0123:@h:1"} {
+		y := strings.Replace(forwardContract, `url: "direct://"`, fmt.Sprintf("url: %q", raw), 1)
+		_, cfgErr := config.Parse("rotor.yaml", []byte(y), func(string) string { return "x" })
+		_, routeErr := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: raw})
+		if cfgErr == nil || routeErr == nil {
+			t.Fatalf("%s: config %v, route %v: want both to refuse", raw, cfgErr, routeErr)
+		}
+		if !strings.Contains(cfgErr.Error(), routeErr.Error()) {
+			t.Errorf("%s: config says %q, the route %q: one rule, one message", raw, cfgErr, routeErr)
+		}
+		if strings.Contains(cfgErr.Error(), "TOKEN0123") {
+			t.Errorf("%s: the error shows the URL's user: %v", raw, cfgErr)
+		}
+	}
+}
+
+// The sticky table's bound is set in the file, and checked.
+func TestStickyMaxEntries(t *testing.T) {
+	y := strings.Replace(contract, "policy: p2c", "policy: sticky\n    sticky: {max_entries: 500}", 1)
+	f, err := config.Parse("rotor.yaml", []byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Pools[0].PolicyParams().StickyEntries; got != 500 {
+		t.Fatalf("max_entries %d, want 500", got)
+	}
+	y = strings.Replace(contract, "policy: p2c", "policy: sticky\n    sticky: {max_entries: -5}", 1)
+	if _, err := config.Parse("rotor.yaml", []byte(y), nil); err == nil || !strings.Contains(err.Error(), "max_entries: must be positive") {
+		t.Fatalf("a negative bound: %v", err)
+	}
+}
+
+// A policy's key compares its settings by value: the same gamma in two
+// files is the same key (the policy, and its state, are kept).
+func TestPolicyKeyByValue(t *testing.T) {
+	g1, g2, g3 := 2.0, 2.0, 3.0
+	a := config.PolicyParams{Gamma: &g1}.Key("scored")
+	if a != (config.PolicyParams{Gamma: &g2}).Key("scored") {
+		t.Fatal("the same gamma at two addresses gives two keys")
+	}
+	if a == (config.PolicyParams{Gamma: &g3}).Key("scored") || a == (config.PolicyParams{}).Key("scored") {
+		t.Fatal("another gamma, or none, gives the same key")
 	}
 }

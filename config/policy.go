@@ -24,15 +24,37 @@ type PolicyParams struct {
 	Choices int      // p2c, peak_ewma: how many random choices (2)
 	Gamma   *float64 // scored: the exponent on scores (1)
 
-	StickyHash   bool          // sticky: rendezvous hashing instead of a table
-	StickyTTL    time.Duration // sticky: table entry lifetime (30m)
-	StickyOnFull string        // sticky: "break" (default) or "reject"
-	StickyInner  string        // sticky: policy for new keys (least_conn)
+	StickyHash    bool          // sticky: rendezvous hashing instead of a table
+	StickyTTL     time.Duration // sticky: table entry lifetime (30m)
+	StickyEntries int           // sticky: the table's bound (100000)
+	StickyOnFull  string        // sticky: "break" (default) or "reject"
+	StickyInner   string        // sticky: policy for new keys (least_conn)
 
 	VNodes    int     // ring, bounded: points per unit of weight (100)
 	Hash      string  // ring, bounded: xxhash (default) or md5
 	Epsilon   float64 // bounded: load slack (0.25)
 	TableSize int     // maglev: table size, prime (65537)
+}
+
+// PolicyKey says what a policy is built from, as a comparable value:
+// while a pool's key stays the same across reloads, the policy value it
+// built (round robin's counter, smooth weights, sticky tables, bounded
+// loads) is kept.
+type PolicyKey struct {
+	Name   string
+	Params PolicyParams // Gamma nil: its value is below
+	Gamma  float64
+	HasGam bool
+}
+
+// Key returns the key of the named policy with these settings.
+func (p PolicyParams) Key(name string) PolicyKey {
+	k := PolicyKey{Name: name, Params: p}
+	if p.Gamma != nil {
+		k.Gamma, k.HasGam = *p.Gamma, true
+	}
+	k.Params.Gamma = nil
+	return k
 }
 
 // NewPolicy builds the named policy. Errors name the setting and the rule.
@@ -79,7 +101,11 @@ func NewPolicy(name string, p PolicyParams) (balance.Policy, error) {
 		default:
 			return nil, fmt.Errorf("on_full: %q is not break or reject", p.StickyOnFull)
 		}
-		return balance.NewSticky(balance.StickyOptions{Hash: p.StickyHash, TTL: p.StickyTTL, OnFull: onFull, Inner: in})
+		st, err := balance.NewSticky(balance.StickyOptions{Hash: p.StickyHash, TTL: p.StickyTTL, MaxEntries: p.StickyEntries, OnFull: onFull, Inner: in})
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
 	case "ring", "rendezvous", "maglev", "bounded":
 		h, err := placement.ParseHash(p.Hash)
 		if err != nil {

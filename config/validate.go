@@ -5,12 +5,15 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/secret"
+	"github.com/rotor-lb/rotor/proxy/forward"
 )
 
 // Defaults documented in docs/CONFIG.md.
@@ -101,6 +104,11 @@ func (f *File) applyDefaults() {
 		}
 		if p.Retries.Statuses == "" {
 			p.Retries.Statuses = DefaultRetryStatuses
+			if forwardPools[p.Name] {
+				// A route that refuses (403, 407, 429, 5xx) is worth
+				// another try on another route: rotation's point.
+				p.Retries.Statuses = p.FailStatuses
+			}
 		}
 		if c := p.Health.Check; c != nil {
 			if c.Path == "" {
@@ -133,6 +141,23 @@ func (f *File) applyDefaults() {
 	}
 }
 
+// resolvePaths makes the file paths in the config that are relative
+// relative to dir, the config file's directory, as nginx and Caddy read
+// theirs: the same file works whatever directory rotor starts in.
+func (f *File) resolvePaths(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	for i := range f.Listeners {
+		if t := f.Listeners[i].TLS; t != nil {
+			abs(&t.Cert)
+			abs(&t.Key)
+		}
+	}
+}
+
 type pathError struct{ path, msg string }
 
 func errAt(path, format string, args ...any) pathError {
@@ -152,7 +177,7 @@ func (p *Pool) HealthConfig() health.Config {
 func (p *Pool) PolicyParams() PolicyParams {
 	return PolicyParams{
 		Choices: p.Choices, Gamma: p.Gamma,
-		StickyHash: p.Sticky.Hash, StickyTTL: p.Sticky.TTL, StickyOnFull: p.Sticky.OnFull, StickyInner: p.Sticky.Inner,
+		StickyHash: p.Sticky.Hash, StickyTTL: p.Sticky.TTL, StickyEntries: p.Sticky.MaxEntries, StickyOnFull: p.Sticky.OnFull, StickyInner: p.Sticky.Inner,
 		VNodes: p.Placement.VNodes, Hash: p.Placement.Hash, Epsilon: p.Placement.Epsilon, TableSize: p.Placement.TableSize,
 	}
 }
@@ -362,7 +387,7 @@ func (p *Pool) validate(path, kind string) []pathError {
 		case kind == "forward":
 			if e.URL == "" {
 				add(errAt(ep+".url", "required for a route (direct://, http://host:port or socks5://host:port)"))
-			} else if err := checkRouteURL(e.URL); err != nil {
+			} else if _, err := forward.ParseRouteURL(e.URL); err != nil {
 				add(errAt(ep+".url", "%v", err))
 			}
 		case kind == "tcp" && e.Address == "":
@@ -374,7 +399,7 @@ func (p *Pool) validate(path, kind string) []pathError {
 				add(errAt(ep+".address", "%v", err))
 			}
 		default:
-			if err := checkBackendURL(e.URL); err != nil {
+			if _, err := ParseBackendURL(e.URL); err != nil {
 				add(errAt(ep+".url", "%v", err))
 			}
 		}
@@ -486,38 +511,21 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// checkRouteURL checks a route URL without echoing its password.
-func checkRouteURL(s string) error {
+// ParseBackendURL checks an endpoint URL of an http pool. Its errors never
+// show the URL's userinfo.
+func ParseBackendURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("not a URL")
-	}
-	switch u.Scheme {
-	case "direct":
-		if u.Host != "" {
-			return fmt.Errorf("direct:// takes no host")
-		}
-		return nil
-	case "http", "socks5":
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return fmt.Errorf("%q: want host:port", u.Redacted())
-		}
-		return nil
-	}
-	return fmt.Errorf("%q: scheme must be direct, http or socks5", u.Redacted())
-}
-
-// checkBackendURL checks an endpoint URL without ever echoing its password.
-func checkBackendURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil {
-		return fmt.Errorf("not a URL")
+		return nil, fmt.Errorf("not a URL: %s", secret.Text(s))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%q: scheme must be http or https", u.Redacted())
+		return nil, fmt.Errorf("%q: scheme must be http or https", secret.URL(u))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q: no host", u.Redacted())
+		return nil, fmt.Errorf("%q: no host", secret.URL(u))
 	}
-	return nil
+	if u.User != nil {
+		return nil, fmt.Errorf("%q: credentials in a backend URL are not sent; remove them", secret.URL(u))
+	}
+	return u, nil
 }

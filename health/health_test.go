@@ -10,15 +10,25 @@ import (
 	"github.com/rotor-lb/rotor/health"
 )
 
-func newState(t *testing.T, cfg health.Config) (*health.State, *health.ManualClock) {
-	t.Helper()
-	if err := cfg.Normalize().Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return health.NewState("a", cfg), health.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+// tuned is a State with the tuning every request in the test is admitted
+// under, as a pool snapshot would give it.
+type tuned struct {
+	*health.State
+	cfg *health.Config
 }
 
-func admit(t *testing.T, s *health.State, c *health.ManualClock) health.Ticket {
+func newState(t *testing.T, cfg health.Config) (tuned, *health.ManualClock) {
+	t.Helper()
+	cfg = cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return tuned{health.NewState("a"), &cfg}, health.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+func (s tuned) Admit(c health.Clock) (health.Ticket, bool) { return s.State.Admit(c, s.cfg) }
+
+func admit(t *testing.T, s tuned, c *health.ManualClock) health.Ticket {
 	t.Helper()
 	tk, ok := s.Admit(c)
 	if !ok {
@@ -27,14 +37,20 @@ func admit(t *testing.T, s *health.State, c *health.ManualClock) health.Ticket {
 	return tk
 }
 
-func fail(t *testing.T, s *health.State, c *health.ManualClock) {
-	t.Helper()
-	s.Observe(admit(t, s, c), health.Failure, 0, c.Now())
+// finish reports an outcome on tk and ends its request.
+func finish(tk health.Ticket, v health.Verdict, lat time.Duration, now time.Time) {
+	tk.Observe(v, lat, now)
+	tk.Release()
 }
 
-func succeed(t *testing.T, s *health.State, c *health.ManualClock, lat time.Duration) {
+func fail(t *testing.T, s tuned, c *health.ManualClock) {
 	t.Helper()
-	s.Observe(admit(t, s, c), health.Success, lat, c.Now())
+	finish(admit(t, s, c), health.Failure, 0, c.Now())
+}
+
+func succeed(t *testing.T, s tuned, c *health.ManualClock, lat time.Duration) {
+	t.Helper()
+	finish(admit(t, s, c), health.Success, lat, c.Now())
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -60,23 +76,13 @@ func TestEWMAKnownAnswers(t *testing.T) {
 		t.Fatalf("latency %v, want 1.55", snap.LatencyEWMA)
 	}
 	// Latency is not updated on failure.
-	s.Observe(admit(t, s, c), health.Failure, 30*time.Second, c.Now())
+	finish(admit(t, s, c), health.Failure, 30*time.Second, c.Now())
 	if got := s.Snapshot(c.Now()).LatencyEWMA; !near(got, 1.55) {
 		t.Fatalf("a failure moved latency to %v", got)
 	}
 	wantScore := s.Snapshot(c.Now()).SuccessEWMA / (1 + 1.55)
 	if got := s.Score(c.Now()); !near(got, wantScore) {
 		t.Fatalf("score %v, want success/(1+latency) = %v", got, wantScore)
-	}
-}
-
-func TestCostFactor(t *testing.T) {
-	s, c := newState(t, health.Config{CostWeight: 0.5})
-	s.SetCost(2)
-	succeed(t, s, c, time.Second)
-	// success 1, latency 1: 1/(1+1) x 1/(1 + 0.5*2) = 0.25
-	if got := s.Score(c.Now()); !near(got, 0.25) {
-		t.Fatalf("score %v, want 0.25", got)
 	}
 }
 
@@ -99,7 +105,7 @@ func TestBreakerTransitions(t *testing.T) {
 	if s.Score(c.Now()) != 0 {
 		t.Fatalf("open breaker scores %v, want exactly 0", s.Score(c.Now()))
 	}
-	if s.Available(c) {
+	if s.Available(c, 0) {
 		t.Fatal("open breaker is available")
 	}
 	if _, ok := s.Admit(c); ok {
@@ -111,21 +117,21 @@ func TestBreakerTransitions(t *testing.T) {
 		t.Fatal("admitted before the cooldown ended")
 	}
 	c.Advance(time.Nanosecond)
-	if !s.Available(c) || s.Score(c.Now()) == 0 {
+	if !s.Available(c, 0) || s.Score(c.Now()) == 0 {
 		t.Fatal("after the cooldown the endpoint should be available for a probe, with its score")
 	}
 	probe := admit(t, s, c)
 	if !probe.Probe() {
 		t.Fatal("the first request after the cooldown is not the probe")
 	}
-	if s.Available(c) {
+	if s.Available(c, 0) {
 		t.Fatal("available while the probe is out")
 	}
 	if _, ok := s.Admit(c); ok {
 		t.Fatal("a second request went through while the probe is out")
 	}
 	// Probe failure reopens, with a fresh cooldown.
-	s.Observe(probe, health.Failure, 0, c.Now())
+	finish(probe, health.Failure, 0, c.Now())
 	if b := s.Breaker(c.Now()); b != health.Open {
 		t.Fatalf("probe failure: breaker %v, want open", b)
 	}
@@ -136,12 +142,12 @@ func TestBreakerTransitions(t *testing.T) {
 	c.Advance(time.Second)
 	probe = admit(t, s, c)
 	// A cancelled probe frees the slot for another.
-	s.Observe(probe, health.Ignore, 0, c.Now())
+	finish(probe, health.Ignore, 0, c.Now())
 	probe = admit(t, s, c)
 	if !probe.Probe() {
 		t.Fatal("after a cancelled probe the next request is not a probe")
 	}
-	s.Observe(probe, health.Success, time.Millisecond, c.Now())
+	finish(probe, health.Success, time.Millisecond, c.Now())
 	if b := s.Breaker(c.Now()); b != health.Closed {
 		t.Fatalf("probe success: breaker %v, want closed", b)
 	}
@@ -156,7 +162,7 @@ func TestStaleOutcomeDropped(t *testing.T) {
 	s, c := newState(t, health.Config{Threshold: 1, Cooldown: time.Second})
 	old := admit(t, s, c) // admitted while closed
 	fail(t, s, c)         // opens
-	s.Observe(old, health.Success, time.Millisecond, c.Now())
+	finish(old, health.Success, time.Millisecond, c.Now())
 	if b := s.Breaker(c.Now()); b != health.Open {
 		t.Fatalf("a stale success moved the breaker to %v", b)
 	}
@@ -164,7 +170,7 @@ func TestStaleOutcomeDropped(t *testing.T) {
 		t.Fatalf("samples %d: the stale outcome should still feed the EWMAs", got)
 	}
 	// A fallback success (the pool tried it with nothing else left) closes.
-	s.Observe(s.AdmitFallback(), health.Success, time.Millisecond, c.Now())
+	finish(s.AdmitFallback(s.cfg), health.Success, time.Millisecond, c.Now())
 	if b := s.Breaker(c.Now()); b != health.Closed {
 		t.Fatalf("fallback success: breaker %v, want closed", b)
 	}
@@ -184,14 +190,14 @@ func TestThresholdExactUnderContention(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.Observe(tk, health.Failure, 0, c.Now())
+				finish(tk, health.Failure, 0, c.Now())
 			}()
 		}
 		wg.Wait()
 		if b := s.Breaker(c.Now()); b != health.Closed {
 			t.Fatalf("round %d: open after 2 concurrent failures", round)
 		}
-		s.Observe(tickets[2], health.Failure, 0, c.Now())
+		finish(tickets[2], health.Failure, 0, c.Now())
 		if b := s.Breaker(c.Now()); b != health.Open {
 			t.Fatalf("round %d: closed after 3 failures", round)
 		}
@@ -208,9 +214,7 @@ func TestThresholdExactUnderContention(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.Begin()
-			s.Observe(tk, health.Failure, 0, c.Now())
-			s.End()
+			finish(tk, health.Failure, 0, c.Now())
 		}()
 	}
 	wg.Wait()
@@ -225,48 +229,56 @@ func TestThresholdExactUnderContention(t *testing.T) {
 
 func TestAvailability(t *testing.T) {
 	s, c := newState(t, health.Config{})
-	if !s.Available(c) {
+	if !s.Available(c, 0) {
 		t.Fatal("a new endpoint is not available")
 	}
 	s.SetDraining(true)
-	if s.Available(c) {
+	if s.Available(c, 0) {
 		t.Fatal("draining endpoint available")
 	}
 	s.SetDraining(false)
 	s.SetDown(true, c.Now())
-	if s.Available(c) {
+	if s.Available(c, 0) {
 		t.Fatal("down endpoint available")
 	}
 	s.SetDown(false, c.Now())
 	if !s.UpSince().Equal(c.Now()) {
 		t.Fatal("coming back up did not start the slow-start window")
 	}
-	s.SetMaxInflight(2)
-	s.Begin()
-	s.Begin()
-	if s.Available(c) || !s.Full() {
-		t.Fatal("endpoint at its cap available")
+	tk := admit(t, s, c)
+	if s.Inflight() != 1 {
+		t.Fatalf("admitted: in flight %d, want 1", s.Inflight())
 	}
-	s.End()
-	if !s.Available(c) {
-		t.Fatal("endpoint under its cap unavailable")
+	tk.Observe(health.Success, time.Millisecond, c.Now())
+	if s.Inflight() != 1 {
+		t.Fatal("observing an outcome ended the request; only Release does")
 	}
+	tk.Release()
+	if s.Inflight() != 0 {
+		t.Fatalf("released: in flight %d, want 0", s.Inflight())
+	}
+	var zero health.Ticket
+	zero.Observe(health.Failure, 0, c.Now()) // belongs to no endpoint: nothing happens
+	zero.Release()
 }
 
 func TestPeakLatency(t *testing.T) {
 	s, c := newState(t, health.Config{PeakDecay: 10 * time.Second})
 	succeed(t, s, c, 100*time.Millisecond)
 	succeed(t, s, c, 500*time.Millisecond) // a peak replaces at once
-	if got := s.PeakLatency(c.Now()); !near(got, 0.5) {
+	if _, measured := health.NewState("new").PeakLatency(c.Now(), time.Second); measured {
+		t.Fatal("a new endpoint has a peak latency measure")
+	}
+	if got, _ := s.PeakLatency(c.Now(), s.cfg.PeakDecay); !near(got, 0.5) {
 		t.Fatalf("peak %v, want 0.5", got)
 	}
 	c.Advance(10 * time.Second)
-	if got := s.PeakLatency(c.Now()); !near(got, 0.5*math.Exp(-1)) {
+	if got, _ := s.PeakLatency(c.Now(), s.cfg.PeakDecay); !near(got, 0.5*math.Exp(-1)) {
 		t.Fatalf("after one time constant: %v, want 0.5/e", got)
 	}
 	succeed(t, s, c, 100*time.Millisecond) // below: pulled down by weight 1-1/e
 	want := 0.5*math.Exp(-1) + 0.1*(1-math.Exp(-1))
-	if got := s.PeakLatency(c.Now()); !near(got, want) {
+	if got, _ := s.PeakLatency(c.Now(), s.cfg.PeakDecay); !near(got, want) {
 		t.Fatalf("peak %v, want %v", got, want)
 	}
 }
@@ -292,6 +304,7 @@ func TestClassifier(t *testing.T) {
 		{"blocked", health.Outcome{Err: health.Blocked, Status: 200}, health.Failure, health.Failure},
 		{"client cancel", health.Outcome{Err: health.Canceled, Status: 502}, health.Ignore, health.Ignore},
 		{"rotor's own overload", health.Outcome{Err: health.Local, Status: 503}, health.Ignore, health.Ignore},
+		{"the client's malformed body", health.Outcome{Err: health.Client, Status: 502}, health.Ignore, health.Ignore},
 	}
 	for _, tt := range tests {
 		if got := def.Classify(tt.o); got != tt.def {
@@ -362,18 +375,30 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
-func TestStoreKeepsStateByName(t *testing.T) {
+// States are reference-counted: the state lives while anything holds it,
+// and only the last release forgets it.
+func TestStoreCountsHolders(t *testing.T) {
 	st := health.NewMemoryStore()
-	a := st.State("a", health.Config{})
-	a.Begin()
-	if again := st.State("a", health.Config{Threshold: 7}); again != a || again.Inflight() != 1 || again.Config().Threshold != 7 {
-		t.Fatal("the store did not hand back the same state with the new config")
+	a, created := st.Acquire("a")
+	if !created {
+		t.Fatal("the first Acquire did not create")
 	}
-	st.Forget("a")
-	if fresh := st.State("a", health.Config{}); fresh == a || fresh.Inflight() != 0 {
+	a.SetDraining(true)
+	again, created := st.Acquire("a") // a second snapshot holding a
+	if again != a || created || !again.Draining() {
+		t.Fatal("the store did not hand back the same state")
+	}
+	st.Release("a") // one holder left
+	if got, _ := st.Acquire("a"); got != a {
+		t.Fatal("a state still held was forgotten")
+	}
+	st.Release("a")
+	st.Release("a") // the last holder
+	if fresh, created := st.Acquire("a"); fresh == a || !created || fresh.Draining() {
 		t.Fatal("a forgotten state came back")
 	}
-	st.State("b", health.Config{})
+	st.Release("nobody") // releasing what is not held changes nothing
+	st.Acquire("b")
 	if got := st.Names(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
 		t.Fatalf("names %v", got)
 	}

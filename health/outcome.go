@@ -27,9 +27,12 @@ const (
 	// Local: rotor refused or cut the request itself (its own overload, a
 	// limit of its own). Never the endpoint's fault.
 	Local
+	// Client: the client sent something wrong (a malformed or unfinished
+	// body, framing rotor refuses). Never the endpoint's fault.
+	Client
 )
 
-var errorKindNames = [...]string{"none", "connect", "timeout", "broken", "blocked", "canceled", "local"}
+var errorKindNames = [...]string{"none", "connect", "timeout", "broken", "blocked", "canceled", "local", "client"}
 
 // String returns the kind's name as metrics and logs show it.
 func (k ErrorKind) String() string {
@@ -48,7 +51,9 @@ type Outcome struct {
 	// Err is how the request failed, NoError when it did not.
 	Err ErrorKind
 	// Latency is the time the endpoint took: to the response headers for
-	// HTTP, the connection's life for TCP.
+	// HTTP; to establish the connection (dial, and the route's handshake)
+	// for TCP and CONNECT tunnels. What happens later on a long connection
+	// is not latency.
 	Latency time.Duration
 	// At is when the outcome was known. A caller that has just read the
 	// clock to measure Latency passes it here and spares Done reading it
@@ -64,8 +69,8 @@ const (
 	Success Verdict = iota
 	// Failure counts against it.
 	Failure
-	// Ignore counts neither way: the client cancelled, or rotor itself
-	// refused the request.
+	// Ignore counts neither way: the client cancelled or erred, or rotor
+	// itself refused the request.
 	Ignore
 )
 
@@ -82,9 +87,9 @@ func (v Verdict) String() string {
 }
 
 // Classifier decides which outcomes are failures. Connection errors,
-// timeouts, broken answers and blocked answers always are; cancellations
-// and rotor's own refusals never are; a status is a failure when it is in
-// the classifier's set.
+// timeouts, broken answers and blocked answers always are; cancellations,
+// the client's own errors and rotor's own refusals never are; a status is
+// a failure when it is in the classifier's set.
 type Classifier struct {
 	fail [10]uint64 // bit s set: status s (0..639) is a failure
 	spec string     // as given, for display
@@ -143,7 +148,7 @@ func (c *Classifier) FailsOn(status int) bool {
 // Classify returns the verdict on an outcome.
 func (c *Classifier) Classify(o Outcome) Verdict {
 	switch o.Err {
-	case Canceled, Local:
+	case Canceled, Local, Client:
 		return Ignore
 	case ConnectError, Timeout, Broken, Blocked:
 		return Failure

@@ -36,16 +36,19 @@ func (b BreakerState) String() string {
 const (
 	flagDraining uint32 = 1 << iota // SetDraining
 	flagDown                        // SetDown
-	flagCapped                      // a max in-flight is set
 	flagBreaker                     // the breaker is not closed; written under mu
 )
 
-// Ticket is the breaker's permission for one request, handed out by Admit
-// and given back with the outcome to Observe. Its generation ties the
-// outcome to the breaker state it was admitted under: an outcome from an
-// older state still feeds the EWMAs but cannot move the breaker
-// (sony/gobreaker's generation counter).
+// Ticket is one request admitted on an endpoint: the breaker's permission,
+// and the only way to report the request's outcome and end it. Admit hands
+// it out and counts the request in flight; Observe feeds the outcome back,
+// Release ends the request. The generation ties the outcome to the breaker
+// state it was admitted under: an outcome from an older state still feeds
+// the EWMAs but cannot move the breaker (sony/gobreaker's generation
+// counter). The zero Ticket belongs to no endpoint; its methods do nothing.
 type Ticket struct {
+	s     *State
+	cfg   *Config // the tuning the request was admitted under
 	gen   uint64
 	probe bool // the one half-open probe
 	// fallback: admitted past the breaker because nothing was available.
@@ -55,10 +58,31 @@ type Ticket struct {
 // Probe reports whether the ticket is the half-open probe.
 func (t Ticket) Probe() bool { return t.probe }
 
+// Release ends the request: the endpoint's in-flight count goes down.
+// Call it once per ticket, when the request (or the connection it opened)
+// is over; the outcome may have been observed before.
+func (t Ticket) Release() {
+	if t.s != nil {
+		t.s.inflight.Add(-1)
+	}
+}
+
+// Observe feeds the request's verdict and latency back, at now: the
+// EWMAs learn, and the breaker moves if the ticket's generation is still
+// the current one. Call it at most once per ticket.
+func (t Ticket) Observe(v Verdict, latency time.Duration, now time.Time) {
+	if t.s != nil {
+		t.s.observe(t, v, latency, now)
+	}
+}
+
 // State is one endpoint's health: running estimates learned from outcomes
 // (success EWMA, latency EWMA, peak-EWMA latency), in-flight count, circuit
 // breaker, and the operator's flags (draining, down). It is keyed by
-// endpoint name in a Store and outlives config reloads.
+// endpoint name in a Store and outlives config reloads. It holds no
+// configuration: the tuning (decays, breaker threshold and cooldown) comes
+// with each admitted request, from the pool snapshot that admitted it, so
+// that building a new snapshot beside a running one changes nothing here.
 //
 // Every method is safe for concurrent use. The estimates and the breaker
 // change under one mutex, so concurrent outcomes are never lost (a
@@ -67,27 +91,23 @@ func (t Ticket) Probe() bool { return t.probe }
 type State struct {
 	name string // immutable
 
-	cfg atomic.Pointer[Config] // normalised, validated; replaced on reload
-
 	// Read on the pick path; each is written only as described.
 	//
 	// flags gathers everything that can make the endpoint unavailable, so
 	// that the common case, a healthy endpoint, is one atomic load.
-	flags       atomic.Uint32 // flag* bits
-	rawScore    atomic.Uint64 // float64 bits of the score ignoring the breaker; written under mu; next to flags, as scored reads both
-	inflight    atomic.Int64  // Begin/End
-	maxInflight atomic.Int64  // SetMaxInflight; 0 = no limit
-	cost        atomic.Uint64 // float64 bits; SetCost
-	breaker     atomic.Int32  // BreakerState, written under mu
-	openUntil   atomic.Int64  // unix ns the cooldown ends; written under mu
-	probing     atomic.Bool   // a half-open probe is out; written under mu
-	gen         atomic.Uint64 // breaker generation; written under mu
-	peakValue   atomic.Uint64 // float64 bits, seconds; written under mu
-	peakStamp   atomic.Int64  // unix ns of the last peak update, 0 before any; written under mu
-	upSince     atomic.Int64  // unix ns it last came back; SetDown and the breaker
+	flags     atomic.Uint32 // flag* bits
+	rawScore  atomic.Uint64 // float64 bits of the score ignoring the breaker; written under mu; next to flags, as scored reads both
+	inflight  atomic.Int64  // Admit, Ticket.Release
+	breaker   atomic.Int32  // BreakerState, written under mu
+	openUntil atomic.Int64  // unix ns the cooldown ends; written under mu
+	probing   atomic.Bool   // a half-open probe is out; written under mu
+	gen       atomic.Uint64 // breaker generation; written under mu
+	peakValue atomic.Uint64 // float64 bits, seconds; written under mu
+	peakStamp atomic.Int64  // unix ns of the last peak update, 0 before any; written under mu
+	upSince   atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
 	// Counters for metrics.
-	requests                     atomic.Int64 // Begin calls
+	requests                     atomic.Int64 // admitted requests
 	successes, failures, ignored atomic.Int64
 	opens                        atomic.Int64 // times the breaker opened
 
@@ -100,41 +120,15 @@ type State struct {
 }
 
 // NewState returns the state of a new endpoint: optimistic (success 1,
-// latency 0, score 1), breaker closed. cfg is normalised; it must validate.
-func NewState(name string, cfg Config) *State {
+// latency 0, score 1), breaker closed.
+func NewState(name string) *State {
 	s := &State{name: name, successEWMA: 1}
-	s.SetConfig(cfg) // publishes the first score
+	s.publish()
 	return s
 }
 
 // Name returns the endpoint name the state belongs to.
 func (s *State) Name() string { return s.name }
-
-// SetConfig replaces the tuning, keeping every estimate.
-func (s *State) SetConfig(cfg Config) {
-	cfg = cfg.Normalize()
-	s.cfg.Store(&cfg)
-	s.mu.Lock()
-	s.publish()
-	s.mu.Unlock()
-}
-
-// Config returns the tuning in force.
-func (s *State) Config() Config { return *s.cfg.Load() }
-
-// SetCost sets the endpoint's cost for the score's cost factor.
-func (s *State) SetCost(cost float64) {
-	s.cost.Store(math.Float64bits(cost))
-	s.mu.Lock()
-	s.publish()
-	s.mu.Unlock()
-}
-
-// SetMaxInflight caps concurrent requests; 0 removes the cap.
-func (s *State) SetMaxInflight(n int64) {
-	s.maxInflight.Store(n)
-	s.setFlag(flagCapped, n > 0)
-}
 
 func (s *State) setFlag(f uint32, on bool) {
 	if on {
@@ -173,39 +167,25 @@ func (s *State) UpSince() time.Time {
 // Down reports whether active checks have marked the endpoint down.
 func (s *State) Down() bool { return s.flags.Load()&flagDown != 0 }
 
-// Inflight returns the requests in flight.
+// Inflight returns the requests in flight: admitted, not yet released.
 func (s *State) Inflight() int64 { return s.inflight.Load() }
 
-// Begin counts a request in flight. Every Begin is matched by one End.
-func (s *State) Begin() {
-	s.inflight.Add(1)
-	s.requests.Add(1)
-}
-
-// End counts a request done.
-func (s *State) End() { s.inflight.Add(-1) }
-
-// Full reports whether the in-flight cap is reached.
-func (s *State) Full() bool {
-	m := s.maxInflight.Load()
-	return m > 0 && s.inflight.Load() >= m
-}
-
-// Available is the one availability predicate every policy skips by: not
-// draining, not down, not full, and a breaker that would admit a request
-// now (closed; or open past its cooldown, or half-open, with no probe out).
-// It reads atomics only and asks clock the time only when the breaker is
-// not closed.
-func (s *State) Available(clock Clock) bool {
-	if s.flags.Load() == 0 { // small enough to inline: the common case costs one load
+// Available reports whether the endpoint may take a request now: not
+// draining, not down, fewer than max requests in flight (0: no cap; the
+// cap is the pool's), and a breaker that would admit one (closed; or open
+// past its cooldown, or half-open, with no probe out). It reads atomics
+// only and asks clock the time only when the breaker is not closed; the
+// common case, a healthy endpoint with no cap, is one atomic load.
+func (s *State) Available(clock Clock, max int64) bool {
+	if s.flags.Load() == 0 && max == 0 {
 		return true
 	}
-	return s.availableSlow(clock)
+	return s.availableSlow(clock, max)
 }
 
-func (s *State) availableSlow(clock Clock) bool {
+func (s *State) availableSlow(clock Clock, max int64) bool {
 	f := s.flags.Load()
-	if f&(flagDraining|flagDown) != 0 || f&flagCapped != 0 && s.Full() {
+	if f&(flagDraining|flagDown) != 0 || max > 0 && s.inflight.Load() >= max {
 		return false
 	}
 	return f&flagBreaker == 0 || s.breakerAdmits(clock)
@@ -232,20 +212,21 @@ func (s *State) Breaker(now time.Time) BreakerState {
 	return b
 }
 
-// Admit asks the breaker for one request. Closed admits everything; open
-// admits nothing until the cooldown has passed, then turns half-open and
-// admits exactly one probe; half-open admits one probe at a time. The clock
-// is read only when the breaker is not closed.
-func (s *State) Admit(clock Clock) (Ticket, bool) {
+// Admit asks the breaker for one request, under the tuning cfg (nil means
+// the defaults), and counts it in flight when admitted. Closed admits
+// everything; open admits nothing until the cooldown has passed, then
+// turns half-open and admits exactly one probe; half-open admits one probe
+// at a time. The clock is read only when the breaker is not closed.
+func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 	if BreakerState(s.breaker.Load()) == Closed {
-		return Ticket{gen: s.gen.Load()}, true
+		return s.ticket(cfg, s.gen.Load(), false, false), true
 	}
 	now := clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch BreakerState(s.breaker.Load()) {
 	case Closed:
-		return Ticket{gen: s.gen.Load()}, true
+		return s.ticket(cfg, s.gen.Load(), false, false), true
 	case Open:
 		if now.UnixNano() < s.openUntil.Load() {
 			return Ticket{}, false
@@ -257,19 +238,29 @@ func (s *State) Admit(clock Clock) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	s.probing.Store(true)
-	return Ticket{gen: s.gen.Load(), probe: true}, true
+	return s.ticket(cfg, s.gen.Load(), true, false), true
 }
 
-// AdmitFallback admits a request past the breaker: for when nothing in the
-// pool is available and the least bad endpoint is tried anyway. A success
-// on such a request closes an open breaker, as a probe's would; a failure
-// leaves it as it is.
-func (s *State) AdmitFallback() Ticket {
-	return Ticket{gen: s.gen.Load(), fallback: true}
+// AdmitFallback admits a request past the breaker, and counts it in
+// flight: for when nothing in the pool is available and the least bad
+// endpoint is tried anyway. A success on such a request closes an open
+// breaker, as a probe's would; a failure leaves it as it is.
+func (s *State) AdmitFallback(cfg *Config) Ticket {
+	return s.ticket(cfg, s.gen.Load(), false, true)
 }
 
-// Observe feeds one outcome's verdict and latency back, at now.
-func (s *State) Observe(t Ticket, v Verdict, latency time.Duration, now time.Time) {
+func (s *State) ticket(cfg *Config, gen uint64, probe, fallback bool) Ticket {
+	if cfg == nil {
+		cfg = &defaultConfig
+	}
+	s.inflight.Add(1)
+	s.requests.Add(1)
+	return Ticket{s: s, cfg: cfg, gen: gen, probe: probe, fallback: fallback}
+}
+
+var defaultConfig = Config{}.Normalize()
+
+func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Time) {
 	switch v {
 	case Success:
 		s.successes.Add(1)
@@ -278,7 +269,7 @@ func (s *State) Observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 	default:
 		s.ignored.Add(1)
 	}
-	cfg := s.cfg.Load()
+	cfg := t.cfg
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	current := t.gen == s.gen.Load()
@@ -378,34 +369,30 @@ func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
 }
 
 // PeakLatency returns the peak-EWMA latency estimate at now, in seconds,
-// decayed toward zero since the last sample: an endpoint that has not been
-// used for a while looks cheaper, and is tried again.
-func (s *State) PeakLatency(now time.Time) float64 {
+// decayed toward zero with time constant tau since the last sample: an
+// endpoint that has not been used for a while looks cheaper, and is tried
+// again. Measured reports whether there is a sample at all.
+func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, measured bool) {
+	if s.peakStamp.Load() == 0 {
+		return 0, false
+	}
 	v := math.Float64frombits(s.peakValue.Load())
-	if v == 0 {
-		return 0
-	}
 	dt := float64(now.UnixNano() - s.peakStamp.Load())
-	if dt <= 0 {
-		return v
+	if dt <= 0 || tau <= 0 {
+		return v, true
 	}
-	return v * math.Exp(-dt/float64(s.cfg.Load().PeakDecay))
+	return v * math.Exp(-dt/float64(tau)), true
 }
 
 // publish recomputes the score readers see. Called with mu held (or before
 // the state is shared).
 func (s *State) publish() {
-	cfg := s.cfg.Load()
-	score := s.successEWMA / (1 + s.latencyEWMA)
-	if cfg != nil && cfg.CostWeight > 0 {
-		score /= 1 + cfg.CostWeight*math.Float64frombits(s.cost.Load())
-	}
-	s.rawScore.Store(math.Float64bits(score))
+	s.rawScore.Store(math.Float64bits(s.successEWMA / (1 + s.latencyEWMA)))
 }
 
 // Score is article 001's score at now: success_ewma x 1/(1 + latency_ewma
-// in seconds), times 1/(1 + cost_weight x cost) when a cost weight is set;
-// exactly 0 while the breaker is open and cooling down.
+// in seconds); exactly 0 while the breaker is open and cooling down. (A
+// pool multiplies in an endpoint's cost factor.)
 func (s *State) Score(now time.Time) float64 {
 	if BreakerState(s.breaker.Load()) == Open && now.UnixNano() < s.openUntil.Load() {
 		return 0
@@ -451,7 +438,7 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 		Samples:             s.samples,
 	}
 	s.mu.Unlock()
-	snap.PeakLatency = s.PeakLatency(now)
+	snap.PeakLatency, _ = s.PeakLatency(now, DefaultPeakDecay)
 	snap.Score = s.Score(now)
 	snap.Breaker = s.Breaker(now)
 	snap.BreakerName = snap.Breaker.String()

@@ -8,12 +8,19 @@ import (
 // Store keeps endpoint health by name, so that it outlives the snapshots
 // and config reloads that come and go around it: an endpoint that stays in
 // the config keeps its estimates, in-flight count and breaker.
+//
+// States are reference-counted (as Caddy keeps its upstream hosts): each
+// snapshot that holds an endpoint acquires its state and releases it when
+// it is retired or abandoned. A state lives while any snapshot holds it, so
+// a snapshot built beside a running one shares the running one's states,
+// and abandoning it forgets only what it alone created.
 type Store interface {
-	// State returns the named endpoint's state, creating it with cfg the
-	// first time. Later calls return the same *State and apply cfg to it.
-	State(name string, cfg Config) *State
-	// Forget drops the named state; a later State call starts afresh.
-	Forget(name string)
+	// Acquire returns the named state, creating it the first time, and
+	// counts one holder more. created reports that this call made it.
+	Acquire(name string) (st *State, created bool)
+	// Release counts one holder less; the state is forgotten when none
+	// is left, and a later Acquire starts afresh.
+	Release(name string)
 	// Names lists the names held, sorted.
 	Names() []string
 }
@@ -21,32 +28,42 @@ type Store interface {
 // MemoryStore is a Store in this process's memory.
 type MemoryStore struct {
 	mu     sync.Mutex
-	states map[string]*State // guarded by mu
+	states map[string]*held // guarded by mu
+}
+
+type held struct {
+	st   *State
+	refs int
 }
 
 var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
-func NewMemoryStore() *MemoryStore { return &MemoryStore{states: map[string]*State{}} }
+func NewMemoryStore() *MemoryStore { return &MemoryStore{states: map[string]*held{}} }
 
-// State returns the named state, creating it on first use.
-func (m *MemoryStore) State(name string, cfg Config) *State {
+// Acquire returns the named state, creating it on first use, and counts
+// one holder more.
+func (m *MemoryStore) Acquire(name string) (*State, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.states[name]; ok {
-		s.SetConfig(cfg)
-		return s
+	if h, ok := m.states[name]; ok {
+		h.refs++
+		return h.st, false
 	}
-	s := NewState(name, cfg)
-	m.states[name] = s
-	return s
+	h := &held{st: NewState(name), refs: 1}
+	m.states[name] = h
+	return h.st, true
 }
 
-// Forget drops the named state.
-func (m *MemoryStore) Forget(name string) {
+// Release counts one holder less and forgets the state after the last.
+func (m *MemoryStore) Release(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.states, name)
+	if h, ok := m.states[name]; ok {
+		if h.refs--; h.refs <= 0 {
+			delete(m.states, name)
+		}
+	}
 }
 
 // Names lists the names held, sorted.

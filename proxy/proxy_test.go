@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -41,35 +39,6 @@ func TestBudgetBoundsRetries(t *testing.T) {
 	}
 }
 
-func TestStickyCookieSignature(t *testing.T) {
-	s := &proxy.StickyCookie{Name: "pin", Secret: []byte("0123456789abcdef"), TTL: time.Hour}
-	now := time.Unix(1_800_000_000, 0)
-	c := s.Cookie("backend-2", now, true)
-	if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteLaxMode {
-		t.Fatalf("cookie flags %+v", c)
-	}
-	req := func(v string) *http.Request {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.AddCookie(&http.Cookie{Name: "pin", Value: v})
-		return r
-	}
-	if name, ok := s.Endpoint(req(c.Value), now); !ok || name != "backend-2" {
-		t.Fatalf("own cookie: %q %v", name, ok)
-	}
-	if _, ok := s.Endpoint(req(c.Value), now.Add(2*time.Hour)); ok {
-		t.Fatal("an expired cookie was accepted")
-	}
-	other := &proxy.StickyCookie{Name: "pin", Secret: []byte("another-secret-0000"), TTL: time.Hour}
-	if _, ok := other.Endpoint(req(c.Value), now); ok {
-		t.Fatal("a cookie signed with another secret was accepted")
-	}
-	for _, bad := range []string{"", "a.b", "YmFk.1.sig", c.Value + "x", "!!!.1.AAAA"} {
-		if _, ok := s.Endpoint(req(bad), now); ok {
-			t.Fatalf("cookie %q accepted", bad)
-		}
-	}
-}
-
 func TestClassifyAndStatus(t *testing.T) {
 	ctx := context.Background()
 	canceled, cancel := context.WithCancel(ctx)
@@ -101,38 +70,177 @@ func TestClassifyAndStatus(t *testing.T) {
 	}
 }
 
-// Slow start: an endpoint that has just come back takes a growing share.
-func TestSlowStartRamps(t *testing.T) {
-	bp := balance.NewPool("p", balance.Options{})
-	if err := bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "old"}, {Name: "new"}}}); err != nil {
+// flightPool is a proxy pool over endpoints a, b, c on round robin.
+func flightPool(t *testing.T, attempts int, budget *proxy.Budget) (*proxy.Pool, *health.ManualClock) {
+	t.Helper()
+	clock := health.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	bp := balance.NewPool("p", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+	if err := bp.Configure(balance.Config{Policy: &balance.RoundRobin{},
+		Endpoints: []balance.EndpointConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}}); err != nil {
 		t.Fatal(err)
 	}
-	st := bp.Set().Get("new").State
-	st.SetDown(true, time.Now())
-	st.SetDown(false, time.Now()) // back just now
-	p := &proxy.Pool{Name: "p", Primary: bp, SlowStart: time.Hour}
-	counts := map[string]int{}
-	for range 2000 {
-		pk, err := p.Pick(balance.Request{}, nil)
+	return &proxy.Pool{Name: "p", Snapshot: bp.Snapshot(), Attempts: attempts, Budget: budget,
+		RetryStatuses: health.MustClassifier("502,503,504"), Total: time.Minute, Clock: clock}, clock
+}
+
+// fly runs a request through p, each try answered by answer, and returns
+// the endpoints tried in order.
+func fly(t *testing.T, p *proxy.Pool, r proxy.Request, answer func(ep string) proxy.Result) []string {
+	t.Helper()
+	f := p.Start(r)
+	var tried []string
+	for {
+		ep, err := f.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts[pk.Endpoint.Name]++
-		pk.Done(health.Outcome{Status: 200})
+		tried = append(tried, ep.Name)
+		if !f.Done(answer(ep.Name)) {
+			break
+		}
 	}
-	// At the start of its window it is accepted at the 10% floor: about
-	// 1 in 10 of its turns.
-	if counts["new"] > 300 || counts["new"] < 20 {
-		t.Fatalf("just back: new got %d of 2000, want a small share", counts["new"])
+	f.End()
+	return tried
+}
+
+func inflight(p *proxy.Pool) int64 {
+	var n int64
+	for _, ep := range p.Snapshot.Endpoints() {
+		n += ep.State.Inflight()
 	}
-	p.SlowStart = time.Nanosecond // window over
-	counts = map[string]int{}
-	for range 2000 {
-		pk, _ := p.Pick(balance.Request{}, nil)
-		counts[pk.Endpoint.Name]++
-		pk.Done(health.Outcome{Status: 200})
+	return n
+}
+
+// The retry rules, decided in one place for every listener kind.
+func TestFlightRetryRules(t *testing.T) {
+	fail503 := func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Status: 503}} }
+	refused := func(string) proxy.Result {
+		return proxy.Result{Outcome: health.Outcome{Err: health.ConnectError}, Unsent: true}
 	}
-	if counts["new"] < 900 {
-		t.Fatalf("after the window: new got %d of 2000", counts["new"])
+	tests := []struct {
+		name   string
+		req    proxy.Request
+		answer func(string) proxy.Result
+		want   int // tries
+	}{
+		{"a retryable status on an idempotent request", proxy.Request{Idempotent: true}, fail503, 3},
+		{"a status on a POST is not tried again", proxy.Request{}, fail503, 1},
+		{"a refused connection is tried again whatever the method", proxy.Request{}, refused, 3},
+		{"a failing status not in the retry list", proxy.Request{Idempotent: true},
+			func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Status: 500}} }, 1},
+		{"a body already sent cannot go again", proxy.Request{Idempotent: true},
+			func(string) proxy.Result {
+				return proxy.Result{Outcome: health.Outcome{Err: health.Broken}, Spent: true}
+			}, 1},
+		{"a timeout on an idempotent request", proxy.Request{Idempotent: true},
+			func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Err: health.Timeout}} }, 3},
+		{"the client's fault is not retried, nor charged", proxy.Request{Idempotent: true},
+			func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Err: health.Client}} }, 1},
+		{"a success ends it", proxy.Request{Idempotent: true},
+			func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Status: 200}} }, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := flightPool(t, 3, nil)
+			tried := fly(t, p, tt.req, tt.answer)
+			if len(tried) != tt.want {
+				t.Fatalf("tried %v, want %d tries", tried, tt.want)
+			}
+			if len(tried) == 3 && (tried[0] == tried[1] || tried[1] == tried[2] || tried[0] == tried[2]) {
+				t.Fatalf("tried %v: a retry went back to an endpoint already tried", tried)
+			}
+			if n := inflight(p); n != 0 {
+				t.Fatalf("%d still in flight", n)
+			}
+		})
+	}
+	// The client's fault leaves no mark on the endpoint.
+	p, _ := flightPool(t, 3, nil)
+	fly(t, p, proxy.Request{}, func(string) proxy.Result {
+		return proxy.Result{Outcome: health.Outcome{Err: health.Client}}
+	})
+	for _, ep := range p.Snapshot.Endpoints() {
+		if s := ep.State.Snapshot(time.Time{}); s.Failures != 0 || s.Samples != 0 {
+			t.Fatalf("%s charged for the client's fault: %+v", ep.Name, s)
+		}
+	}
+}
+
+// Retries stay within the budget: with every endpoint failing, 1000
+// requests at budget 0.2 make at most 1000 + 10 (reserve) + 200 tries.
+func TestFlightBudget(t *testing.T) {
+	p, _ := flightPool(t, 3, proxy.NewBudget(0.2))
+	tries := 0
+	for range 1000 {
+		tries += len(fly(t, p, proxy.Request{Idempotent: true}, func(string) proxy.Result {
+			return proxy.Result{Outcome: health.Outcome{Status: 503}}
+		}))
+	}
+	if tries > 1210 || tries < 1150 {
+		t.Fatalf("%d tries for 1000 requests at budget 0.2, want about 1200 and at most 1210", tries)
+	}
+}
+
+// No retry starts after the total time.
+func TestFlightTotal(t *testing.T) {
+	p, clock := flightPool(t, 3, nil)
+	tried := fly(t, p, proxy.Request{Idempotent: true}, func(string) proxy.Result {
+		clock.Advance(40 * time.Second) // two tries pass the minute
+		return proxy.Result{Outcome: health.Outcome{Err: health.Timeout}}
+	})
+	if len(tried) != 2 {
+		t.Fatalf("tried %v, want 2 tries within the total of a minute", tried)
+	}
+}
+
+// A held request (a TCP connection, a tunnel) stays in flight after its
+// outcome until End; a failed one does not.
+func TestFlightHold(t *testing.T) {
+	p, _ := flightPool(t, 2, nil)
+	f := p.Start(proxy.Request{Hold: true})
+	ep, _ := f.Next()
+	if f.Done(proxy.Result{Outcome: health.Outcome{Err: health.ConnectError}, Unsent: true}) != true {
+		t.Fatal("a refused connection was not tried again")
+	}
+	if ep.State.Inflight() != 0 {
+		t.Fatal("a failed held try is still in flight")
+	}
+	ep, _ = f.Next()
+	f.Done(proxy.Result{Outcome: health.Outcome{Latency: time.Millisecond}})
+	if ep.State.Inflight() != 1 {
+		t.Fatal("an established held try is not in flight")
+	}
+	f.End()
+	f.End()
+	if ep.State.Inflight() != 0 {
+		t.Fatalf("after End: %d in flight", ep.State.Inflight())
+	}
+}
+
+// Conns: a shutdown waits for sessions to end, and at its deadline cuts
+// the rest.
+func TestConnsShutdown(t *testing.T) {
+	var c proxy.Conns
+	a, b := net.Pipe()
+	defer b.Close()
+	done, ok := c.Add(a)
+	if !ok {
+		t.Fatal("refused before shutdown")
+	}
+	go func() { // the session ends when its connection is cut
+		_, _ = a.Read(make([]byte, 1))
+		done()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := c.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) || c.Len() != 0 {
+		t.Fatalf("shutdown: %v, %d open; want the session cut at the deadline", err, c.Len())
+	}
+	if _, ok := c.Add(); ok {
+		t.Fatal("a session was accepted after shutdown")
+	}
+	var quiet proxy.Conns
+	if err := quiet.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

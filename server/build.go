@@ -1,12 +1,15 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"regexp"
-	"strconv"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/rotor-lb/rotor/admin"
@@ -14,36 +17,72 @@ import (
 	"github.com/rotor-lb/rotor/check"
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/secret"
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/proxy/reverse"
+	"github.com/rotor-lb/rotor/proxy/tcp"
 )
 
-// poolState is what outlives reloads for one pool name: the balance pools
-// (with their health stores), the policies (round robin's counter, sticky
-// tables...) and the retry budget.
-type poolState struct {
-	primary, backup *balance.Pool
-	primaryPolicy   balance.Policy
-	backupPolicy    balance.Policy
-	policyKey       string
-	budget          *proxy.Budget
-	budgetRatio     float64
-	stores          [2]*health.MemoryStore
-	endpoints       map[string]bool  // names in the last config
-	transport       *http.Transport  // kept while its timeouts stay the same
-	transportKey    [2]time.Duration // connect, try
+// home is what outlives runtimes for one pool name: the balance pool
+// (its endpoint health store and counters), and the values a new runtime
+// takes over while their settings stay the same: the policy (round
+// robin's counter, smooth weights, sticky tables, bounded loads), the
+// retry budget, the backend transport (its keep-alive connections) and
+// the routes of each forward listener (theirs).
+//
+// A home is read, never changed, while a runtime is built; a runtime that
+// is swapped in updates it, one that is discarded leaves it as it was.
+type home struct {
+	balance   *balance.Pool
+	policy    balance.Policy
+	policyKey config.PolicyKey
+	budget    *proxy.Budget
+	transport *http.Transport
+	transKey  transportKey
+	routes    map[routeKey]*forward.Route
 }
 
-// built is one config turned into runtime values.
-type built struct {
-	cfg    *config.File
-	pools  map[string]*proxy.Pool
-	views  []admin.PoolView
-	tables map[string]*reverse.Table // http listener name -> routing
-	// forwards are the forward listeners' settings, by listener name.
-	forwards map[string]*forward.Settings
-	checks   []checkSpec
+type transportKey struct{ connect, try time.Duration }
+
+// routeKey says what a route is built from: a route with the same key is
+// taken over by the next runtime, with its connections.
+type routeKey struct {
+	listener, name, url string
+	insecure            bool
+	allow               string
+	connect, try        time.Duration
+}
+
+// runtime is one config turned into everything the listeners serve with:
+// pools, routes, transports, guards, routing tables, TLS certificates and
+// health checks. It is immutable once built, and swapped in whole.
+type runtime struct {
+	cfg       *config.File
+	pools     map[string]*poolRuntime
+	listeners map[string]*listenerRuntime
+	views     []admin.PoolView
+	checks    []checkSpec
+}
+
+// poolRuntime is one pool in a runtime.
+type poolRuntime struct {
+	home      *home // nil until the runtime is swapped in, for a pool new to the server
+	next      home  // what the home holds once this runtime is swapped in
+	snap      *balance.Snapshot
+	proxy     *proxy.Pool
+	reverse   *reverse.Pool
+	tcp       *tcp.Pool
+	newTrans  bool                        // next.transport was made by this build
+	newRoutes map[routeKey]*forward.Route // routes made by this build
+}
+
+// listenerRuntime is what one listener serves with, by kind.
+type listenerRuntime struct {
+	table   *reverse.Table    // http
+	tls     *tls.Certificate  // http with tls
+	forward *forward.Settings // forward
+	tcp     *tcp.Pool         // tcp
 }
 
 type checkSpec struct {
@@ -52,197 +91,375 @@ type checkSpec struct {
 	targets []check.Target
 }
 
-// build turns cfg into runtime pools, reusing s.state by pool name. It
-// only configures balance pools after every pool has been validated, so a
-// failure changes nothing.
-func (s *Server) build(cfg *config.File) (*built, error) {
-	type plan struct {
-		pc        config.Pool
-		policyKey string
-		// primaryPolicy and backupPolicy are built when the policy's
-		// settings changed (or the pool is new); nil keeps the running ones.
-		primaryPolicy, backupPolicy balance.Policy
-		expect                      *health.Classifier
-		classes                     *health.Classifier
-		retry                       *health.Classifier
-		primary                     []balance.EndpointConfig
-		backup                      []balance.EndpointConfig
-		targets                     map[string]*url.URL
-		addrs                       map[string]string
-		views                       map[string]string
-		backups                     map[string]bool
-	}
-	var plans []*plan
-	for _, pc := range cfg.Pools {
-		p := &plan{pc: pc, targets: map[string]*url.URL{}, addrs: map[string]string{}, views: map[string]string{}, backups: map[string]bool{}}
-		p.policyKey = policyKey(pc)
-		var err error
-		if st := s.state[pc.Name]; st == nil || st.policyKey != p.policyKey {
-			if p.primaryPolicy, err = config.NewPolicy(pc.Policy, pc.PolicyParams()); err != nil {
-				return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
-			}
-			p.backupPolicy, _ = config.NewPolicy(pc.Policy, pc.PolicyParams())
+// build turns cfg into a runtime beside the running one, without changing
+// anything the running one uses: homes are only read, and whatever the
+// build makes (snapshots, transports, routes) is given back when any step
+// fails. What validates builds: check-config runs this same code.
+func (s *Server) build(cfg *config.File) (_ *runtime, err error) {
+	rt := &runtime{cfg: cfg, pools: map[string]*poolRuntime{}, listeners: map[string]*listenerRuntime{}}
+	defer func() {
+		if err != nil {
+			rt.discard()
 		}
+	}()
+	kinds := map[string]string{} // pool -> the kind of listener using it
+	for _, l := range cfg.Listeners {
+		kinds[l.Pool] = l.Kind
+		for _, r := range l.Routes {
+			kinds[r.Pool] = l.Kind
+		}
+	}
+	for _, pc := range cfg.Pools {
+		pr, err := s.buildPool(pc, kinds[pc.Name])
+		if err != nil {
+			return nil, err
+		}
+		rt.pools[pc.Name] = pr
+		view := admin.PoolView{Name: pc.Name, Snapshot: pr.snap}
+		view.Sticky, _ = pr.next.policy.(*balance.Sticky)
+		rt.views = append(rt.views, view)
 		if c := pc.Health.Check; c != nil {
-			if p.expect, err = health.NewClassifier(c.Expect); err != nil {
+			expect, err := health.NewClassifier(c.Expect)
+			if err != nil {
 				return nil, fmt.Errorf("pools.%s.health.check.expect: %w", pc.Name, err)
 			}
-		}
-		if p.classes, err = health.NewClassifier(pc.FailStatuses); err != nil {
-			return nil, fmt.Errorf("pools.%s.fail_statuses: %w", pc.Name, err)
-		}
-		if p.retry, err = health.NewClassifier(pc.Retries.Statuses); err != nil {
-			return nil, fmt.Errorf("pools.%s.retries.statuses: %w", pc.Name, err)
-		}
-		for _, e := range pc.Endpoints {
-			ec := balance.EndpointConfig{Name: e.Name, Addr: e.Address, Weight: e.Weight, Cost: e.Cost, MaxInflight: e.MaxInflight}
-			if e.URL != "" {
-				u, err := url.Parse(e.URL)
-				if err != nil {
-					return nil, fmt.Errorf("pools.%s.endpoints.%s.url: not a URL", pc.Name, e.Name)
+			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall}}
+			for _, ep := range pr.snap.Endpoints() {
+				tg := check.Target{Name: ep.Name, State: ep.State}
+				if pr.reverse != nil {
+					tg.URL = pr.reverse.Targets[ep.Name]
 				}
-				p.targets[e.Name] = u
-				ec.Addr = u.Redacted()
-			}
-			p.addrs[e.Name] = e.Address
-			p.views[e.Name] = ec.Addr
-			p.backups[e.Name] = e.Backup
-			if e.Backup {
-				p.backup = append(p.backup, ec)
-			} else {
-				p.primary = append(p.primary, ec)
-			}
-		}
-		plans = append(plans, p)
-	}
-	// Every pool planned: now touch the running state.
-	b := &built{cfg: cfg, pools: map[string]*proxy.Pool{}, tables: map[string]*reverse.Table{}, forwards: map[string]*forward.Settings{}}
-	for _, p := range plans {
-		pc := p.pc
-		st := s.state[pc.Name]
-		if st == nil {
-			st = &poolState{stores: [2]*health.MemoryStore{health.NewMemoryStore(), health.NewMemoryStore()}, endpoints: map[string]bool{}}
-			opts := func(i int) balance.Options { return balance.Options{Store: st.stores[i]} }
-			st.primary = balance.NewPool(pc.Name, opts(0))
-			st.backup = balance.NewPool(pc.Name+"/backup", opts(1))
-			s.state[pc.Name] = st
-		}
-		if p.primaryPolicy != nil {
-			st.primaryPolicy, st.backupPolicy, st.policyKey = p.primaryPolicy, p.backupPolicy, p.policyKey
-		}
-		if st.budget == nil || st.budgetRatio != pc.Retries.Budget {
-			st.budget, st.budgetRatio = proxy.NewBudget(pc.Retries.Budget), pc.Retries.Budget
-		}
-		hc := pc.HealthConfig()
-		// New endpoints wait for their first check when so configured:
-		// mark them down before they are published.
-		if pc.Health.WaitFirstCheck && pc.Health.Check != nil {
-			for i, eps := range [][]balance.EndpointConfig{p.primary, p.backup} {
-				for _, ec := range eps {
-					if !st.endpoints[ec.Name] {
-						st.stores[i].State(ec.Name, hc).SetDown(true, s.now())
-					}
+				if pr.tcp != nil {
+					tg.Addr = pr.tcp.Addrs[ep.Name]
 				}
+				cs.targets = append(cs.targets, tg)
 			}
-		}
-		if err := st.primary.Configure(balance.Config{Policy: st.primaryPolicy, Endpoints: p.primary, Health: hc, Classifier: p.classes}); err != nil {
-			return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
-		}
-		if err := st.backup.Configure(balance.Config{Policy: st.backupPolicy, Endpoints: p.backup, Health: hc, Classifier: p.classes}); err != nil {
-			return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
-		}
-		st.endpoints = map[string]bool{}
-		for _, e := range pc.Endpoints {
-			st.endpoints[e.Name] = true
-		}
-		if key := [2]time.Duration{pc.Timeouts.Connect, pc.Timeouts.Try}; st.transport == nil || st.transportKey != key {
-			if st.transport != nil {
-				st.transport.CloseIdleConnections()
-			}
-			st.transport, st.transportKey = proxy.NewTransport(pc.Timeouts.Connect, pc.Timeouts.Try), key
-		}
-		rp := &proxy.Pool{
-			Transport: st.transport,
-			Name:      pc.Name, Primary: st.primary, Key: keyFunc(pc.Key), Targets: p.targets, Addrs: p.addrs,
-			Attempts: pc.Retries.Attempts, RetryStatuses: p.retry, Budget: st.budget,
-			Connect: pc.Timeouts.Connect, Try: pc.Timeouts.Try, Total: pc.Timeouts.Total,
-			PanicThreshold: pc.Health.PanicThreshold, SlowStart: pc.Health.SlowStart,
-		}
-		if len(p.backup) > 0 {
-			rp.Backup = st.backup
-		}
-		if sc := pc.StickyCookie; sc != nil {
-			rp.Sticky = &proxy.StickyCookie{Name: sc.Name, Secret: []byte(sc.Secret), TTL: sc.TTL}
-		}
-		b.pools[pc.Name] = rp
-		view := admin.PoolView{Name: pc.Name, Primary: st.primary, Backup: rp.Backup, Addresses: p.views, Backups: p.backups}
-		view.Sticky, _ = st.primaryPolicy.(*balance.Sticky)
-		b.views = append(b.views, view)
-		if c := pc.Health.Check; c != nil {
-			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: p.expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall}}
-			for _, bp := range []*balance.Pool{st.primary, st.backup} {
-				for _, ep := range bp.Set().Endpoints() {
-					cs.targets = append(cs.targets, check.Target{Name: ep.Name, State: ep.State, URL: p.targets[ep.Name], Addr: p.addrs[ep.Name]})
-				}
-			}
-			b.checks = append(b.checks, cs)
-		}
-	}
-	for name, st := range s.state {
-		if b.pools[name] == nil {
-			delete(s.state, name) // a pool gone from the config
-			if st.transport != nil {
-				st.transport.CloseIdleConnections()
-			}
+			rt.checks = append(rt.checks, cs)
 		}
 	}
 	for _, l := range cfg.Listeners {
-		if l.Kind == "forward" {
-			fs, err := s.forwardSettings(l, cfg, b.pools[l.Pool])
-			if err != nil {
+		lr := &listenerRuntime{}
+		switch l.Kind {
+		case "http":
+			if lr.table, err = s.buildTable(l, rt); err != nil {
 				return nil, err
 			}
-			b.forwards[l.Name] = fs
-			continue
+			if l.TLS != nil {
+				cert, err := tls.LoadX509KeyPair(l.TLS.Cert, l.TLS.Key)
+				if err != nil {
+					return nil, fmt.Errorf("listeners.%s.tls: %w", l.Name, err)
+				}
+				lr.tls = &cert
+			}
+		case "forward":
+			if lr.forward, err = s.buildForward(l, rt); err != nil {
+				return nil, err
+			}
+		case "tcp":
+			lr.tcp = rt.pools[l.Pool].tcp
 		}
-		if l.Kind != "http" {
-			continue
-		}
-		t := &reverse.Table{}
-		for _, r := range l.Routes {
-			t.Routes = append(t.Routes, reverse.Route{
-				Host: r.Match.Host, PathPrefix: r.Match.PathPrefix, Header: r.Match.Header, Cookie: r.Match.Cookie,
-				Pool: b.pools[r.Pool],
-			})
-		}
-		if l.Pool != "" {
-			t.Default = b.pools[l.Pool]
-		}
-		trusted, err := config.ParsePrefixes(l.TrustedProxies)
-		if err != nil {
-			return nil, fmt.Errorf("listeners.%s.trusted_proxies%w", l.Name, err)
-		}
-		t.Trusted = trusted
-		b.tables[l.Name] = t
+		rt.listeners[l.Name] = lr
 	}
-	return b, nil
+	return rt, nil
 }
 
-// policyKey says what a pool's policy was built from: while it stays the
-// same across reloads the policy value (its counters, tables, loads) is
-// kept. The gamma pointer is keyed by its value, not its address.
-func policyKey(pc config.Pool) string {
-	params := pc.PolicyParams()
-	gamma := "default"
-	if params.Gamma != nil {
-		gamma = strconv.FormatFloat(*params.Gamma, 'g', -1, 64)
-		params.Gamma = nil
+// buildPool builds one pool's runtime from its home, if it has one. kind
+// is the kind of listener that uses it.
+func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
+	pr := &poolRuntime{home: s.homes[pc.Name], newRoutes: map[routeKey]*forward.Route{}}
+	h := pr.home
+	if h == nil {
+		h = &home{balance: balance.NewPool(pc.Name, balance.Options{})}
 	}
-	return fmt.Sprintf("%s %+v gamma=%s", pc.Policy, params, gamma)
+	pr.next = *h
+	pr.next.routes = nil // the forward listeners fill it
+	params := pc.PolicyParams()
+	if key := params.Key(pc.Policy); pr.home == nil || h.policyKey != key {
+		pol, err := config.NewPolicy(pc.Policy, params)
+		if err != nil {
+			return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
+		}
+		pr.next.policy, pr.next.policyKey = pol, key
+	}
+	classes, err := health.NewClassifier(pc.FailStatuses)
+	if err != nil {
+		return nil, fmt.Errorf("pools.%s.fail_statuses: %w", pc.Name, err)
+	}
+	retry, err := health.NewClassifier(pc.Retries.Statuses)
+	if err != nil {
+		return nil, fmt.Errorf("pools.%s.retries.statuses: %w", pc.Name, err)
+	}
+	if kind == "" {
+		kind = "http" // a pool no listener uses is checked as an http one
+	}
+	var eps []balance.EndpointConfig
+	targets, addrs := map[string]*url.URL{}, map[string]string{}
+	for _, e := range pc.Endpoints {
+		ec := balance.EndpointConfig{Name: e.Name, Weight: e.Weight, Cost: e.Cost, MaxInflight: e.MaxInflight, Backup: e.Backup}
+		switch kind {
+		case "http":
+			u, err := config.ParseBackendURL(e.URL)
+			if err != nil {
+				return nil, fmt.Errorf("pools.%s.endpoints.%s.url: %w", pc.Name, e.Name, err)
+			}
+			targets[e.Name], ec.Addr = u, u.String()
+		case "forward":
+			u, err := forward.ParseRouteURL(e.URL)
+			if err != nil {
+				return nil, fmt.Errorf("pools.%s.endpoints.%s.url: %w", pc.Name, e.Name, err)
+			}
+			ec.Addr = secret.URL(u)
+		case "tcp":
+			if _, _, err := net.SplitHostPort(e.Address); err != nil {
+				return nil, fmt.Errorf("pools.%s.endpoints.%s.address: %q is not host:port", pc.Name, e.Name, e.Address)
+			}
+			addrs[e.Name], ec.Addr = e.Address, e.Address
+		}
+		eps = append(eps, ec)
+	}
+	pr.snap, err = h.balance.Build(balance.Config{
+		Policy: pr.next.policy, Endpoints: eps, Health: pc.HealthConfig(), Classifier: classes,
+		PanicThreshold: pc.Health.PanicThreshold, SlowStart: pc.Health.SlowStart,
+		StartDown: pc.Health.WaitFirstCheck && pc.Health.Check != nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
+	}
+	if pr.next.budget == nil || pr.next.budget.Ratio() != pc.Retries.Budget {
+		pr.next.budget = proxy.NewBudget(pc.Retries.Budget)
+	}
+	pr.proxy = &proxy.Pool{
+		Name: pc.Name, Snapshot: pr.snap, Attempts: pc.Retries.Attempts, RetryStatuses: retry,
+		Budget: pr.next.budget, Total: pc.Timeouts.Total,
+	}
+	switch kind {
+	case "http":
+		if key := (transportKey{pc.Timeouts.Connect, pc.Timeouts.Try}); pr.next.transport == nil || pr.next.transKey != key {
+			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try), key, true
+		}
+		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key)}
+		if sc := pc.StickyCookie; sc != nil {
+			pr.reverse.Sticky = &reverse.StickyCookie{Name: sc.Name, Secret: []byte(sc.Secret), TTL: sc.TTL}
+		}
+	case "tcp":
+		pr.tcp = &tcp.Pool{Pool: pr.proxy, Addrs: addrs, Connect: pc.Timeouts.Connect}
+	}
+	return pr, nil
+}
+
+// buildTable builds an http listener's routing over the runtime's pools.
+func (s *Server) buildTable(l config.Listener, rt *runtime) (*reverse.Table, error) {
+	t := &reverse.Table{}
+	for _, r := range l.Routes {
+		t.Routes = append(t.Routes, reverse.Route{
+			Host: r.Match.Host, PathPrefix: r.Match.PathPrefix, Header: r.Match.Header, Cookie: r.Match.Cookie,
+			Pool: rt.pools[r.Pool].reverse,
+		})
+	}
+	if l.Pool != "" {
+		t.Default = rt.pools[l.Pool].reverse
+	}
+	trusted, err := config.ParsePrefixes(l.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("listeners.%s.trusted_proxies%w", l.Name, err)
+	}
+	t.Trusted = trusted
+	return t, nil
+}
+
+// buildForward builds a forward listener's routes (its guard in each) and
+// the transport over its pool.
+func (s *Server) buildForward(l config.Listener, rt *runtime) (*forward.Settings, error) {
+	pr := rt.pools[l.Pool]
+	i := slices.IndexFunc(rt.cfg.Pools, func(p config.Pool) bool { return p.Name == l.Pool })
+	pc := rt.cfg.Pools[i]
+	ros, err := routeOptions(l, pc)
+	if err != nil {
+		return nil, err
+	}
+	var routes []*forward.Route
+	for _, ro := range ros {
+		key := routeKey{listener: l.Name, name: ro.Name, url: ro.URL, insecure: ro.InsecureSkipVerify,
+			allow: strings.Join(l.AllowTargets, ","), connect: ro.Connect, try: ro.Try}
+		var r *forward.Route
+		if pr.home != nil {
+			r = pr.home.routes[key] // built from the same settings: taken over
+		}
+		if r == nil {
+			if r, err = forward.NewRoute(ro); err != nil {
+				return nil, fmt.Errorf("pools.%s.endpoints.%s.url: %w", pc.Name, ro.Name, err)
+			}
+			pr.newRoutes[key] = r
+			if ro.InsecureSkipVerify {
+				s.log.Warn("route accepts any certificate from targets (insecure_skip_verify)", "pool", pc.Name, "route", ro.Name)
+			}
+		}
+		if pr.next.routes == nil {
+			pr.next.routes = map[routeKey]*forward.Route{}
+		}
+		pr.next.routes[key] = r
+		routes = append(routes, r)
+	}
+	opts := forward.Options{}
+	if pc.BlockedBody != "" {
+		if opts.BlockedBody, err = regexp.Compile(pc.BlockedBody); err != nil {
+			return nil, fmt.Errorf("pools.%s.blocked_body: %w", pc.Name, err)
+		}
+	}
+	if pc.Key.TargetHost {
+		opts.Key = targetHost
+	} else {
+		opts.Key = keyFunc(pc.Key)
+	}
+	users := map[string]string{}
+	if l.Auth != nil {
+		users = l.Auth.Users
+	}
+	return &forward.Settings{
+		Transport:     forward.NewTransportOnPool(pr.proxy, routes, opts),
+		Users:         users,
+		ConnectPorts:  l.ConnectPorts,
+		TunnelTimeout: pc.Timeouts.Connect + pc.Timeouts.Try,
+	}, nil
+}
+
+// routeOptions are the routes of forward listener l over pool pc: the
+// listener's guard in each, the pool's timeouts.
+func routeOptions(l config.Listener, pc config.Pool) ([]forward.RouteOptions, error) {
+	allow, err := config.ParsePrefixes(l.AllowTargets)
+	if err != nil {
+		return nil, fmt.Errorf("listeners.%s.allow_targets%w", l.Name, err)
+	}
+	guard := &forward.Guard{Allow: allow}
+	var out []forward.RouteOptions
+	for _, e := range pc.Endpoints {
+		out = append(out, forward.RouteOptions{Name: e.Name, URL: e.URL, InsecureSkipVerify: e.InsecureSkipVerify,
+			Guard: guard, Connect: pc.Timeouts.Connect, Try: pc.Timeouts.Try})
+	}
+	return out, nil
+}
+
+// RouteOptions returns the routes of the forward listener over the pool
+// named (the first forward listener's pool when pool is ""), as rotor
+// serve builds them, and that pool's config: for tools that send traffic
+// over a config's routes (rotor bench).
+func RouteOptions(cfg *config.File, pool string) ([]forward.RouteOptions, config.Pool, error) {
+	for _, l := range cfg.Listeners {
+		if l.Kind != "forward" || pool != "" && l.Pool != pool {
+			continue
+		}
+		for _, pc := range cfg.Pools {
+			if pc.Name == l.Pool {
+				ros, err := routeOptions(l, pc)
+				return ros, pc, err
+			}
+		}
+	}
+	if pool == "" {
+		return nil, config.Pool{}, fmt.Errorf("the config has no forward listener")
+	}
+	return nil, config.Pool{}, fmt.Errorf("no forward listener uses pool %q", pool)
+}
+
+// ForwardTransport builds the runtime of the config at path, as rotor
+// serve would, without binding anything, and returns the transport of the
+// forward listener over the pool named (the first forward listener's when
+// pool is ""): requests sent through it go the way they would through
+// rotor serve (policy, retries, budget, backups). close releases the
+// runtime. For rotor fetch.
+func ForwardTransport(path string, getenv func(string) string, pool string) (_ *forward.Transport, close func(), err error) {
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Server{path: path, getenv: getenv, log: slog.New(slog.DiscardHandler), homes: map[string]*home{}}
+	rt, err := s.build(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range cfg.Listeners {
+		if l.Kind == "forward" && (pool == "" || l.Pool == pool) {
+			return rt.listeners[l.Name].forward.Transport, rt.discard, nil
+		}
+	}
+	rt.discard()
+	if pool == "" {
+		return nil, nil, fmt.Errorf("the config has no forward listener")
+	}
+	return nil, nil, fmt.Errorf("no forward listener uses pool %q", pool)
+}
+
+// targetHost keys a forward request by the host it goes to (for CONNECT,
+// the target's host).
+func targetHost(r *http.Request) string {
+	if r.Method == http.MethodConnect {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err == nil {
+			return host
+		}
+		return r.Host
+	}
+	return r.URL.Hostname()
+}
+
+// swapIn makes rt the runtime: pools publish their snapshots, homes take
+// over what the runtime built, and one atomic store hands it to every
+// listener. Then what no runtime uses any more is retired. Called with
+// s.mu held.
+func (s *Server) swapIn(rt *runtime) {
+	old := s.rt.Load()
+	homes := make(map[string]*home, len(rt.pools))
+	for name, pr := range rt.pools {
+		h := pr.home
+		if h == nil {
+			h = &home{}
+		}
+		*h = pr.next
+		if h.routes == nil {
+			h.routes = map[routeKey]*forward.Route{}
+		}
+		_ = h.balance.Publish(pr.snap)
+		pr.home = h
+		homes[name] = h
+	}
+	s.rt.Store(rt)
+	s.homes = homes
+	if old == nil {
+		return
+	}
+	// Retire: transports and routes no home holds any more.
+	for name, pr := range old.pools {
+		h := homes[name]
+		if pr.next.transport != nil && (h == nil || h.transport != pr.next.transport) {
+			pr.next.transport.CloseIdleConnections()
+		}
+		for key, r := range pr.next.routes {
+			if h == nil || h.routes[key] != r {
+				r.Close()
+			}
+		}
+	}
+}
+
+// discard gives back what a runtime that will not be swapped in made:
+// its snapshots (states only they created are forgotten), transports and
+// routes. What it shares with the running runtime is left as it is.
+func (rt *runtime) discard() {
+	for _, pr := range rt.pools {
+		if pr.snap != nil {
+			_ = pr.snap.Pool().Discard(pr.snap)
+		}
+		if pr.newTrans {
+			pr.next.transport.CloseIdleConnections()
+		}
+		for _, r := range pr.newRoutes {
+			r.Close()
+		}
+	}
 }
 
 // keyFunc returns where a pool finds a request's key.
-func keyFunc(k config.Key) proxy.KeyFunc {
+func keyFunc(k config.Key) reverse.KeyFunc {
 	switch {
 	case k.Header != "":
 		h := http.CanonicalHeaderKey(k.Header)
@@ -287,56 +504,4 @@ func sameListeners(a, b *config.File) string {
 		return "admin.listen changed"
 	}
 	return ""
-}
-
-// forwardSettings builds a forward listener's routes and transport over
-// its pool's balance pool.
-func (s *Server) forwardSettings(l config.Listener, cfg *config.File, pool *proxy.Pool) (*forward.Settings, error) {
-	var pc config.Pool
-	for _, p := range cfg.Pools {
-		if p.Name == l.Pool {
-			pc = p
-		}
-	}
-	allow, err := config.ParsePrefixes(l.AllowTargets)
-	if err != nil {
-		return nil, fmt.Errorf("listeners.%s.allow_targets%w", l.Name, err)
-	}
-	guard := &forward.Guard{Allow: allow}
-	var routes []*forward.Route
-	for _, e := range pc.Endpoints {
-		u, err := forward.ParseRouteURL(e.URL)
-		if err != nil {
-			return nil, fmt.Errorf("pools.%s.endpoints.%s.url: %w", pc.Name, e.Name, err)
-		}
-		if e.InsecureSkipVerify {
-			s.log.Warn("route accepts any certificate from targets (insecure_skip_verify)", "pool", pc.Name, "route", e.Name)
-		}
-		routes = append(routes, forward.NewRoute(e.Name, u, e.InsecureSkipVerify, guard, pc.Timeouts.Connect, pc.Timeouts.Try))
-	}
-	classes, err := health.NewClassifier(pc.FailStatuses)
-	if err != nil {
-		return nil, fmt.Errorf("pools.%s.fail_statuses: %w", pc.Name, err)
-	}
-	opts := forward.Options{Classifier: classes, Attempts: pc.Retries.Attempts, Budget: pc.Retries.Budget, Guard: guard}
-	if pc.BlockedBody != "" {
-		if opts.BlockedBody, err = regexp.Compile(pc.BlockedBody); err != nil {
-			return nil, fmt.Errorf("pools.%s.blocked_body: %w", pc.Name, err)
-		}
-	}
-	if pc.Key.TargetHost {
-		opts.Key = func(r *http.Request) string { return r.URL.Hostname() }
-	} else if pool.Key != nil {
-		opts.Key = pool.Key
-	}
-	users := map[string]string{}
-	if l.Auth != nil {
-		users = l.Auth.Users
-	}
-	return &forward.Settings{
-		Transport:     forward.NewTransportOnPool(pool.Primary, routes, opts),
-		Users:         users,
-		ConnectPorts:  l.ConnectPorts,
-		TunnelTimeout: pc.Timeouts.Connect + pc.Timeouts.Try,
-	}, nil
 }

@@ -47,8 +47,8 @@ pools:
 	if seen["target"] == 0 || seen["relay"] == 0 {
 		t.Fatalf("answers by route %v: want both routes used (scored by default)", seen)
 	}
-	if p := r.Pools()[0]; p.Primary.Policy() != "scored" {
-		t.Fatalf("a forward pool's default policy is %q, want scored", p.Primary.Policy())
+	if p := r.Pools()[0]; p.Snapshot.Policy() != "scored" {
+		t.Fatalf("a forward pool's default policy is %q, want scored", p.Snapshot.Policy())
 	}
 	if h := target.lastRequest().Header.Get("Proxy-Authorization"); h != "" {
 		t.Fatalf("Proxy-Authorization reached the target: %q", h)

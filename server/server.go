@@ -1,8 +1,11 @@
-// Package server runs `rotor serve`: it turns a config file into
-// listeners (HTTP reverse proxy, TCP proxy), pools and health checks, and
-// an admin listener; reloads on SIGHUP or POST /admin/reload without losing
-// endpoint health; and on SIGTERM stops accepting, lets requests and
-// connections in flight finish up to a deadline, and exits.
+// Package server runs `rotor serve`: it turns a config file into a
+// runtime (pools, routes, transports, routing tables, health checks) and
+// listeners (HTTP reverse proxy, forward proxy, TCP proxy) and an admin
+// listener. A reload builds a whole new runtime beside the running one and
+// swaps it in with one atomic store, or discards it and changes nothing;
+// endpoint health carries over by (pool, endpoint name). On SIGTERM it
+// stops accepting, lets requests and connections of every kind finish up
+// to each listener's shutdown timeout, and exits.
 package server
 
 import (
@@ -17,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,24 +35,34 @@ import (
 
 // Server is one running rotor.
 type Server struct {
-	path   string
-	getenv func(string) string
-	log    *slog.Logger
-	level  *slog.LevelVar
+	path    string
+	getenv  func(string) string
+	log     *slog.Logger
+	level   *slog.LevelVar
+	metrics *admin.Metrics
 
-	mu       sync.Mutex // serialises reloads and shutdown
-	cur      *built
-	state    map[string]*poolState // by pool name
-	checkers []*check.Checker
-	reload   admin.ReloadStatus
-	metrics  *admin.Metrics
-	handlers map[string]*reverse.Handler
-	forwards map[string]*forward.Handler
-	https    map[string]*http.Server
-	tcps     map[string]*tcp.Proxy
-	admin    *http.Server
-	addrs    map[string]net.Addr // listener name -> bound address
+	// rt is the runtime every listener serves with; swapped whole.
+	rt atomic.Pointer[runtime]
+
+	mu        sync.Mutex       // serialises Start, reloads and shutdown's bookkeeping; never held while draining
+	homes     map[string]*home // guarded by mu: what outlives runtimes, by pool name
+	listeners []*listener      // guarded by mu; bound by Start
+	checkers  []*check.Checker // guarded by mu
+	admin     *http.Server     // guarded by mu
+	adminAddr net.Addr         // guarded by mu
+	stopping  bool             // guarded by mu
+
+	reload   atomic.Pointer[admin.ReloadStatus]
 	serveErr chan error
+}
+
+// listener is one bound listener and what serves it.
+type listener struct {
+	cfg   config.Listener
+	addr  net.Addr
+	http  *http.Server // http and forward
+	tcp   *tcp.Proxy
+	conns *proxy.Conns // upgrades, tunnels, tcp connections
 }
 
 // New loads the config at path and builds the server without binding
@@ -58,21 +72,33 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		path: path, getenv: getenv, level: new(slog.LevelVar), state: map[string]*poolState{},
-		handlers: map[string]*reverse.Handler{}, forwards: map[string]*forward.Handler{}, https: map[string]*http.Server{}, tcps: map[string]*tcp.Proxy{},
-		addrs: map[string]net.Addr{}, serveErr: make(chan error, 8),
-	}
+	s := &Server{path: path, getenv: getenv, level: new(slog.LevelVar), homes: map[string]*home{}, serveErr: make(chan error, 8)}
 	s.setLog(cfg.Log, logOut)
 	s.metrics = admin.NewMetrics(s.Pools)
-	s.metrics.TCPBytes = s.tcpBytes
-	b, err := s.build(cfg)
+	rt, err := s.build(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.cur = b
-	s.reload = admin.ReloadStatus{Generation: 1, At: time.Now()}
+	s.swapIn(rt)
+	s.reload.Store(&admin.ReloadStatus{Generation: 1, At: time.Now()})
 	return s, nil
+}
+
+// Check loads the config at path and builds its runtime, without binding
+// or starting anything, then discards it: what it accepts, serve starts
+// with. It is what `rotor check-config` runs.
+func Check(path string, getenv func(string) string) error {
+	cfg, err := config.Load(path, getenv)
+	if err != nil {
+		return err
+	}
+	s := &Server{path: path, getenv: getenv, log: slog.New(slog.DiscardHandler), homes: map[string]*home{}}
+	rt, err := s.build(cfg)
+	if err != nil {
+		return err
+	}
+	rt.discard()
+	return nil
 }
 
 func (s *Server) setLog(l config.Log, out io.Writer) {
@@ -85,8 +111,6 @@ func (s *Server) setLog(l config.Log, out io.Writer) {
 	}
 }
 
-func (s *Server) now() time.Time { return time.Now() }
-
 // Log returns the server's logger.
 func (s *Server) Log() *slog.Logger { return s.log }
 
@@ -95,39 +119,39 @@ func (s *Server) Log() *slog.Logger { return s.log }
 func (s *Server) Addr(name string) net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addrs[name]
-}
-
-// Pools returns the admin's view of the pools.
-func (s *Server) Pools() []admin.PoolView {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur.views
-}
-
-// tcpBytes reads the bytes each tcp listener has relayed.
-func (s *Server) tcpBytes() map[string]int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int64, len(s.tcps))
-	for name, p := range s.tcps {
-		out[name] = p.Bytes.Load()
+	for _, l := range s.listeners {
+		if l.cfg.Name == name {
+			return l.addr
+		}
 	}
-	return out
+	if name == "admin" && s.admin != nil {
+		return s.adminAddr
+	}
+	return nil
 }
+
+// Pools returns the admin's view of the pools, from the runtime in force.
+func (s *Server) Pools() []admin.PoolView { return s.rt.Load().views }
 
 // ReloadStatus says how the last reload went.
-func (s *Server) ReloadStatus() admin.ReloadStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.reload
+func (s *Server) ReloadStatus() admin.ReloadStatus { return *s.reload.Load() }
+
+// Served is the observer every listener tells of each request and
+// connection: metrics always, and the access log when log.access is on
+// in the runtime in force.
+func (s *Server) Served(r *proxy.Record) {
+	s.metrics.Served(r)
+	if s.rt.Load().cfg.Log.Access {
+		proxy.AccessLog{Log: s.log}.Served(r)
+	}
 }
 
 // Start binds every listener and starts serving and checking.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg := s.cur.cfg
+	rt := s.rt.Load()
+	cfg := rt.cfg
 	var bound []net.Listener
 	fail := func(err error) error {
 		for _, ln := range bound {
@@ -143,7 +167,6 @@ func (s *Server) Start() error {
 		}
 		bound = append(bound, ln)
 		lns[l.Name] = ln
-		s.addrs[l.Name] = ln.Addr()
 	}
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "off" {
@@ -152,45 +175,49 @@ func (s *Server) Start() error {
 			return fail(fmt.Errorf("admin.listen: %w", err))
 		}
 		adminLn = ln
-		s.addrs["admin"] = ln.Addr()
 	}
 	for _, l := range cfg.Listeners {
 		ln := lns[l.Name]
+		name := l.Name
+		li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
 		switch l.Kind {
 		case "http":
-			h := reverse.NewHandler(l.Name, s.cur.tables[l.Name], s.log, cfg.Log.Access, s.metrics)
-			srv := s.httpServer(l, h)
-			s.handlers[l.Name], s.https[l.Name] = h, srv
-			if l.TLS != nil {
-				cert, err := tls.LoadX509KeyPair(l.TLS.Cert, l.TLS.Key)
-				if err != nil {
-					return fail(fmt.Errorf("listeners.%s.tls: %w", l.Name, err))
-				}
-				srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			h := reverse.NewHandler(name, func() *reverse.Table { return s.rt.Load().listeners[name].table },
+				reverse.Options{Log: s.log, Observer: s, Conns: li.conns})
+			li.http = s.httpServer(l, h)
+			if rt.listeners[name].tls != nil {
+				// The certificate in force is the runtime's: a reload
+				// (after a renewal, say) serves the new one.
+				li.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12,
+					GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+						return s.rt.Load().listeners[name].tls, nil
+					}}
 				// ServeTLS, not Serve on a TLS listener: it is what sets
 				// up HTTP/2 for clients.
-				go s.serve(l.Name, func() error { return srv.ServeTLS(ln, "", "") })
+				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
 			} else {
-				go s.serve(l.Name, func() error { return srv.Serve(ln) })
+				go s.serve(name, func() error { return li.http.Serve(ln) })
 			}
 		case "forward":
-			h := forward.NewHandler(l.Name, s.cur.forwards[l.Name], s.log, s.metrics)
-			srv := s.httpServer(l, h)
-			s.forwards[l.Name], s.https[l.Name] = h, srv
-			go s.serve(l.Name, func() error { return srv.Serve(ln) })
+			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
+				forward.HandlerOptions{Log: s.log, Observer: s, Conns: li.conns})
+			li.http = s.httpServer(l, h)
+			go s.serve(name, func() error { return li.http.Serve(ln) })
 		case "tcp":
-			p := tcp.New(l.Name, s.cur.pools[l.Pool], s.log, s.metrics)
-			s.tcps[l.Name] = p
-			go s.serve(l.Name, func() error { return p.Serve(ln) })
+			li.tcp = tcp.New(name, func() *tcp.Pool { return s.rt.Load().listeners[name].tcp },
+				tcp.Options{Log: s.log, Observer: s, Conns: li.conns})
+			go s.serve(name, func() error { return li.tcp.Serve(ln) })
 		}
-		s.log.Info("listening", "listener", l.Name, "kind", l.Kind, "addr", ln.Addr().String())
+		s.listeners = append(s.listeners, li)
+		s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
 	}
 	if adminLn != nil {
 		s.admin = &http.Server{Handler: admin.Handler(s, s.metrics), ReadHeaderTimeout: 10 * time.Second}
+		s.adminAddr = adminLn.Addr()
 		go s.serve("admin", func() error { return s.admin.Serve(adminLn) })
 		s.log.Info("admin listening", "addr", adminLn.Addr().String())
 	}
-	s.startChecks()
+	s.startChecks(rt)
 	return nil
 }
 
@@ -213,31 +240,32 @@ func (s *Server) serve(name string, f func() error) {
 	}
 }
 
-// startChecks starts the current config's health checks. Called with mu.
-func (s *Server) startChecks() {
+// startChecks stops the running health checks and starts rt's. Called
+// with mu.
+func (s *Server) startChecks(rt *runtime) {
 	for _, c := range s.checkers {
 		c.Stop()
 	}
 	s.checkers = nil
-	for _, cs := range s.cur.checks {
+	for _, cs := range rt.checks {
 		s.checkers = append(s.checkers, check.Start(cs.spec, cs.targets, s.log.With("pool", cs.pool)))
 	}
 }
 
-// Reload loads the config file again. A config that does not load,
-// validate or build is refused and the running one keeps serving; the
-// error is logged and kept for the admin API. Endpoint health, in-flight
-// counts and breakers carry over for endpoints that remain.
+// Reload loads the config file again and builds a new runtime beside the
+// running one. A config that does not load, validate or build is refused
+// and the running runtime keeps serving, unchanged; the error is logged
+// and kept for the admin API. Endpoint health, in-flight counts and
+// breakers carry over for endpoints that remain.
 func (s *Server) Reload() error {
 	err := s.reloadOnce()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
-		s.reload.Error = err.Error()
-		s.log.Error("reload refused; the previous config keeps serving", "error", err)
-		return err
+		st := *s.reload.Load()
+		st.Error = err.Error()
+		s.reload.Store(&st)
+		s.log.Error("reload refused; the running config keeps serving", "error", err)
 	}
-	return nil
+	return err
 }
 
 func (s *Server) reloadOnce() error {
@@ -247,34 +275,24 @@ func (s *Server) reloadOnce() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if why := sameListeners(s.cur.cfg, cfg); why != "" {
+	if s.stopping {
+		return fmt.Errorf("shutting down")
+	}
+	if why := sameListeners(s.rt.Load().cfg, cfg); why != "" {
 		return fmt.Errorf("%s: %s; restart rotor to apply it", s.path, why)
 	}
-	b, err := s.build(cfg)
+	rt, err := s.build(cfg)
 	if err != nil {
 		return err
 	}
-	s.cur = b
-	for _, l := range cfg.Listeners {
-		switch l.Kind {
-		case "http":
-			if h := s.handlers[l.Name]; h != nil {
-				h.SetTable(b.tables[l.Name])
-			}
-		case "tcp":
-			if p := s.tcps[l.Name]; p != nil {
-				p.SetPool(b.pools[l.Pool])
-			}
-		case "forward":
-			if h := s.forwards[l.Name]; h != nil {
-				h.SetSettings(b.forwards[l.Name])
-			}
-		}
-	}
+	s.swapIn(rt)
 	s.level.Set(levelOf(cfg.Log.Level))
-	s.startChecks()
-	s.reload = admin.ReloadStatus{Generation: s.reload.Generation + 1, At: time.Now()}
-	s.log.Info("reloaded", "generation", s.reload.Generation)
+	if s.listeners != nil {
+		s.startChecks(rt)
+	}
+	gen := s.reload.Load().Generation + 1
+	s.reload.Store(&admin.ReloadStatus{Generation: gen, At: time.Now()})
+	s.log.Info("reloaded", "generation", gen)
 	return nil
 }
 
@@ -284,62 +302,82 @@ func levelOf(s string) slog.Level {
 	return l
 }
 
-// Shutdown stops accepting, waits for requests and connections in flight
-// up to each listener's shutdown timeout (bounded by ctx), then closes
-// what is left and stops the checks.
+// Shutdown stops accepting, then waits for everything in flight on every
+// listener (requests, upgraded connections, CONNECT tunnels, TCP
+// connections) up to the listener's shutdown timeout (bounded by ctx),
+// then cuts what is left and stops the checks. No lock the admin API
+// needs is held meanwhile: /status and /metrics answer during the drain.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.stopping = true
+	listeners, adminSrv := s.listeners, s.admin
+	s.mu.Unlock()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.https)+len(s.tcps)+1)
-	for _, l := range s.cur.cfg.Listeners {
-		lctx, cancel := context.WithTimeout(ctx, l.Timeouts.Shutdown)
+	errs := make(chan error, len(listeners))
+	for _, li := range listeners {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			lctx, cancel := context.WithTimeout(ctx, li.cfg.Timeouts.Shutdown)
 			defer cancel()
-			var err error
-			if srv := s.https[l.Name]; srv != nil {
-				if err = srv.Shutdown(lctx); err != nil {
-					srv.Close()
-				}
-				if h := s.handlers[l.Name]; h != nil {
-					h.CloseIdle()
-				}
-				if h := s.forwards[l.Name]; h != nil {
-					waited := make(chan struct{})
-					go func() { h.WaitTunnels(); close(waited) }()
-					select {
-					case <-waited:
-					case <-lctx.Done():
-						err = fmt.Errorf("CONNECT tunnels still open: %w", lctx.Err())
-					}
-				}
-			}
-			if p := s.tcps[l.Name]; p != nil {
-				err = p.Shutdown(lctx)
-			}
-			if err != nil {
-				errs <- fmt.Errorf("listener %s: %w", l.Name, err)
+			if err := li.drain(lctx); err != nil {
+				errs <- fmt.Errorf("listener %s: %w", li.cfg.Name, err)
 			}
 		}()
 	}
 	wg.Wait()
-	if s.admin != nil {
+	if adminSrv != nil {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = s.admin.Shutdown(actx)
+		_ = adminSrv.Shutdown(actx)
 		cancel()
 	}
+	s.mu.Lock()
 	for _, c := range s.checkers {
 		c.Stop()
 	}
 	s.checkers = nil
+	for _, h := range s.homes {
+		if h.transport != nil {
+			h.transport.CloseIdleConnections()
+		}
+		for _, r := range h.routes {
+			r.Close()
+		}
+	}
+	s.mu.Unlock()
 	close(errs)
 	var all []error
 	for err := range errs {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// drain stops one listener: no new connections; requests, upgraded
+// connections, tunnels and TCP connections finish until ctx is done; then
+// the rest are cut.
+func (li *listener) drain(ctx context.Context) error {
+	if li.tcp != nil {
+		return li.tcp.Shutdown(ctx)
+	}
+	var wg sync.WaitGroup
+	var httpErr, connErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if httpErr = li.http.Shutdown(ctx); httpErr != nil {
+			li.http.Close()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		connErr = li.conns.Shutdown(ctx)
+	}()
+	wg.Wait()
+	if connErr != nil {
+		return fmt.Errorf("upgraded connections or tunnels still open: %w", connErr)
+	}
+	return httpErr
 }
 
 // Run starts the server and serves until SIGTERM or SIGINT (graceful
@@ -380,4 +418,4 @@ func (s *Server) shutdown() error {
 	return nil
 }
 
-var _ proxy.Observer = (*admin.Metrics)(nil)
+var _ proxy.Observer = (*Server)(nil)

@@ -138,7 +138,7 @@ pools:
 	// Drain the only endpoint: nothing may take the request, 503.
 	for _, pv := range r.Pools() {
 		if pv.Name == "slowpool" {
-			pv.Primary.Set().Get("slow").State.SetDraining(true)
+			pv.Snapshot.Get("slow").State.SetDraining(true)
 		}
 	}
 	if code, _ := get(t, r.url("web")+"/slow"); code != http.StatusServiceUnavailable {
@@ -291,7 +291,7 @@ func TestReloadKeepsHealth(t *testing.T) {
 	}
 	score := func() float64 {
 		for _, pv := range r.Pools() {
-			if ep := pv.Primary.Set().Get("b"); ep != nil {
+			if ep := pv.Snapshot.Get("b"); ep != nil {
 				return ep.State.Score(time.Now())
 			}
 		}
@@ -318,7 +318,7 @@ func TestActiveChecksMarkDownAndUp(t *testing.T) {
 	r := startRotor(t, cfg, nil)
 	down := func() bool {
 		for _, pv := range r.Pools() {
-			return pv.Primary.Set().Get("b").State.Down()
+			return pv.Snapshot.Get("b").State.Down()
 		}
 		return false
 	}

@@ -26,7 +26,15 @@ type BalanceOptions struct {
 	// Uneven makes request cost vary 10x (uniform in [1, 10]).
 	Uneven bool
 	// Hot is the share of requests from one user.
-	Hot       float64
+	Hot float64
+	// Backups are servers (by index) that take requests only while no
+	// other is available.
+	Backups []int
+	// Down makes server i fail every request (503, at once) from one time
+	// to another: {0: {From: 10s, To: 20s}}.
+	Down map[int]Window
+	// Rules are the lifecycle's: retries, panic mode, slow start.
+	Rules     Rules
 	LogNormal float64
 	Trace     []TraceEntry
 	Seed      uint64
@@ -84,6 +92,28 @@ func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
 		servers[i].Speed = 1 / f
 		cond = fmt.Sprintf("server %d %gx slower", i, f)
 	}
+	if err := o.Rules.Validate(); err != nil {
+		return BalanceReport{}, err
+	}
+	for _, i := range o.Backups {
+		if i < 0 || i >= o.Servers {
+			return BalanceReport{}, fmt.Errorf("backup: server %d: want a server in 0..%d", i, o.Servers-1)
+		}
+		servers[i].Backup = true
+	}
+	if len(o.Backups) > 0 {
+		cond = join(cond, fmt.Sprintf("%d backup", len(o.Backups)))
+	}
+	for i, w := range o.Down {
+		if i < 0 || i >= o.Servers || w.To <= w.From {
+			return BalanceReport{}, fmt.Errorf("down: server %d %v-%v: want a server in 0..%d and a window that ends after it starts", i, w.From, w.To, o.Servers-1)
+		}
+		servers[i].Windows = append(servers[i].Windows, w)
+		cond = join(cond, fmt.Sprintf("server %d down %v-%v", i, w.From, w.To))
+	}
+	if o.Rules.Attempts > 1 {
+		cond = join(cond, fmt.Sprintf("%d attempts", o.Rules.Attempts))
+	}
 	meanCost := 1.0
 	w := Workload{Requests: o.Requests, Service: o.Service, LogNormal: o.LogNormal, HotShare: o.Hot, Trace: o.Trace, Seed: o.Seed}
 	if o.Uneven {
@@ -104,7 +134,7 @@ func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
 		if err != nil {
 			return BalanceReport{}, fmt.Errorf("policy %s: %w", name, err)
 		}
-		runs[i] = run{label: name, policy: p}
+		runs[i] = run{label: name, policy: p, rules: o.Rules}
 	}
 	res, err := runAll(ctx, w, servers, o.Seed, runs, o.Progress)
 	if err != nil {

@@ -30,7 +30,7 @@ func BenchmarkSimBalance(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
-			if _, err := sim.Run(context.Background(), w, servers, pool, clock, sim.Hooks{}); err != nil {
+			if _, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{}); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
@@ -52,7 +52,7 @@ func BenchmarkInflightMemory(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		var peak uint64
-		_, err := sim.Run(context.Background(), w, servers, pool, clock, sim.Hooks{Progress: func(done int) {
+		_, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{Progress: func(done int) {
 			if done == n {
 				runtime.ReadMemStats(&after)
 				peak = after.HeapAlloc - before.HeapAlloc

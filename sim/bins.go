@@ -84,7 +84,7 @@ func Bins(ctx context.Context, o BinsOptions) (BinsReport, error) {
 				}
 			}
 			var fullest int64
-			for _, ep := range pool.Set().Endpoints() {
+			for _, ep := range pool.Snapshot().Endpoints() {
 				fullest = max(fullest, ep.State.Inflight())
 			}
 			sum += float64(fullest)

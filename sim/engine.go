@@ -10,6 +10,7 @@ import (
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // Server is one simulated backend: a FIFO queue in front of Workers
@@ -28,6 +29,8 @@ type Server struct {
 	// Latency, when set, replaces the workload's service time for this
 	// server: a route's own speed rather than work a worker does.
 	Latency time.Duration
+	// Backup servers take requests only while no other is available.
+	Backup bool
 }
 
 // Window is a span of virtual time during which a server fails requests.
@@ -83,8 +86,9 @@ type Result struct {
 	MaxQueues []int         `json:"max_queues"` // per server
 	Duration  time.Duration `json:"virtual_duration_ns"`
 	Fallbacks int64         `json:"fallbacks"`
-	Latency   *Histogram    `json:"-"` // every request
-	OK        *Histogram    `json:"-"` // successful requests only
+	Retries   int           `json:"retries"` // tries made again on another server
+	Latency   *Histogram    `json:"-"`       // every request
+	OK        *Histogram    `json:"-"`       // successful requests only
 	Wall      time.Duration `json:"-"`
 }
 
@@ -100,11 +104,12 @@ type Hooks struct {
 
 type record struct {
 	arrival time.Duration
-	work    float64 // seconds of work at speed 1 (service x cost)
-	u       float64 // uniform draw for the error decision
+	sent    time.Duration // when the current try was sent to its server
+	work    float64       // seconds of work at speed 1 (service x cost)
+	u       float64       // uniform draw for the error decision
 	server  int32
 	status  int32 // set when service starts inside a failure window
-	pick    balance.Pick
+	flight  proxy.Flight
 }
 
 type event struct {
@@ -171,7 +176,7 @@ func Validate(w Workload, servers []Server) error {
 func Endpoints(servers []Server) []balance.EndpointConfig {
 	eps := make([]balance.EndpointConfig, len(servers))
 	for i, s := range servers {
-		eps[i] = balance.EndpointConfig{Name: serverName(s, i), Weight: max(s.Weight, 1)}
+		eps[i] = balance.EndpointConfig{Name: serverName(s, i), Weight: max(s.Weight, 1), Backup: s.Backup}
 	}
 	return eps
 }
@@ -184,15 +189,18 @@ func serverName(s Server, i int) string {
 }
 
 // Run sends the workload through pool to servers, on clock, and returns
-// what happened. pool must be configured with Endpoints(servers) and use
-// clock; its policy and random source are the caller's.
-func Run(ctx context.Context, w Workload, servers []Server, pool *balance.Pool, clock *Clock, hooks Hooks) (Result, error) {
+// what happened. Each request runs the proxies' own lifecycle
+// (proxy.Flight): the pool's fallback order, and retries on another
+// server within its attempts and budget. pool's snapshot must be built
+// with Endpoints(servers) on a balance pool that uses clock, and pool
+// must use clock too; its policy and random source are the caller's.
+func Run(ctx context.Context, w Workload, servers []Server, pool *proxy.Pool, clock *Clock, hooks Hooks) (Result, error) {
 	if err := Validate(w, servers); err != nil {
 		return Result{}, err
 	}
 	start := time.Now()
 	index := make(map[*balance.Endpoint]int, len(servers))
-	for i, ep := range pool.Set().Endpoints() {
+	for i, ep := range pool.Snapshot.Endpoints() {
 		index[ep] = i
 	}
 	if len(index) != len(servers) {
@@ -202,9 +210,10 @@ func Run(ctx context.Context, w Workload, servers []Server, pool *balance.Pool, 
 		w: w, servers: servers, pool: pool, clock: clock, hooks: hooks, index: index,
 		busy: make([]int, len(servers)), queues: make([]queue, len(servers)),
 		served: make([]int, len(servers)), maxQ: make([]int, len(servers)),
-		res: Result{Policy: pool.Policy(), Latency: &Histogram{}, OK: &Histogram{}},
+		res: Result{Policy: pool.Snapshot.Policy(), Latency: &Histogram{}, OK: &Histogram{}},
 	}
 	e.keys = makeKeys(max(w.Users, 1000))
+	e.retry = newStream(w.Seed ^ 0x7e7)
 	if err := e.run(ctx); err != nil {
 		return Result{}, err
 	}
@@ -219,7 +228,7 @@ func Run(ctx context.Context, w Workload, servers []Server, pool *balance.Pool, 
 	r.MaxQueues = e.maxQ
 	r.Mean, r.P50, r.P99, r.P999 = r.Latency.Mean(), r.Latency.Quantile(0.5), r.Latency.Quantile(0.99), r.Latency.Quantile(0.999)
 	r.Duration = clock.Elapsed()
-	r.Fallbacks = pool.Stats().Fallbacks
+	r.Fallbacks = pool.Snapshot.Pool().Stats().Fallbacks
 	r.Wall = time.Since(start)
 	return r, nil
 }
@@ -235,12 +244,13 @@ func makeKeys(n int) []string {
 type engine struct {
 	w       Workload
 	servers []Server
-	pool    *balance.Pool
+	pool    *proxy.Pool
 	clock   *Clock
 	hooks   Hooks
 	index   map[*balance.Endpoint]int
 	keys    []string
 
+	retry  *stream // draws for tries after the first, apart from the workload's
 	recs   []record
 	free   []int32
 	heap   []event
@@ -315,15 +325,26 @@ func (e *engine) run(ctx context.Context) error {
 
 func (e *engine) arrive(key string, work, u float64) {
 	e.res.Requests++
-	pk, err := e.pool.Pick(balance.Request{Key: key})
+	idx := e.alloc()
+	r := &e.recs[idx]
+	r.arrival, r.work, r.u = e.clock.now, work, u
+	e.pool.Begin(&r.flight, proxy.Request{Key: key, Idempotent: true})
+	e.send(idx)
+}
+
+// send picks a server for request idx's next try and puts it there: on a
+// worker, or in the server's queue.
+func (e *engine) send(idx int32) {
+	r := &e.recs[idx]
+	ep, err := r.flight.Next()
 	if err != nil {
 		e.res.Unplaced++
 		e.res.Failures++
+		e.free = append(e.free, idx)
 		return
 	}
-	s := e.index[pk.Endpoint]
-	idx := e.alloc()
-	e.recs[idx] = record{arrival: e.clock.now, work: work, u: u, server: int32(s), pick: pk}
+	s := e.index[ep]
+	r.server, r.status, r.sent = int32(s), 0, e.clock.now
 	e.served[s]++
 	if e.hooks.Picked != nil {
 		e.hooks.Picked(e.clock.now, s)
@@ -401,7 +422,6 @@ func (e *engine) complete() {
 	r := &e.recs[ev.idx]
 	s := int(r.server)
 	srv := &e.servers[s]
-	latency := ev.at - r.arrival
 	status := 200
 	switch {
 	case r.status != 0:
@@ -409,23 +429,30 @@ func (e *engine) complete() {
 	case r.u < srv.ErrorRate:
 		status = 500
 	}
-	v := r.pick.Done(health.Outcome{Status: status, Latency: latency, At: e.clock.Now()})
-	ok := v != health.Failure
+	tryLatency := ev.at - r.sent
+	retry := r.flight.Done(proxy.Result{Outcome: health.Outcome{Status: status, Latency: tryLatency, At: e.clock.Now()}})
+	ok := r.flight.Verdict() != health.Failure
+	if e.hooks.Completed != nil {
+		e.hooks.Completed(ev.at, s, ok, tryLatency)
+	}
+	e.busy[s]--
+	if q := &e.queues[s]; q.size > 0 {
+		e.start(q.pop())
+	}
+	if retry {
+		e.res.Retries++
+		r.u = e.retry.float() // another try fails or not on its own
+		e.send(ev.idx)
+		return
+	}
+	latency := ev.at - r.arrival // every try, queues included
 	if ok {
 		e.res.OK.Record(latency)
 	} else {
 		e.res.Failures++
 	}
 	e.res.Latency.Record(latency)
-	if e.hooks.Completed != nil {
-		e.hooks.Completed(ev.at, s, ok, latency)
-	}
-	e.recs[ev.idx] = record{}
 	e.free = append(e.free, ev.idx)
-	e.busy[s]--
-	if q := &e.queues[s]; q.size > 0 {
-		e.start(q.pop())
-	}
 }
 
 func (e *engine) push(ev event) {

@@ -152,7 +152,7 @@ func Rotation(ctx context.Context, o RotationOptions) (RotationReport, error) {
 						return
 					}
 					if !ok && v.Breaker && now >= block.From && !wt.opened && pools[i] != nil {
-						wt.opened = pools[i].Set().Get("fast").State.Breaker(pools[i].Clock().Now()) != health.Closed
+						wt.opened = pools[i].Snapshot().Get("fast").State.Breaker(pools[i].Clock().Now()) != health.Closed
 					}
 					if ok && now >= block.To && wt.recovered < 0 {
 						wt.recovered = now - block.To

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/config"
+	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/sim"
 )
 
@@ -26,7 +27,7 @@ func runOne(t *testing.T, w sim.Workload, servers []sim.Server, policy string) s
 	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := sim.Run(context.Background(), w, servers, pool, clock, sim.Hooks{})
+	res, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,3 +80,97 @@ func mmcMean(c int, lambda, mu float64) float64 {
 }
 
 func timeMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// runRules is runOne under lifecycle rules.
+func runRules(t *testing.T, w sim.Workload, servers []sim.Server, policy string, rules sim.Rules) sim.Result {
+	t.Helper()
+	clock := &sim.Clock{}
+	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+	p, err := factory(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A breaker that never opens: what retries hide is not hidden by it.
+	hc := health.Config{Threshold: 1 << 30}
+	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers), Health: hc,
+		PanicThreshold: rules.PanicThreshold, SlowStart: rules.SlowStart}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(context.Background(), w, servers, rules.Lifecycle(pool, clock), clock, sim.Hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// Retries run on virtual time through the proxies' own lifecycle: with
+// every server failing 10% of requests, one retry within a budget of 0.2
+// leaves about 10% x 10% = 1% failed, and the retries stay in the budget.
+func TestSimRetries(t *testing.T) {
+	w := sim.Workload{Requests: 100_000, Rate: 200, Service: 10 * time.Millisecond, Seed: 7}
+	servers := []sim.Server{{ErrorRate: 0.1, Workers: 4}, {ErrorRate: 0.1, Workers: 4}, {ErrorRate: 0.1, Workers: 4}}
+	once := runRules(t, w, servers, "round_robin", sim.Rules{})
+	twice := runRules(t, w, servers, "round_robin", sim.Rules{Attempts: 2, Budget: 0.2})
+	if f := float64(once.Failures) / float64(once.Requests); math.Abs(f-0.1) > 0.005 || once.Retries != 0 {
+		t.Fatalf("one try: %.4f failed, %d retries; want 0.1 and none", f, once.Retries)
+	}
+	if f := float64(twice.Failures) / float64(twice.Requests); math.Abs(f-0.01) > 0.002 {
+		t.Fatalf("two tries: %.4f failed, want about 0.01", f)
+	}
+	if r := float64(twice.Retries) / float64(twice.Requests); math.Abs(r-0.1) > 0.005 {
+		t.Fatalf("two tries: %.4f retries a request, want about 0.1 (every first failure)", r)
+	}
+	// A budget of 0.05 caps retries at 5% of requests (plus the reserve).
+	capped := runRules(t, w, servers, "round_robin", sim.Rules{Attempts: 2, Budget: 0.05})
+	if capped.Retries > 5_000+10 || capped.Retries < 4_900 {
+		t.Fatalf("budget 0.05: %d retries for 100,000 requests, want at most 5,010", capped.Retries)
+	}
+}
+
+// Backups take requests only while every primary is out, in virtual time:
+// the pool's fallback order, not a scenario's.
+func TestSimBackups(t *testing.T) {
+	down := []sim.Window{{From: 10 * time.Second, To: 20 * time.Second}}
+	w := sim.Workload{Requests: 30_000, Rate: 1000, Service: time.Millisecond, Seed: 3}
+	servers := []sim.Server{{Windows: down}, {Windows: down}, {Backup: true}}
+	var backupBefore, backupDuring, backupAfter int
+	clock := &sim.Clock{}
+	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+	p, _ := factory("round_robin")
+	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sim.Run(context.Background(), w, servers, sim.Rules{Attempts: 2}.Lifecycle(pool, clock), clock, sim.Hooks{
+		Picked: func(now time.Duration, s int) {
+			if s != 2 {
+				return
+			}
+			switch {
+			case now < 10*time.Second:
+				backupBefore++
+			case now < 20*time.Second:
+				backupDuring++
+			default:
+				backupAfter++
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if backupBefore != 0 {
+		t.Fatalf("the backup took %d requests while the primaries were up", backupBefore)
+	}
+	// While both primaries are down their breakers open (the default
+	// threshold of 3) and the backup takes nearly all 10,000 requests;
+	// once they are back, probes close the breakers within a cooldown.
+	if backupDuring < 9_000 {
+		t.Fatalf("the backup took %d of about 10,000 requests while the primaries were down", backupDuring)
+	}
+	if res.Failures > 20 {
+		t.Fatalf("%d requests failed: retries onto the backup should hide all but a few", res.Failures)
+	}
+	if backupAfter > 16_000 {
+		t.Fatalf("the backup kept %d requests after the primaries came back", backupAfter)
+	}
+}

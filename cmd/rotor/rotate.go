@@ -20,40 +20,8 @@ import (
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy/forward"
+	"github.com/rotor-lb/rotor/server"
 )
-
-// routesFromConfig reads the routes of the config's first forward
-// listener (or the pool named), its guard and its health tuning.
-func routesFromConfig(path, poolName string) ([]bench.RouteDef, *forward.Guard, config.Pool, error) {
-	f, err := config.Load(path, os.Getenv)
-	if err != nil {
-		return nil, nil, config.Pool{}, err
-	}
-	guard := &forward.Guard{}
-	for _, l := range f.Listeners {
-		if l.Kind != "forward" || poolName != "" && l.Pool != poolName {
-			continue
-		}
-		if guard.Allow, err = config.ParsePrefixes(l.AllowTargets); err != nil {
-			return nil, nil, config.Pool{}, fmt.Errorf("listeners.%s.allow_targets%w", l.Name, err)
-		}
-		if poolName == "" {
-			poolName = l.Pool
-		}
-		break
-	}
-	for _, p := range f.Pools {
-		if p.Name != poolName {
-			continue
-		}
-		var defs []bench.RouteDef
-		for _, e := range p.Endpoints {
-			defs = append(defs, bench.RouteDef{Name: e.Name, URL: e.URL, Insecure: e.InsecureSkipVerify})
-		}
-		return defs, guard, p, nil
-	}
-	return nil, nil, config.Pool{}, fmt.Errorf("--config: %s has no forward listener or route pool %q", path, poolName)
-}
 
 func newFetchCmd() *cobra.Command {
 	var (
@@ -64,53 +32,18 @@ func newFetchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fetch URL",
 		Short: "Fetch a URL through the route rotator and say which route carried it",
-		Long: `Fetch URL over the routes of a config's forward pool (or the direct route
-without --config) and print the route that carried it, the status and the
-latency; the body goes to standard output with --body.`,
+		Long: `Fetch URL over the routes of a config's forward pool, exactly as rotor
+serve's forward listener would send it (its policy, retries and budget,
+backups, guard), or over the direct route without --config, and print the
+route that carried it, the status, the latency and the size.`,
 		Example: "  rotor fetch https://example.com/ --config examples/routes.yaml",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			defs := []bench.RouteDef{{Name: "direct", URL: "direct://"}}
-			guard := &forward.Guard{}
-			hc := health.Config{}
-			if path != "" {
-				var pc config.Pool
-				var err error
-				if defs, guard, pc, err = routesFromConfig(path, pool); err != nil {
-					return err
-				}
-				hc = pc.HealthConfig()
-				if policy == "" {
-					policy = pc.Policy
-				}
-			}
-			for _, c := range allow {
-				p, err := config.ParsePrefix(c)
-				if err != nil {
-					return fmt.Errorf("--allow: %w", err)
-				}
-				guard.Allow = append(guard.Allow, p)
-			}
-			if policy == "" {
-				policy = "scored"
-			}
-			p, err := config.NewPolicy(policy, config.PolicyParams{})
-			if err != nil {
-				return fmt.Errorf("--policy: %w", err)
-			}
-			var routes []*forward.Route
-			for _, d := range defs {
-				u, err := forward.ParseRouteURL(d.URL)
-				if err != nil {
-					return fmt.Errorf("route %s: %w", d.Name, err)
-				}
-				routes = append(routes, forward.NewRoute(d.Name, u, d.Insecure, guard, 10*time.Second, 30*time.Second))
-			}
-			tr, err := forward.NewTransport(routes, forward.Options{Policy: p, Health: hc, Guard: guard})
+			tr, closeRuntime, err := fetchTransport(path, pool, policy, allow)
 			if err != nil {
 				return err
 			}
-			defer tr.CloseIdleConnections()
+			defer closeRuntime()
 			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, args[0], nil)
 			if err != nil {
 				return fmt.Errorf("URL: %w", err)
@@ -128,9 +61,47 @@ latency; the body goes to standard output with --body.`,
 	}
 	cmd.Flags().StringVar(&path, "config", "", "a config with a forward listener whose routes to use")
 	cmd.Flags().StringVar(&pool, "pool", "", "the route pool to use (default: the first forward listener's)")
-	cmd.Flags().StringArrayVar(&allow, "allow", nil, "CIDR to allow although private or loopback (repeatable)")
+	cmd.Flags().StringArrayVar(&allow, "allow", nil, "CIDR to allow although private or loopback (repeatable; without --config)")
 	cmd.Flags().StringVar(&policy, "policy", "", "policy (default: the pool's, or scored)")
 	return cmd
+}
+
+// fetchTransport is the transport rotor fetch sends through: the forward
+// listener's of the config's runtime, or the direct route.
+func fetchTransport(path, pool, policy string, allow []string) (*forward.Transport, func(), error) {
+	if path != "" {
+		switch {
+		case len(allow) > 0:
+			return nil, nil, fmt.Errorf("--allow: with --config, the listener's allow_targets say what may be reached")
+		case policy != "":
+			return nil, nil, fmt.Errorf("--policy: with --config, the pool's policy is used; set it in the file")
+		}
+		return server.ForwardTransport(path, os.Getenv, pool)
+	}
+	guard := &forward.Guard{}
+	for _, c := range allow {
+		p, err := config.ParsePrefix(c)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--allow: %w", err)
+		}
+		guard.Allow = append(guard.Allow, p)
+	}
+	if policy == "" {
+		policy = "scored"
+	}
+	p, err := config.NewPolicy(policy, config.PolicyParams{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policy: %w", err)
+	}
+	direct, err := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://", Guard: guard})
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := forward.NewTransport([]*forward.Route{direct}, forward.Options{Policy: p})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tr, tr.CloseIdleConnections, nil
 }
 
 type benchFlags struct {
@@ -170,11 +141,15 @@ round_robin runs as the control: blind, with no breaker.`,
 				}
 			}
 			if f.path != "" {
-				defs, guard, pc, err := routesFromConfig(f.path, f.pool)
+				cfg, err := config.Load(f.path, os.Getenv)
 				if err != nil {
 					return err
 				}
-				o.Routes, o.Guard, o.Health = defs, guard, pc.HealthConfig()
+				routes, pc, err := server.RouteOptions(cfg, f.pool)
+				if err != nil {
+					return fmt.Errorf("--config: %s: %w", f.path, err)
+				}
+				o.Routes, o.Health = routes, pc.HealthConfig()
 				if len(args) == 0 {
 					return fmt.Errorf("URL: required with --config")
 				}
@@ -185,7 +160,7 @@ round_robin runs as the control: blind, with no breaker.`,
 					return err
 				}
 				defer dm.Close()
-				o.Routes, o.Guard, o.URL = dm.Routes, dm.Guard, dm.Target.URL+"/page"
+				o.Routes, o.URL = dm.Routes, dm.Target.URL+"/page"
 				if len(args) > 0 {
 					o.URL = args[0]
 				}
@@ -195,7 +170,7 @@ round_robin runs as the control: blind, with no breaker.`,
 				for _, n := range strings.Split(f.routes, ",") {
 					keep[n] = true
 				}
-				var kept []bench.RouteDef
+				var kept []forward.RouteOptions
 				for _, r := range o.Routes {
 					if keep[r.Name] {
 						kept = append(kept, r)
@@ -322,7 +297,7 @@ recoveries fit in it.`,
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			o := bench.Options{
-				URL: dm.Target.URL + "/page", Routes: dm.Routes, Guard: dm.Guard,
+				URL: dm.Target.URL + "/page", Routes: dm.Routes,
 				Policies: []string{"round_robin", "scored", "scored:gamma=3"}, Factory: benchFactory,
 				Duration: duration, Rate: rate, Concurrency: 128, Seed: seed,
 				Health: health.Config{Cooldown: max(duration/6, 2*time.Second)},
@@ -369,7 +344,7 @@ func describe(s bench.RouteSpec) string {
 	return d
 }
 
-func tickLine(t bench.Tick, routes []bench.RouteDef) string {
+func tickLine(t bench.Tick, routes []forward.RouteOptions) string {
 	var parts []string
 	for _, p := range t.Policies {
 		ok := 0.0

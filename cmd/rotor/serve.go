@@ -43,11 +43,17 @@ func newCheckConfigCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "check-config FILE",
 		Short: "Validate a config file without starting anything",
-		Args:  cobra.ExactArgs(1),
+		Long: `Load, validate and build the config as rotor serve would (pools, routes,
+transports, certificates), without binding or starting anything: a file
+it accepts, serve starts with.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := server.Check(args[0], os.Getenv); err != nil {
+				return err
+			}
 			f, err := config.Load(args[0], os.Getenv)
 			if err != nil {
-				return fmt.Errorf("%w", err)
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (%d listeners, %d pools)\n", args[0], len(f.Listeners), len(f.Pools))
 			return nil

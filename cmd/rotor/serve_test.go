@@ -112,6 +112,27 @@ func TestServeBadConfig(t *testing.T) {
 	}
 }
 
+// check-config builds what serve builds: a certificate file that exists
+// but does not load is refused by both, relative paths are the config
+// file's, and nothing is left listening.
+func TestCheckConfigBuildsWhatServeBuilds(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "rotor.yaml")
+	_ = os.WriteFile(filepath.Join(dir, "cert.pem"), []byte("not a certificate"), 0o600)
+	_ = os.WriteFile(filepath.Join(dir, "key.pem"), []byte("not a key"), 0o600)
+	_ = os.WriteFile(cfg, []byte(`listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: cert.pem, key: key.pem}}
+pools:
+  - {name: app, endpoints: [{name: a, url: "http://127.0.0.1:1"}]}
+`), 0o600)
+	for _, args := range [][]string{{"check-config", cfg}, {"serve", "--config", cfg}} {
+		code, _, errs := runRotor(t, "", args...)
+		if code == 0 || !strings.Contains(errs, "listeners.web.tls: tls: failed to find any PEM data") {
+			t.Fatalf("%v: exit %d, %q; want the certificate refused", args, code, errs)
+		}
+	}
+}
+
 // Every ready config in examples/ loads.
 func TestExamplesLoad(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")

@@ -110,13 +110,16 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 		trace    string
 		choices  int
 		gamma    float64
+		backups  string
+		down     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "balance",
 		Short: "Policies on queueing servers, on the same request stream",
 		Example: `  rotor sim balance --slow 0=3
   rotor sim balance --uneven --plot uneven.svg
-  rotor sim balance --hot 0.45 --policies round_robin,p2c,sticky`,
+  rotor sim balance --hot 0.45 --policies round_robin,p2c,sticky
+  rotor sim balance --down 0=5s-15s --down 1=5s-15s --backup 4 --attempts 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
@@ -149,6 +152,31 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 					o.Slow = map[int]float64{}
 				}
 				o.Slow[n] = x
+			}
+			if o.Rules.Attempts < 1 {
+				return fmt.Errorf("--attempts: must be between 1 and 10 (got %d)", o.Rules.Attempts)
+			}
+			if err := o.Rules.Validate(); err != nil {
+				return fmt.Errorf("--%w", err)
+			}
+			if backups != "" {
+				for _, part := range strings.Split(backups, ",") {
+					n, err := strconv.Atoi(strings.TrimSpace(part))
+					if err != nil || n < 0 || n >= o.Servers {
+						return fmt.Errorf("--backup: %q is not a server in 0..%d", part, o.Servers-1)
+					}
+					o.Backups = append(o.Backups, n)
+				}
+			}
+			for _, d := range down {
+				n, w, err := parseDown(d)
+				if err != nil || n >= o.Servers {
+					return fmt.Errorf("--down: %q is not SERVER=FROM-TO with a server in 0..%d, e.g. 0=10s-20s", d, o.Servers-1)
+				}
+				if o.Down == nil {
+					o.Down = map[int]sim.Window{}
+				}
+				o.Down[n] = w
 			}
 			if trace != "" {
 				fh, err := os.Open(trace)
@@ -209,7 +237,29 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 	cmd.Flags().StringVar(&trace, "trace", "", "replay a trace file of time,key,cost lines instead of Poisson arrivals")
 	cmd.Flags().IntVar(&choices, "choices", 2, "p2c and peak_ewma: random choices")
 	cmd.Flags().Float64Var(&gamma, "gamma", balance.DefaultGamma, "scored: exponent on scores")
+	cmd.Flags().IntVar(&o.Rules.Attempts, "attempts", 1, "tries per request: a failed try goes again to another server, as in rotor serve")
+	cmd.Flags().Float64Var(&o.Rules.Budget, "budget", 0.2, "retries allowed, as a share of requests")
+	cmd.Flags().StringVar(&backups, "backup", "", "servers (comma-separated) that take requests only while no other is available")
+	cmd.Flags().StringArrayVar(&down, "down", nil, "SERVER=FROM-TO: the server fails every request (503) in that window, e.g. 0=10s-20s (repeatable)")
+	cmd.Flags().Float64Var(&o.Rules.PanicThreshold, "panic", 0, "panic mode: below this share of healthy servers, spread over all")
+	cmd.Flags().DurationVar(&o.Rules.SlowStart, "slow-start", 0, "a server that comes back ramps up over this window")
 	return cmd
+}
+
+// parseDown parses SERVER=FROM-TO, e.g. 0=10s-20s.
+func parseDown(s string) (int, sim.Window, error) {
+	i, span, ok := strings.Cut(s, "=")
+	from, to, ok2 := strings.Cut(span, "-")
+	n, err := strconv.Atoi(i)
+	if !ok || !ok2 || err != nil || n < 0 {
+		return 0, sim.Window{}, fmt.Errorf("bad")
+	}
+	f, err1 := time.ParseDuration(from)
+	t, err2 := time.ParseDuration(to)
+	if err1 != nil || err2 != nil || f < 0 || t <= f {
+		return 0, sim.Window{}, fmt.Errorf("bad")
+	}
+	return n, sim.Window{From: f, To: t}, nil
 }
 
 func writeBalanceTable(w io.Writer, rep sim.BalanceReport, o sim.BalanceOptions) error {
@@ -220,13 +270,20 @@ func writeBalanceTable(w io.Writer, rep sim.BalanceReport, o sim.BalanceOptions)
 	for i := range shares {
 		shares[i] = "s" + strconv.Itoa(i)
 	}
-	fmt.Fprintf(tw, "policy\tmean ms\tp50 ms\tp99 ms\tp99.9 ms\tmax queue\tshare %% %s\tfailures\t\n", strings.Join(shares, "/"))
+	retries := ""
+	if o.Rules.Attempts > 1 {
+		retries = "retries\t"
+	}
+	fmt.Fprintf(tw, "policy\tmean ms\tp50 ms\tp99 ms\tp99.9 ms\tmax queue\tshare %% %s\tfailures\t%s\n", strings.Join(shares, "/"), retries)
 	for _, r := range rep.Results {
 		for i, s := range r.Share {
 			shares[i] = strconv.FormatFloat(100*s, 'f', 0, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t\n", r.Policy, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999),
-			r.MaxQueue, strings.Join(shares, "/"), r.Failures)
+		if o.Rules.Attempts > 1 {
+			retries = strconv.Itoa(r.Retries) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", r.Policy, ms(r.Mean), ms(r.P50), ms(r.P99), ms(r.P999),
+			r.MaxQueue, strings.Join(shares, "/"), r.Failures, retries)
 	}
 	return tw.Flush()
 }

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/testtool"
+	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/forward"
 )
 
@@ -63,27 +66,33 @@ func (tg *target) last() *http.Request {
 	return tg.seen[len(tg.seen)-1]
 }
 
+// route builds a route allowed to reach loopback targets.
 func route(t *testing.T, name, raw string) *forward.Route {
 	t.Helper()
-	u, err := forward.ParseRouteURL(raw)
+	return guardedRoute(t, name, raw, loopback)
+}
+
+// guardedRoute builds a route with guard g (nil: the default guard).
+func guardedRoute(t *testing.T, name, raw string, g *forward.Guard) *forward.Route {
+	t.Helper()
+	r, err := forward.NewRoute(forward.RouteOptions{Name: name, URL: raw, Guard: g, Connect: 2 * time.Second, Try: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := forward.NewRoute(name, u, false, loopback, 2*time.Second, 5*time.Second)
 	t.Cleanup(r.Close)
 	return r
 }
 
 func TestEveryRouteKindFetches(t *testing.T) {
 	tg := newTarget(t)
-	tiny := startTinyproxy(t, "tuser", "tpass")
-	socks := startMicrosocks(t, "suser", "spass")
+	tiny := testtool.Tinyproxy(t, "tuser", "tpass")
+	socks := testtool.Microsocks(t, "suser", "spass")
 	for _, rt := range []*forward.Route{
 		route(t, "direct", "direct://"),
 		route(t, "tiny", "http://tuser:tpass@"+tiny),
 		route(t, "socks", "socks5://suser:spass@"+socks),
 	} {
-		tr, err := forward.NewTransport([]*forward.Route{rt}, forward.Options{Guard: loopback})
+		tr, err := forward.NewTransport([]*forward.Route{rt}, forward.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +111,7 @@ func TestEveryRouteKindFetches(t *testing.T) {
 	// failure by a classifier that says so).
 	bad := route(t, "tiny-badpass", "http://tuser:wrong@"+tiny)
 	classes, _ := health.NewClassifier(health.RouteStatuses + ",401")
-	tr, _ := forward.NewTransport([]*forward.Route{bad}, forward.Options{Guard: loopback, Attempts: 1, Classifier: classes})
+	tr, _ := forward.NewTransport([]*forward.Route{bad}, forward.Options{Attempts: 1, Classifier: classes})
 	resp, err := (&http.Client{Transport: tr}).Get(tg.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +120,7 @@ func TestEveryRouteKindFetches(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusProxyAuthRequired {
 		t.Fatalf("wrong route password: %d, want tinyproxy's refusal", resp.StatusCode)
 	}
-	if f := tr.Pool().Set().Get("tiny-badpass").State.Snapshot(time.Now()).Failures; f != 1 {
+	if f := tr.Pool().Snapshot.Get("tiny-badpass").State.Snapshot(time.Now()).Failures; f != 1 {
 		t.Fatalf("the 407 counted %d failures against the route, want 1", f)
 	}
 }
@@ -171,7 +180,7 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	tr, err := forward.NewTransport([]*forward.Route{
 		route(t, "flaky", bad.URL),
 		route(t, "direct", "direct://"),
-	}, forward.Options{Guard: loopback, Clock: clock, Rand: balance.NewSeededRand(1)})
+	}, forward.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +206,7 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	for range 20 {
 		fetch()
 	}
-	st := tr.Pool().Set().Get("flaky").State
+	st := tr.Pool().Snapshot.Get("flaky").State
 	if st.Breaker(clock.Now()) != health.Open {
 		t.Fatalf("flaky's breaker is %v after failing", st.Breaker(clock.Now()))
 	}
@@ -224,7 +233,7 @@ func TestAllRoutesDownStillTries(t *testing.T) {
 	a, b := newFlaky(t), newFlaky(t)
 	a.set(true)
 	b.set(true)
-	tr, _ := forward.NewTransport([]*forward.Route{route(t, "a", a.URL), route(t, "b", b.URL)}, forward.Options{Guard: loopback})
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "a", a.URL), route(t, "b", b.URL)}, forward.Options{})
 	client := &http.Client{Transport: tr}
 	for range 20 {
 		resp, err := client.Get(tg.URL)
@@ -236,7 +245,7 @@ func TestAllRoutesDownStillTries(t *testing.T) {
 			t.Fatalf("status %d, want the routes' own 403", resp.StatusCode)
 		}
 	}
-	if tr.Pool().Stats().Fallbacks == 0 {
+	if tr.Pool().Snapshot.Pool().Stats().Fallbacks == 0 {
 		t.Fatal("no fallback pick counted with every breaker open")
 	}
 	if a.count()+b.count() < 20 {
@@ -247,7 +256,7 @@ func TestAllRoutesDownStillTries(t *testing.T) {
 // A target's 404 is not the route's fault.
 func TestOrigin404IsNotARouteFailure(t *testing.T) {
 	tg := newTarget(t)
-	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
 	for range 5 {
 		resp, err := (&http.Client{Transport: tr}).Get(tg.URL + "/missing")
 		if err != nil {
@@ -255,7 +264,7 @@ func TestOrigin404IsNotARouteFailure(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	if f := tr.Pool().Set().Get("direct").State.Snapshot(time.Now()).Failures; f != 0 {
+	if f := tr.Pool().Snapshot.Get("direct").State.Snapshot(time.Now()).Failures; f != 0 {
 		t.Fatalf("404s counted %d failures", f)
 	}
 }
@@ -269,9 +278,16 @@ func newProxy(t *testing.T, tr *forward.Transport, users map[string]string, port
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := forward.NewHandler("out", &forward.Settings{Transport: tr, Users: users, ConnectPorts: ports}, log, nil)
+	settings := &forward.Settings{Transport: tr, Users: users, ConnectPorts: ports}
+	conns := new(proxy.Conns)
+	h := forward.NewHandler("out", func() *forward.Settings { return settings }, forward.HandlerOptions{Log: log, Conns: conns})
 	srv := httptest.NewServer(h)
-	t.Cleanup(func() { srv.Close(); h.WaitTunnels() })
+	t.Cleanup(func() {
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conns.Shutdown(ctx)
+	})
 	return srv.URL, logs
 }
 
@@ -292,7 +308,7 @@ func proxyClient(proxyURL string, user, pass string) *http.Client {
 
 func TestForwardProxyAuthAndHeaders(t *testing.T) {
 	tg := newTarget(t)
-	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
 	purl, _ := newProxy(t, tr, map[string]string{"alice": "wonderland"}, nil)
 	for _, tc := range []struct {
 		user, pass string
@@ -322,10 +338,10 @@ func TestConnectThroughEveryRoute(t *testing.T) {
 	_, portStr, _ := net.SplitHostPort(strings.TrimPrefix(tls.URL, "https://"))
 	var port int
 	fmt.Sscan(portStr, &port)
-	tiny := startTinyproxy(t, "", "")
-	socks := startMicrosocks(t, "", "")
+	tiny := testtool.Tinyproxy(t, "", "")
+	socks := testtool.Microsocks(t, "", "")
 	for _, rt := range []*forward.Route{route(t, "direct", "direct://"), route(t, "tiny", "http://"+tiny), route(t, "socks", "socks5://"+socks)} {
-		tr, _ := forward.NewTransport([]*forward.Route{rt}, forward.Options{Guard: loopback})
+		tr, _ := forward.NewTransport([]*forward.Route{rt}, forward.Options{})
 		purl, _ := newProxy(t, tr, nil, []int{port})
 		pc := proxyClient(purl, "", "")
 		resp, err := pc.Get(tls.URL)
@@ -337,19 +353,23 @@ func TestConnectThroughEveryRoute(t *testing.T) {
 		if string(b) != "secure hello" {
 			t.Fatalf("%s: %q", rt.Name, b)
 		}
-		// The tunnel's outcome is recorded when it closes.
+		// The tunnel's outcome is recorded once it is established; it
+		// counts in flight until it closes.
+		st := tr.Pool().Snapshot.Get(rt.Name).State
+		if got := st.Snapshot(time.Now()); got.Successes != 1 || got.Inflight != 1 {
+			t.Fatalf("%s: an open tunnel: %+v, want one success and one in flight", rt.Name, got)
+		}
 		pc.CloseIdleConnections()
-		st := tr.Pool().Set().Get(rt.Name).State
 		deadline := time.Now().Add(3 * time.Second)
-		for st.Snapshot(time.Now()).Successes != 1 && time.Now().Before(deadline) {
+		for st.Inflight() != 0 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if got := st.Snapshot(time.Now()); got.Successes != 1 || got.Inflight != 0 {
-			t.Fatalf("%s: tunnel outcome not recorded: %+v", rt.Name, got)
+			t.Fatalf("%s: a closed tunnel: %+v, want one success and none in flight", rt.Name, got)
 		}
 	}
 	// Port 443 only by default.
-	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{Guard: loopback})
+	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
 	purl, _ := newProxy(t, tr, nil, nil)
 	if _, err := proxyClient(purl, "", "").Get(tls.URL); err == nil {
 		t.Fatal("CONNECT to a port other than 443 went through")
@@ -375,7 +395,7 @@ func TestSSRFRefused(t *testing.T) {
 	}
 	// Through the proxy: a 403, and the target never sees the request.
 	tg := newTarget(t)
-	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
+	tr, _ := forward.NewTransport([]*forward.Route{guardedRoute(t, "direct", "direct://", nil)}, forward.Options{})
 	purl, _ := newProxy(t, tr, nil, nil)
 	port := tg.Listener.Addr().(*net.TCPAddr).Port
 	for _, host := range []string{"127.0.0.1", "2130706433", "[::ffff:127.0.0.1]"} {
@@ -399,11 +419,11 @@ func TestSSRFRefused(t *testing.T) {
 func TestCanaryPasswordNeverLogged(t *testing.T) {
 	tg := newTarget(t)
 	const canary = "canary-7d1e0b"
-	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dead := fmt.Sprintf("127.0.0.1:%d", testtool.FreePort(t))
 	tr, _ := forward.NewTransport([]*forward.Route{
 		route(t, "dead", "http://user:"+canary+"@"+dead),
 		route(t, "dead-socks", "socks5://user:"+canary+"@"+dead),
-	}, forward.Options{Guard: loopback})
+	}, forward.Options{})
 	purl, logs := newProxy(t, tr, map[string]string{"alice": canary}, []int{443})
 	for range 4 {
 		resp, err := proxyClient(purl, "alice", canary).Get(tg.URL)
@@ -437,8 +457,10 @@ func FuzzRequest(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	tr, _ := forward.NewTransport([]*forward.Route{forward.NewRoute("direct", &url.URL{Scheme: "direct"}, false, &forward.Guard{}, 100*time.Millisecond, 100*time.Millisecond)}, forward.Options{})
-	h := forward.NewHandler("fuzz", &forward.Settings{Transport: tr, Users: map[string]string{"a": "b"}}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	direct, _ := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://", Connect: 100 * time.Millisecond, Try: 100 * time.Millisecond})
+	tr, _ := forward.NewTransport([]*forward.Route{direct}, forward.Options{})
+	settings := &forward.Settings{Transport: tr, Users: map[string]string{"a": "b"}}
+	h := forward.NewHandler("fuzz", func() *forward.Settings { return settings }, forward.HandlerOptions{})
 	f.Fuzz(func(t *testing.T, raw string) {
 		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
 		if err != nil {
@@ -460,7 +482,7 @@ func TestBlockedBodyIsAFailure(t *testing.T) {
 	}))
 	defer denied.Close()
 	tr, _ := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{
-		Guard: loopback, Attempts: 1, BlockedBody: regexp.MustCompile("(?i)access denied"),
+		Attempts: 1, BlockedBody: regexp.MustCompile("(?i)access denied"),
 	})
 	resp, err := (&http.Client{Transport: tr}).Get(denied.URL)
 	if err != nil {
@@ -471,7 +493,7 @@ func TestBlockedBodyIsAFailure(t *testing.T) {
 	if !strings.Contains(string(body), "captcha") {
 		t.Fatalf("the sniffed body was not passed on whole: %q", body)
 	}
-	if f := tr.Pool().Set().Get("direct").State.Snapshot(time.Now()).Failures; f != 1 {
+	if f := tr.Pool().Snapshot.Get("direct").State.Snapshot(time.Now()).Failures; f != 1 {
 		t.Fatalf("a blocked page counted %d failures, want 1", f)
 	}
 }
@@ -484,7 +506,7 @@ func TestSessionStickyRotation(t *testing.T) {
 	hrw, _ := balance.NewKeyed("rendezvous", balance.KeyedOptions{})
 	routes := []*forward.Route{route(t, "a", a.URL), route(t, "b", b.URL), route(t, "c", c.URL)}
 	tr, _ := forward.NewTransport(routes, forward.Options{
-		Guard: loopback, Policy: hrw, Key: func(r *http.Request) string { return r.Header.Get("X-Session") },
+		Policy: hrw, Key: func(r *http.Request) string { return r.Header.Get("X-Session") },
 	})
 	home := map[string]string{}
 	var mu sync.Mutex
@@ -524,4 +546,67 @@ func (r *recordingTransport) do(req *http.Request) (*http.Response, error) {
 	resp.Body.Close()
 	r.seen(req.Header.Get("X-Session"), route)
 	return resp, nil
+}
+
+// A route built with no guard gets the default one: loopback is refused,
+// with an error, not a crash in a dial goroutine.
+func TestRouteWithoutAGuardRefusesPrivateTargets(t *testing.T) {
+	tg := newTarget(t)
+	r, err := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tr, err := forward.NewTransport([]*forward.Route{r}, forward.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&http.Client{Transport: tr}).Get(tg.URL)
+	if !errors.Is(err, forward.ErrForbiddenTarget) {
+		t.Fatalf("loopback through a route with the default guard: %v, want ErrForbiddenTarget", err)
+	}
+	for _, bad := range []forward.RouteOptions{
+		{URL: "direct://"},                          // no name
+		{Name: "x", URL: "direct://user@"},          // direct takes no user
+		{Name: "x", URL: "ftp://h:1"},               // scheme
+		{Name: "x", URL: "http://TOKEN123@h"},       // no port
+		{Name: "x", URL: "socks5://u:TOKEN123@%zz"}, // not a URL
+	} {
+		_, err := forward.NewRoute(bad)
+		if err == nil {
+			t.Errorf("NewRoute(%+v) accepted", bad)
+		} else if strings.Contains(err.Error(), "TOKEN123") {
+			t.Errorf("NewRoute's error shows the URL's user: %v", err)
+		}
+	}
+}
+
+// The guard is given once, on the route: the transport needs none, and
+// tells OnOutcome of every try.
+func TestGuardGivenOnceOnTheRoute(t *testing.T) {
+	tg := newTarget(t)
+	var outcomes atomic.Int64
+	tr, err := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{
+		OnOutcome: func(route string, o health.Outcome, v health.Verdict) {
+			if route == "direct" && v == health.Success {
+				outcomes.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		resp, err := (&http.Client{Transport: tr}).Get(tg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if outcomes.Load() != 3 {
+		t.Fatalf("OnOutcome told of %d successes, want 3", outcomes.Load())
+	}
+	if _, err := forward.NewTransport([]*forward.Route{nil}, forward.Options{}); err == nil {
+		t.Fatal("a nil route was accepted")
+	}
 }

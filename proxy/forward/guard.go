@@ -29,7 +29,9 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 	return out
 }
 
-// Guard decides which target addresses may be reached.
+// Guard decides which target addresses may be reached. A nil *Guard is
+// the default guard: the Blocked ranges are refused, nothing is allowed
+// past them.
 type Guard struct {
 	// Allow lists ranges allowed even though Blocked covers them.
 	Allow []netip.Prefix
@@ -42,9 +44,11 @@ var ErrForbiddenTarget = fmt.Errorf("target address is not allowed")
 // are judged as the IPv4 address they carry.
 func (g *Guard) Permits(addr netip.Addr) bool {
 	addr = addr.Unmap()
-	for _, p := range g.Allow {
-		if p.Contains(addr) {
-			return true
+	if g != nil {
+		for _, p := range g.Allow {
+			if p.Contains(addr) {
+				return true
+			}
 		}
 	}
 	for _, p := range Blocked {
@@ -80,14 +84,10 @@ func (g *Guard) Control(network, address string, _ syscall.RawConn) error {
 // decimal (2130706433), hex (0x7f000001), octal (0177.0.0.1) and short
 // (127.1) IPv4, and IPv4-mapped IPv6.
 func (g *Guard) CheckHost(ctx context.Context, host string) error {
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if addr, ok := parseLooseIPv4(host); ok {
-		return g.check(addr)
+	if literal, err := g.checkLiteral(host); literal {
+		return err
 	}
-	if addr, err := netip.ParseAddr(host); err == nil {
-		return g.check(addr)
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", normalHost(host))
 	if err != nil {
 		return err
 	}
@@ -97,6 +97,28 @@ func (g *Guard) CheckHost(ctx context.Context, host string) error {
 		}
 	}
 	return nil
+}
+
+// CheckLiteral refuses host if it is an address, in any of CheckHost's
+// forms, that the guard forbids; a name passes (it is checked where it is
+// dialled).
+func (g *Guard) CheckLiteral(host string) error {
+	_, err := g.checkLiteral(host)
+	return err
+}
+
+func normalHost(host string) string { return strings.TrimSuffix(strings.Trim(host, "[]"), ".") }
+
+// checkLiteral checks host if it is an address; literal says it was.
+func (g *Guard) checkLiteral(host string) (literal bool, err error) {
+	host = normalHost(host)
+	if addr, ok := parseLooseIPv4(host); ok {
+		return true, g.check(addr)
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return true, g.check(addr)
+	}
+	return false, nil
 }
 
 func (g *Guard) check(a netip.Addr) error {

@@ -9,14 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/secret"
 	"github.com/rotor-lb/rotor/proxy"
 )
 
@@ -28,36 +27,43 @@ type Settings struct {
 	Users map[string]string
 	// ConnectPorts are the ports CONNECT may reach (443 by default).
 	ConnectPorts []int
-	// TunnelTimeout bounds dialing a CONNECT target over a route.
+	// TunnelTimeout bounds establishing a CONNECT tunnel over a route
+	// (10s by default).
 	TunnelTimeout time.Duration
+}
+
+// HandlerOptions are a handler's fixed parts.
+type HandlerOptions struct {
+	Log      *slog.Logger   // nil: discard
+	Observer proxy.Observer // told of every request and tunnel; nil: nobody
+	// Conns tracks CONNECT tunnels for the drain; nil: a fresh tracker.
+	Conns *proxy.Conns
 }
 
 // Handler is a forward proxy: clients send it absolute-URI requests and
 // CONNECT tunnels; it sends them over the route the pool picks.
 type Handler struct {
 	name     string
-	settings atomic.Pointer[Settings]
+	settings func() *Settings
 	log      *slog.Logger
 	obs      proxy.Observer
-	tunnels  sync.WaitGroup
+	conns    *proxy.Conns
 }
 
-// NewHandler returns a forward-proxy handler for the listener name.
-func NewHandler(name string, s *Settings, log *slog.Logger, obs proxy.Observer) *Handler {
-	if obs == nil {
-		obs = proxy.NopObserver{}
+// NewHandler returns a forward-proxy handler for the listener name;
+// settings gives the rules in force (a reload swaps them).
+func NewHandler(name string, settings func() *Settings, o HandlerOptions) *Handler {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{name: name, log: log, obs: obs}
-	h.settings.Store(s)
-	return h
+	if o.Observer == nil {
+		o.Observer = proxy.Observers(nil)
+	}
+	if o.Conns == nil {
+		o.Conns = new(proxy.Conns)
+	}
+	return &Handler{name: name, settings: settings, log: o.Log, obs: o.Observer, conns: o.Conns}
 }
-
-// SetSettings swaps the rules (reload).
-func (h *Handler) SetSettings(s *Settings) { h.settings.Store(s) }
-
-// WaitTunnels waits for open CONNECT tunnels, which http.Server.Shutdown
-// does not track once hijacked.
-func (h *Handler) WaitTunnels() { h.tunnels.Wait() }
 
 func (h *Handler) authorized(s *Settings, r *http.Request) bool {
 	if len(s.Users) == 0 {
@@ -81,149 +87,225 @@ func (h *Handler) authorized(s *Settings, r *http.Request) bool {
 
 // ServeHTTP proxies one client request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s := h.settings.Load()
-	start := time.Now()
+	s := h.settings()
+	record := &proxy.Record{
+		Listener: h.name, Kind: proxy.KindForward, Method: r.Method, Host: r.Host, Client: r.RemoteAddr,
+		Start: time.Now(), Pool: s.Transport.pool.Name,
+	}
+	if r.Method == http.MethodConnect {
+		record.Kind = proxy.KindConnect
+	} else {
+		record.Path = r.URL.Path
+	}
+	rec := &counter{ResponseWriter: w}
+	defer func() {
+		record.Duration = time.Since(record.Start)
+		if record.Kind != proxy.KindConnect || record.Status != http.StatusOK {
+			record.BytesOut += rec.n
+		}
+		h.obs.Served(record)
+	}()
 	if !h.authorized(s, r) {
-		w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
-		http.Error(w, "proxy authentication required", http.StatusProxyAuthRequired)
-		h.obs.Served(h.name, s.Transport.pool.Name(), "", http.StatusProxyAuthRequired, time.Since(start))
+		rec.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
+		h.refuse(rec, record, http.StatusProxyAuthRequired, "auth", "proxy authentication required")
 		return
 	}
 	if r.Method == http.MethodConnect {
-		h.connect(s, w, r, start)
+		h.connect(s, rec, r, record)
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Host == "" {
-		http.Error(w, "a forward proxy takes absolute-URI requests (http://host/path) or CONNECT", http.StatusBadRequest)
+		h.refuse(rec, record, http.StatusBadRequest, "bad_request", "a forward proxy takes absolute-URI requests (http://host/path) or CONNECT")
 		return
 	}
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	removeHopHeaders(out.Header)
+	var body *proxy.Body
 	if r.ContentLength == 0 {
 		out.Body = nil
+	} else {
+		body = proxy.NewBody(r.Body)
+		out.Body = body
+		defer body.Close()
 	}
-	resp, route, err := s.Transport.RoundTripRoute(out)
+	resp, trip, err := s.Transport.roundTrip(out, body)
+	record.Endpoint, record.Attempts = trip.Route, trip.Attempts
+	if body != nil {
+		record.BytesIn = body.Len()
+	}
 	if err != nil {
-		status := h.fail(r, route, err)
-		if status != 499 {
-			http.Error(w, http.StatusText(status), status)
+		status := h.fail(r, trip, err)
+		record.Status, record.Reason = status, trip.Reason
+		if status != proxy.StatusClientClosed {
+			if trip.Reason == "client" {
+				rec.Header().Set("Connection", "close")
+			}
+			http.Error(rec, http.StatusText(status), status)
 		}
-		h.obs.Served(h.name, s.Transport.pool.Name(), route, status, time.Since(start))
 		return
 	}
 	defer resp.Body.Close()
 	removeHopHeaders(resp.Header)
 	for k, v := range resp.Header {
-		w.Header()[k] = v
+		rec.Header()[k] = v
 	}
-	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(flushWriter{w}, resp.Body)
-	h.obs.Served(h.name, s.Transport.pool.Name(), route, resp.StatusCode, time.Since(start))
+	rec.WriteHeader(resp.StatusCode)
+	record.Status = resp.StatusCode
+	_, _ = io.Copy(flushWriter{rec}, resp.Body)
+}
+
+// refuse answers a request rotor will not carry, with the reason recorded.
+func (h *Handler) refuse(w http.ResponseWriter, record *proxy.Record, status int, reason, msg string) {
+	record.Status, record.Reason = status, reason
+	h.log.Debug("refused", "listener", h.name, "client", record.Client, "host", record.Host, "reason", reason)
+	http.Error(w, msg, status)
 }
 
 // fail logs a failed request and returns the status for it.
-func (h *Handler) fail(r *http.Request, route string, err error) int {
+func (h *Handler) fail(r *http.Request, trip Trip, err error) int {
 	if errors.Is(err, ErrForbiddenTarget) {
 		h.log.Warn("target refused", "listener", h.name, "host", r.URL.Hostname(), "error", err)
 		return http.StatusForbidden
 	}
 	kind := proxy.Classify(err, r.Context())
+	if trip.Reason == "client" {
+		kind = health.Client
+	}
 	status := proxy.Status(err, kind)
-	h.log.Warn("forward failed", "listener", h.name, "route", route, "host", r.URL.Hostname(), "status", status, "error", redactErr(err))
+	if status != proxy.StatusClientClosed && status != proxy.StatusBadRequest {
+		h.log.Warn("forward failed", "listener", h.name, "route", trip.Route, "host", r.URL.Hostname(), "status", status, "error", secret.Text(err.Error()))
+	}
 	return status
 }
 
-// connect opens a tunnel to the CONNECT target over a route, retrying on
-// another route when the dial fails.
-func (h *Handler) connect(s *Settings, w http.ResponseWriter, r *http.Request, start time.Time) {
+// connect opens a tunnel to the CONNECT target over the route the pool
+// picks, trying another route when establishing it fails. Its outcome is
+// the time to establish the tunnel (dial, and the route's handshake); the
+// route counts the tunnel in flight until it closes.
+func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *proxy.Record) {
 	host, portStr, err := net.SplitHostPort(r.Host)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil {
-		http.Error(w, "CONNECT wants host:port", http.StatusBadRequest)
+		h.refuse(w, record, http.StatusBadRequest, "bad_request", "CONNECT wants host:port")
 		return
 	}
 	ports := s.ConnectPorts
 	if len(ports) == 0 {
 		ports = []int{443}
 	}
-	allowed := false
-	for _, p := range ports {
-		allowed = allowed || p == port
-	}
-	if !allowed {
-		http.Error(w, "CONNECT to this port is not allowed", http.StatusForbidden)
+	if !slices.Contains(ports, port) {
+		h.refuse(w, record, http.StatusForbidden, "port_forbidden", "CONNECT to this port is not allowed")
 		return
 	}
 	t := s.Transport
-	if err := t.opts.Guard.CheckHost(r.Context(), host); err != nil {
-		status := h.fail(r, "", err)
-		http.Error(w, http.StatusText(status), status)
-		return
-	}
 	timeout := s.TunnelTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	var tried []string
+	key := ""
+	if t.key != nil {
+		key = t.key(r)
+	}
+	f := t.pool.Start(proxy.Request{Key: key, Idempotent: true, Hold: true})
+	defer f.End()
+	defer func() { record.Attempts = f.Attempts() }()
 	var conn net.Conn
-	var pk balance.Pick
-	for attempt := 1; attempt <= t.opts.Attempts; attempt++ {
-		if pk, err = t.pick("", tried); err != nil {
-			break
+	for {
+		ep, err := f.Next()
+		if err != nil {
+			h.log.Warn("tunnel failed", "listener", h.name, "target", r.Host, "error", err)
+			w.Header().Set("Connection", "close")
+			h.refuse(w, record, proxy.StatusServiceUnavailable, proxy.Reason(err, health.NoError), http.StatusText(proxy.StatusServiceUnavailable))
+			return
 		}
-		route := t.routes[pk.Endpoint.Name]
+		record.Endpoint = ep.Name
+		route := t.routes[ep.Name]
+		if err := route.CheckTarget(r.Context(), host); err != nil {
+			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+			if !errors.Is(err, ErrForbiddenTarget) {
+				// Not resolved here, so not checked: not carried.
+				h.log.Warn("target not resolved", "listener", h.name, "host", host, "error", err)
+				h.refuse(w, record, http.StatusBadGateway, "resolve", http.StatusText(http.StatusBadGateway))
+				return
+			}
+			h.log.Warn("target refused", "listener", h.name, "host", host, "error", err)
+			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		dialStart := time.Now()
+		start := time.Now()
 		conn, err = route.DialTunnel(ctx, r.Host)
 		cancel()
+		o := health.Outcome{Err: proxy.Classify(err, r.Context()), Latency: time.Since(start)}
+		var se *StatusError
+		switch {
+		case err == nil:
+			o.Status = http.StatusOK
+		case errors.As(err, &se):
+			o = health.Outcome{Status: se.Status, Latency: o.Latency}
+		case errors.Is(err, ErrForbiddenTarget):
+			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
+			return
+		}
+		retry := f.Done(proxy.Result{Outcome: o, Unsent: true})
+		if t.onOutcome != nil {
+			t.onOutcome(ep.Name, o, f.Verdict())
+		}
 		if err == nil {
 			break
 		}
-		o := health.Outcome{Err: proxy.Classify(err, r.Context()), Latency: time.Since(dialStart)}
-		var se *StatusError
-		if errors.As(err, &se) {
-			o = health.Outcome{Status: se.Status, Latency: time.Since(dialStart)}
-		}
-		if errors.Is(err, ErrForbiddenTarget) {
-			o = health.Outcome{Err: health.Local}
-			pk.Done(o)
-			http.Error(w, "target not allowed", http.StatusForbidden)
+		if !retry {
+			status := proxy.Status(err, o.Err)
+			if o.Err == health.Canceled {
+				record.Status, record.Reason = status, "client_gone"
+				return
+			}
+			h.log.Warn("tunnel failed", "listener", h.name, "route", ep.Name, "target", r.Host, "error", secret.Text(err.Error()))
+			h.refuse(w, record, status, proxy.Reason(err, o.Err), http.StatusText(status))
 			return
 		}
-		pk.Done(o)
-		tried = append(tried, pk.Endpoint.Name)
 	}
-	if conn == nil {
-		status := http.StatusBadGateway
-		if errors.Is(err, balance.ErrNoEndpoint) {
-			status = http.StatusServiceUnavailable
-		}
-		h.log.Warn("tunnel failed", "listener", h.name, "target", r.Host, "error", redactErr(err))
-		http.Error(w, http.StatusText(status), status)
-		h.obs.Served(h.name, t.pool.Name(), "", status, time.Since(start))
-		return
-	}
-	client, brw, err := http.NewResponseController(w).Hijack()
+	defer conn.Close()
+	client, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
-		conn.Close()
-		pk.Done(health.Outcome{Err: health.Local})
+		record.Status, record.Reason = http.StatusInternalServerError, "local"
 		return
 	}
-	h.tunnels.Add(1)
-	defer h.tunnels.Done()
+	defer client.Close()
+	done, ok := h.conns.Add(client, conn)
+	defer done()
+	if !ok {
+		record.Status, record.Reason = proxy.StatusServiceUnavailable, "shutting_down"
+		_, _ = brw.WriteString("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")
+		_ = brw.Flush()
+		return
+	}
+	record.Status = http.StatusOK
 	_, _ = brw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
 	_ = brw.Flush()
 	var clientSide net.Conn = client
 	if brw.Reader.Buffered() > 0 {
 		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
 	}
-	proxy.Splice(clientSide, conn)
-	client.Close()
-	conn.Close()
-	pk.Done(health.Outcome{Status: http.StatusOK, Latency: time.Since(start)})
-	h.obs.Served(h.name, t.pool.Name(), pk.Endpoint.Name, http.StatusOK, time.Since(start))
+	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn)
 }
+
+// counter notes the bytes of a response written through it. Unwrap lets
+// http.ResponseController reach the connection.
+type counter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *counter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // hopHeaders are removed in both directions (RFC 9110, 7.6.1), with
 // Proxy-Authorization: the client's credentials are for rotor, never for
@@ -246,40 +328,12 @@ func removeHopHeaders(h http.Header) {
 	}
 }
 
-// redactErr keeps route credentials out of logged errors.
-func redactErr(err error) string {
-	if err == nil {
-		return ""
-	}
-	return redactURLs(err.Error())
-}
-
-// redactURLs masks user:pass@ in any URL inside s.
-func redactURLs(s string) string {
-	for _, scheme := range []string{"http://", "https://", "socks5://"} {
-		for i := 0; ; {
-			j := strings.Index(s[i:], scheme)
-			if j < 0 {
-				break
-			}
-			start := i + j + len(scheme)
-			end := start + strings.IndexAny(s[start:]+" ", " /\"")
-			if at := strings.LastIndex(s[start:end], "@"); at >= 0 {
-				s = s[:start] + "xxxxx" + s[start+at:]
-				end = start + len("xxxxx") + (end - start - at)
-			}
-			i = end
-		}
-	}
-	return s
-}
-
 // flushWriter flushes after each write, so streams reach the client.
-type flushWriter struct{ w http.ResponseWriter }
+type flushWriter struct{ w *counter }
 
 func (f flushWriter) Write(p []byte) (int, error) {
 	n, err := f.w.Write(p)
-	if fl, ok := f.w.(http.Flusher); ok {
+	if fl, ok := f.w.ResponseWriter.(http.Flusher); ok {
 		fl.Flush()
 	}
 	return n, err

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/net/proxy"
+
+	"github.com/rotor-lb/rotor/internal/secret"
 )
 
 // Route is one way out to the internet.
@@ -36,58 +38,109 @@ type Route struct {
 	transport *http.Transport
 }
 
-// ParseRouteURL checks a route URL. Its errors never show a password.
+// RouteOptions describe a route to NewRoute.
+type RouteOptions struct {
+	Name string
+	// URL is "direct://", "http://[user:pass@]host:port" or
+	// "socks5://[user:pass@]host:port" (ParseRouteURL).
+	URL                string
+	InsecureSkipVerify bool
+	// Guard decides which targets the route may reach; nil means the
+	// default guard, which refuses the Blocked ranges.
+	Guard *Guard
+	// Connect bounds dialing the route (or the target, for direct);
+	// 0 means 10s.
+	Connect time.Duration
+	// Try bounds the wait for response headers; 0 means 30s.
+	Try time.Duration
+}
+
+// ParseRouteURL checks a route URL. Its errors never show the URL's
+// userinfo (a token may stand as the user).
 func ParseRouteURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("not a URL")
+		return nil, fmt.Errorf("not a URL: %s", secret.Text(s))
 	}
 	switch u.Scheme {
 	case "direct":
-		if u.Host != "" || u.User != nil {
-			return nil, fmt.Errorf("%q: direct:// takes no host", u.Redacted())
+		if u.Host != "" || u.User != nil || u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("%q: direct:// takes no host, user or path", secret.URL(u))
 		}
 	case "http", "socks5":
 		if u.Host == "" {
-			return nil, fmt.Errorf("%q: no host", u.Redacted())
+			return nil, fmt.Errorf("%q: no host", secret.URL(u))
 		}
 		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return nil, fmt.Errorf("%q: want host:port", u.Redacted())
+			return nil, fmt.Errorf("%q: want host:port", secret.URL(u))
 		}
 	default:
-		return nil, fmt.Errorf("%q: scheme must be direct, http or socks5", u.Redacted())
+		return nil, fmt.Errorf("%q: scheme must be direct, http or socks5", secret.URL(u))
 	}
 	return u, nil
 }
 
-// NewRoute builds a route. Targets are checked by guard; connect bounds
-// dialing the route (or the target, for direct); try bounds the wait for
-// response headers.
-func NewRoute(name string, u *url.URL, insecure bool, guard *Guard, connect, try time.Duration) *Route {
-	r := &Route{Name: name, URL: u, InsecureSkipVerify: insecure, guard: guard, connect: connect}
+// NewRoute builds a route. Its errors never show the URL's userinfo.
+func NewRoute(o RouteOptions) (*Route, error) {
+	if o.Name == "" {
+		return nil, fmt.Errorf("route: a name is required")
+	}
+	u, err := ParseRouteURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Guard == nil {
+		o.Guard = &Guard{}
+	}
+	if o.Connect <= 0 {
+		o.Connect = 10 * time.Second
+	}
+	if o.Try <= 0 {
+		o.Try = 30 * time.Second
+	}
+	r := &Route{Name: o.Name, URL: u, InsecureSkipVerify: o.InsecureSkipVerify, guard: o.Guard, connect: o.Connect}
 	t := &http.Transport{
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: try,
+		ResponseHeaderTimeout: o.Try,
 		ForceAttemptHTTP2:     true,
-		TLSClientConfig:       &tls.Config{InsecureSkipVerify: insecure}, // #nosec G402 -- per-route opt-in, logged
+		// A client's Accept-Encoding goes out as it came, and the answer
+		// comes back as the target encoded it.
+		DisableCompression: true,
+		TLSClientConfig:    &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify}, // #nosec G402 -- per-route opt-in, logged
 	}
 	switch u.Scheme {
 	case "direct":
-		d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second, Control: guard.Control}
+		d := &net.Dialer{Timeout: o.Connect, KeepAlive: 30 * time.Second, Control: o.Guard.Control}
 		t.DialContext = d.DialContext
 	case "http":
 		t.Proxy = http.ProxyURL(u) // absolute-URI for http, CONNECT for https, Basic auth from u.User
-		d := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+		d := &net.Dialer{Timeout: o.Connect, KeepAlive: 30 * time.Second}
 		t.DialContext = d.DialContext
 	case "socks5":
 		t.DialContext = r.dialSOCKS
 	}
 	r.transport = t
-	return r
+	return r, nil
+}
+
+// String names the route and where it goes, userinfo masked.
+func (r *Route) String() string { return r.Name + " (" + secret.URL(r.URL) + ")" }
+
+// CheckTarget refuses a target host the route's guard forbids. A direct
+// route checks every address it dials as it dials it (so a name that
+// resolves, or rebinds, to a forbidden address is caught there); here it
+// checks only literal addresses. A route through another proxy has the
+// target resolved over there, so the name is resolved and checked here
+// first.
+func (r *Route) CheckTarget(ctx context.Context, host string) error {
+	if r.URL.Scheme == "direct" {
+		return r.guard.CheckLiteral(host)
+	}
+	return r.guard.CheckHost(ctx, host)
 }
 
 // Transport returns the route's HTTP transport.

@@ -2,11 +2,11 @@ package forward
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
-	"slices"
 	"time"
 
 	"github.com/rotor-lb/rotor/balance"
@@ -25,7 +25,7 @@ type Options struct {
 	// connection errors, timeouts, 403, 407, 429 and 5xx. A target's 404
 	// is not the route's fault.
 	Classifier *health.Classifier
-	// BlockedBody, when set, marks a 200 whose first 64 KiB match it as
+	// BlockedBody, when set, marks a 2xx whose first 64 KiB match it as
 	// blocked: a failure of the route ("access denied" pages).
 	BlockedBody *regexp.Regexp
 	// Attempts is tries in all, on distinct routes when there are (2).
@@ -36,10 +36,7 @@ type Options struct {
 	// (rendezvous, bounded) the same key keeps the same route while it is
 	// healthy.
 	Key func(*http.Request) string
-	// Guard checks targets; nil refuses private, loopback, link-local and
-	// metadata ranges.
-	Guard *Guard
-	// OnOutcome, when set, is told every attempt's outcome (for reports).
+	// OnOutcome, when set, is told every try's outcome (for reports).
 	OnOutcome func(route string, o health.Outcome, v health.Verdict)
 	// Clock and Rand, for tests; nil means the system's.
 	Clock health.Clock
@@ -48,56 +45,59 @@ type Options struct {
 
 // Transport is an http.RoundTripper that sends each request over the route
 // a policy picks, learns from every outcome, and can retry on another
-// route. A Go client gets rotation by setting Client.Transport.
+// route: the same proxy.Flight as every rotor listener. A Go client gets
+// rotation by setting Client.Transport.
 type Transport struct {
-	pool    *balance.Pool
-	routes  map[string]*Route
-	opts    Options
-	budget  *proxy.Budget
-	classes *health.Classifier
+	pool      *proxy.Pool
+	routes    map[string]*Route
+	blocked   *regexp.Regexp
+	key       func(*http.Request) string
+	onOutcome func(route string, o health.Outcome, v health.Verdict)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// NewTransport builds a transport over routes (unique names).
+// NewTransport builds a transport over routes (unique names), with a pool
+// of its own.
 func NewTransport(routes []*Route, opts Options) (*Transport, error) {
 	if opts.Policy == nil {
 		sc, _ := balance.NewScored(balance.DefaultGamma)
 		opts.Policy = sc
 	}
-	pool := balance.NewPool("routes", balance.Options{Clock: opts.Clock, Rand: opts.Rand})
-	eps := make([]balance.EndpointConfig, len(routes))
-	for i, r := range routes {
-		eps[i] = balance.EndpointConfig{Name: r.Name, Addr: r.URL.Redacted()}
-	}
-	classes := opts.Classifier
-	if classes == nil {
-		classes = health.MustClassifier(health.RouteStatuses)
-	}
-	if err := pool.Configure(balance.Config{Policy: opts.Policy, Endpoints: eps, Health: opts.Health, Classifier: classes}); err != nil {
-		return nil, err
-	}
-	return NewTransportOnPool(pool, routes, opts), nil
-}
-
-// NewTransportOnPool builds a transport over a pool its caller configures
-// (rotor serve keeps pools across reloads); routes are matched to the
-// pool's endpoints by name.
-func NewTransportOnPool(pool *balance.Pool, routes []*Route, opts Options) *Transport {
 	if opts.Attempts == 0 {
 		opts.Attempts = 2
 	}
 	if opts.Budget == 0 {
 		opts.Budget = 0.2
 	}
-	if opts.Guard == nil {
-		opts.Guard = &Guard{}
-	}
 	classes := opts.Classifier
 	if classes == nil {
 		classes = health.MustClassifier(health.RouteStatuses)
 	}
-	t := &Transport{pool: pool, routes: map[string]*Route{}, opts: opts, budget: proxy.NewBudget(opts.Budget), classes: classes}
+	bp := balance.NewPool("routes", balance.Options{Clock: opts.Clock, Rand: opts.Rand})
+	eps := make([]balance.EndpointConfig, len(routes))
+	for i, r := range routes {
+		if r == nil {
+			return nil, fmt.Errorf("forward: route %d is nil", i)
+		}
+		eps[i] = balance.EndpointConfig{Name: r.Name, Addr: r.String()}
+	}
+	if err := bp.Configure(balance.Config{Policy: opts.Policy, Endpoints: eps, Health: opts.Health, Classifier: classes}); err != nil {
+		return nil, err
+	}
+	pool := &proxy.Pool{
+		Name: "routes", Snapshot: bp.Snapshot(), Attempts: opts.Attempts, RetryStatuses: classes,
+		Budget: proxy.NewBudget(opts.Budget), Clock: opts.Clock,
+	}
+	return NewTransportOnPool(pool, routes, opts), nil
+}
+
+// NewTransportOnPool builds a transport over a pool its caller built
+// (rotor serve builds it with the rest of its runtime); routes are matched
+// to the pool's endpoints by name. Of opts it reads BlockedBody, Key and
+// OnOutcome.
+func NewTransportOnPool(pool *proxy.Pool, routes []*Route, opts Options) *Transport {
+	t := &Transport{pool: pool, routes: map[string]*Route{}, blocked: opts.BlockedBody, key: opts.Key, onOutcome: opts.OnOutcome}
 	for _, r := range routes {
 		t.routes[r.Name] = r
 	}
@@ -105,7 +105,10 @@ func NewTransportOnPool(pool *balance.Pool, routes []*Route, opts Options) *Tran
 }
 
 // Pool returns the pool of routes.
-func (t *Transport) Pool() *balance.Pool { return t.pool }
+func (t *Transport) Pool() *proxy.Pool { return t.pool }
+
+// Route returns the named route.
+func (t *Transport) Route(name string) *Route { return t.routes[name] }
 
 // RoundTrip sends req over a route.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -113,87 +116,123 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// Trip says how a request went over the routes.
+type Trip struct {
+	Route    string // the route of the last try; "" when none was picked
+	Attempts int
+	Reason   string // why it failed, when it did (proxy.Reason, "target_forbidden")
+}
+
 // RoundTripRoute is RoundTrip that also says which route carried the
 // request (the last tried, when all failed).
 func (t *Transport) RoundTripRoute(req *http.Request) (*http.Response, string, error) {
+	resp, trip, err := t.roundTrip(req, nil)
+	return resp, trip.Route, err
+}
+
+// roundTrip runs the request's flight. body, when given, is the client's
+// body as a forward listener read it: its errors are the client's.
+func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Response, Trip, error) {
+	var trip Trip
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 		closeBody(req)
-		return nil, "", fmt.Errorf("forward: scheme %q is not http or https", req.URL.Scheme)
+		trip.Reason = "bad_request"
+		return nil, trip, fmt.Errorf("forward: scheme %q is not http or https", req.URL.Scheme)
 	}
-	if err := t.opts.Guard.CheckHost(req.Context(), req.URL.Hostname()); err != nil {
-		closeBody(req)
-		return nil, "", err
-	}
-	if t.opts.Attempts > 1 {
-		t.budget.Deposit() // the budget only matters when retries are allowed
-	}
-	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	hasBody := req.Body != nil && req.Body != http.NoBody
 	key := ""
-	if t.opts.Key != nil {
-		key = t.opts.Key(req)
+	if t.key != nil {
+		key = t.key(req)
 	}
-	var tried []string
-	route := ""
-	for attempt := 1; ; attempt++ {
-		pk, err := t.pick(key, tried)
+	f := t.pool.Start(proxy.Request{Key: key, Idempotent: idempotent(req.Method)})
+	defer func() { trip.Attempts = f.Attempts() }()
+	for {
+		ep, err := f.Next()
 		if err != nil {
 			closeBody(req)
-			return nil, route, err
+			trip.Reason = proxy.Reason(err, health.NoError)
+			return nil, trip, err
 		}
-		route = pk.Endpoint.Name
-		r := t.routes[route]
+		trip.Route = ep.Name
+		r := t.routes[ep.Name]
 		if r == nil {
-			pk.Done(health.Outcome{Err: health.Local})
+			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
 			closeBody(req)
-			return nil, route, fmt.Errorf("forward: route %q has no dialer", route)
+			trip.Reason = "local"
+			return nil, trip, fmt.Errorf("forward: route %q has no dialer", ep.Name)
+		}
+		if err := r.CheckTarget(req.Context(), req.URL.Hostname()); err != nil {
+			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+			closeBody(req)
+			trip.Reason = "target_forbidden"
+			if !errors.Is(err, ErrForbiddenTarget) {
+				trip.Reason = "resolve" // not resolved here, so not checked: not carried
+			}
+			return nil, trip, err
 		}
 		out := req
-		if attempt > 1 && req.GetBody != nil {
-			body, err := req.GetBody()
+		switch {
+		case body != nil: // a listener's client body, lent to each try
+			o := *req // shallow: the headers are shared, and not changed here
+			o.Body = body.Lend()
+			out = &o
+		case f.Attempts() > 1 && hasBody: // a retry: only made when GetBody is there
+			fresh, err := req.GetBody()
 			if err != nil {
-				pk.Done(health.Outcome{Err: health.Local})
-				return nil, route, err
+				f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+				trip.Reason = "local"
+				return nil, trip, err
 			}
 			out = req.Clone(req.Context())
-			out.Body = body
+			out.Body = fresh
 		}
 		start := time.Now()
 		resp, err := r.transport.RoundTrip(out)
 		end := time.Now()
+		// No At: the pool's clock (a test's, perhaps) dates the outcome.
 		o := health.Outcome{Err: proxy.Classify(err, req.Context()), Latency: end.Sub(start)}
+		switch {
+		case err != nil && errors.Is(err, ErrForbiddenTarget):
+			o.Err = health.Local // the direct route's dialer refused the address
+			trip.Reason = "target_forbidden"
+		case err != nil && body != nil && body.Err() != nil:
+			o.Err = health.Client
+		}
 		if resp != nil {
 			o.Status = resp.StatusCode
-			if t.opts.BlockedBody != nil && resp.StatusCode < 300 {
+			if t.blocked != nil && resp.StatusCode < 300 {
 				if blocked, berr := t.sniff(resp); berr == nil && blocked {
 					o.Err = health.Blocked
 				}
 			}
 		}
-		v := pk.Done(o)
-		if t.opts.OnOutcome != nil {
-			t.opts.OnOutcome(route, o, v)
+		// The body can go again only if nothing of it was read, or the
+		// caller can make it anew.
+		spent := hasBody && (body != nil && body.Spent() || body == nil && req.GetBody == nil)
+		retry := f.Done(proxy.Result{Outcome: o, Unsent: err != nil && proxy.IsDialError(err), Spent: spent})
+		if t.onOutcome != nil {
+			t.onOutcome(ep.Name, o, f.Verdict())
 		}
-		retry := v == health.Failure && attempt < t.opts.Attempts && req.Context().Err() == nil &&
-			(replayable || err != nil && proxy.IsDialError(err)) && t.budget.Withdraw()
 		if !retry {
-			return resp, route, err
+			if err != nil && trip.Reason == "" {
+				trip.Reason = proxy.Reason(err, o.Err)
+			}
+			return resp, trip, err
 		}
 		if resp != nil {
 			_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 			resp.Body.Close()
 		}
-		tried = append(tried, route)
 	}
 }
 
-func (t *Transport) pick(key string, tried []string) (balance.Pick, error) {
-	pk, err := t.pool.PickAvailableIf(balance.Request{Key: key}, func(ep *balance.Endpoint) bool {
-		return !slices.Contains(tried, ep.Name)
-	})
-	if err != balance.ErrNoEndpoint {
-		return pk, err
+// idempotent methods may be sent twice (RFC 9110, 9.2.2).
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
 	}
-	return t.pool.Pick(balance.Request{Key: key})
+	return false
 }
 
 // sniff reads up to 64 KiB of the body, checks it for the blocked pattern
@@ -207,7 +246,7 @@ func (t *Transport) sniff(resp *http.Response) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return t.opts.BlockedBody.Match(head), nil
+	return t.blocked.Match(head), nil
 }
 
 func closeBody(req *http.Request) {
@@ -222,6 +261,3 @@ func (t *Transport) CloseIdleConnections() {
 		r.Close()
 	}
 }
-
-// Route returns the named route.
-func (t *Transport) Route(name string) *Route { return t.routes[name] }

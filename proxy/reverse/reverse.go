@@ -1,25 +1,64 @@
 // Package reverse is rotor's HTTP reverse proxy: net/http/httputil's
-// ReverseProxy with Rewrite, a transport that picks an endpoint per attempt
-// and retries on another within a budget, routes matched on host, path,
-// header and cookie, trusted X-Forwarded-* handling, signed sticky cookies
-// and one mapping of errors to statuses.
+// ReverseProxy with Rewrite, over a transport that runs each request's
+// proxy.Flight (pick, admit, send, classify, report, retry), routes matched
+// on host, path, header and cookie, trusted X-Forwarded-* handling and
+// signed sticky cookies.
 package reverse
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
 )
+
+// KeyFunc extracts a request's key for key-based policies.
+type KeyFunc func(r *http.Request) string
+
+// Pool is a pool as the reverse proxy runs it: the lifecycle's pool, and
+// how to reach each endpoint. Immutable; a reload builds a new one.
+type Pool struct {
+	*proxy.Pool
+	// Targets are the endpoints' base URLs, by name.
+	Targets map[string]*url.URL
+	// Transport carries the pool's requests: keep-alive connections per
+	// endpoint, the connect timeout in its dialer and the per-try timeout
+	// as its response-header timeout (NewTransport).
+	Transport *http.Transport
+	Key       KeyFunc       // nil: no key
+	Sticky    *StickyCookie // nil: no sticky cookie
+}
+
+// NewTransport returns the transport for a pool's backends: keep-alive
+// HTTP/1.1 connections, connect bounds the dial and try the wait for
+// response headers. It never asks for compression itself: a client's
+// Accept-Encoding reaches the backend as it came, and the answer reaches
+// the client as the backend encoded it.
+func NewTransport(connect, try time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   512,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: try,
+		DisableCompression:    true,
+		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
+		ForceAttemptHTTP2: false,
+	}
+}
 
 // Route sends matching requests to a pool. Every condition set must hold.
 type Route struct {
@@ -27,75 +66,82 @@ type Route struct {
 	PathPrefix string            // "/" matches any
 	Header     map[string]string // value "*" means present
 	Cookie     map[string]string // value "*" means present
-	Pool       *proxy.Pool
+	Pool       *Pool
 }
 
 // Table is one listener's routing, swapped whole on reload.
 type Table struct {
 	Routes []Route
 	// Default takes requests no route matched; nil answers 404.
-	Default *proxy.Pool
+	Default *Pool
 	// Trusted are the peers whose X-Forwarded-* headers are believed.
 	Trusted []netip.Prefix
 }
 
+// Options are a handler's fixed parts.
+type Options struct {
+	Log      *slog.Logger   // nil: discard
+	Observer proxy.Observer // told of every request; nil: nobody
+	// Conns tracks upgraded connections for the drain; nil: untracked.
+	Conns *proxy.Conns
+}
+
 // Handler is one HTTP listener's handler.
 type Handler struct {
-	name   string
-	table  atomic.Pointer[Table]
-	log    *slog.Logger
-	access bool
-	obs    proxy.Observer
-	rp     *httputil.ReverseProxy
+	name  string
+	table func() *Table
+	log   *slog.Logger
+	obs   proxy.Observer
+	conns *proxy.Conns
+	rp    *httputil.ReverseProxy
 }
 
 type ctxKey struct{}
 
 // reqInfo carries one request's state between ServeHTTP, the transport,
-// ModifyResponse and ErrorHandler.
+// Rewrite, ModifyResponse and ErrorHandler. The recorder, the record and
+// the flight live in it: one allocation a request for all of them.
 type reqInfo struct {
-	pool      *proxy.Pool
+	rec       recorder
+	record    proxy.Record
+	flight    proxy.Flight
+	started   bool // flight began
+	pool      *Pool
+	trusted   bool
 	key       string
 	pinned    string // from a valid sticky cookie
 	setCookie string // endpoint to pin the client to
-	endpoint  string // the endpoint that answered
-	kind      health.ErrorKind
+	body      *proxy.Body
+	kind      health.ErrorKind // how the last try failed
+	reason    string           // why ErrorHandler answered, when it did
 	secure    bool
 }
 
-// NewHandler returns a handler for the listener named name.
-func NewHandler(name string, t *Table, log *slog.Logger, access bool, obs proxy.Observer) *Handler {
-	if obs == nil {
-		obs = proxy.NopObserver{}
+// NewHandler returns a handler for the listener named name; table gives
+// the routing in force (a reload swaps it).
+func NewHandler(name string, table func() *Table, o Options) *Handler {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{name: name, log: log, access: access, obs: obs}
-	h.table.Store(t)
+	if o.Observer == nil {
+		o.Observer = proxy.Observers(nil)
+	}
+	if o.Conns == nil {
+		o.Conns = new(proxy.Conns)
+	}
+	h := &Handler{name: name, table: table, log: o.Log, obs: o.Observer, conns: o.Conns}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		Transport:      &retrier{h: h},
 		ModifyResponse: h.modifyResponse,
 		ErrorHandler:   h.errorHandler,
 		BufferPool:     bufferPool{},
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
 	}
 	return h
 }
 
-// SetTable swaps the routing (reload).
-func (h *Handler) SetTable(t *Table) { h.table.Store(t) }
-
-// CloseIdle drops idle backend connections of every pool routed to.
-func (h *Handler) CloseIdle() {
-	t := h.table.Load()
-	for _, r := range t.Routes {
-		r.Pool.Transport.CloseIdleConnections()
-	}
-	if t.Default != nil {
-		t.Default.Transport.CloseIdleConnections()
-	}
-}
-
-func (t *Table) match(r *http.Request) *proxy.Pool {
+func (t *Table) match(r *http.Request) *Pool {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -136,39 +182,62 @@ func (t *Table) match(r *http.Request) *proxy.Pool {
 
 // ServeHTTP routes the request and proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	t := h.table.Load()
+	info := &reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}}
+	rec, record := &info.rec, &info.record
+	*record = proxy.Record{
+		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+		Client: r.RemoteAddr, Start: time.Now(),
+	}
+	t := h.table()
 	pool := t.match(r)
-	rec := &recorder{ResponseWriter: w}
 	if pool == nil {
 		http.Error(rec, "no route for this request", http.StatusNotFound)
-		h.done(r, rec, "", "", start)
+		record.Reason = "no_route"
+		h.finish(record, rec, nil)
 		return
 	}
-	info := &reqInfo{pool: pool, secure: r.TLS != nil}
+	record.Pool = pool.Name
+	info.pool, info.secure, info.trusted = pool, r.TLS != nil, trusted(t.Trusted, r.RemoteAddr)
 	if pool.Key != nil {
 		info.key = pool.Key(r)
 	}
 	if pool.Sticky != nil {
-		info.pinned, _ = pool.Sticky.Endpoint(r, start)
+		info.pinned, _ = pool.Sticky.Endpoint(r, record.Start)
 	}
-	ctx := context.WithValue(r.Context(), ctxKey{}, info)
-	h.rp.ServeHTTP(rec, r.WithContext(ctx))
-	h.done(r, rec, pool.Name, info.endpoint, start)
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		info.body = proxy.NewBody(r.Body)
+		r.Body = info.body
+	}
+	h.rp.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), ctxKey{}, info)))
+	if info.started {
+		record.Attempts = info.flight.Attempts()
+		if ep := info.flight.Endpoint(); ep != nil {
+			record.Endpoint = ep.Name
+		}
+	}
+	record.Reason = info.reason
+	h.finish(record, rec, info.body)
 }
 
-func (h *Handler) done(r *http.Request, rec *recorder, pool, endpoint string, start time.Time) {
-	d := time.Since(start)
-	status := rec.status
-	if status == 0 {
-		status = 499 // nothing was written: the client went away
+// finish completes the record and tells the observer.
+func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) {
+	record.Duration = time.Since(record.Start)
+	record.Status = rec.status
+	if record.Status == 0 {
+		record.Status = proxy.StatusClientClosed // nothing was written: the client went away
+		if record.Reason == "" {
+			record.Reason = "client_gone"
+		}
 	}
-	h.obs.Served(h.name, pool, endpoint, status, d)
-	if h.access {
-		h.log.Info("request", "listener", h.name, "method", r.Method, "host", r.Host, "path", r.URL.Path,
-			"status", status, "bytes", rec.bytes, "duration", d, "pool", pool, "endpoint", endpoint,
-			"client", r.RemoteAddr)
+	record.BytesOut = rec.bytes
+	if body != nil {
+		record.BytesIn = body.Len()
 	}
+	if c := rec.upgraded; c != nil {
+		record.BytesIn += c.In.Load()
+		record.BytesOut += c.Out.Load()
+	}
+	h.obs.Served(record)
 }
 
 // rewrite sets the forwarding headers. X-Forwarded-For, -Host and -Proto
@@ -176,7 +245,8 @@ func (h *Handler) done(r *http.Request, rec *recorder, pool, endpoint string, st
 // dropped and set afresh, so a client cannot spoof its address. The
 // original Host is passed on, as Caddy does.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	trust := trusted(h.table.Load().Trusted, pr.In.RemoteAddr)
+	info, _ := pr.In.Context().Value(ctxKey{}).(*reqInfo)
+	trust := info != nil && info.trusted
 	if v := pr.In.Header.Values("X-Forwarded-For"); trust && len(v) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
 	}
@@ -223,24 +293,41 @@ func (h *Handler) modifyResponse(resp *http.Response) error {
 // errorHandler answers for a request no endpoint served.
 func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	kind := proxy.Classify(err, r.Context())
-	if info, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok && info.kind != health.NoError {
+	info, _ := r.Context().Value(ctxKey{}).(*reqInfo)
+	if info != nil && info.kind != health.NoError {
 		kind = info.kind
 	}
+	if info != nil && info.body != nil && info.body.Err() != nil {
+		kind = health.Client
+	}
+	if info != nil {
+		info.kind, info.reason = kind, proxy.Reason(err, kind)
+	}
 	status := proxy.Status(err, kind)
-	if status == 499 {
+	if status == proxy.StatusClientClosed {
 		h.log.Debug("client went away", "listener", h.name, "path", r.URL.Path)
 		return
 	}
-	h.log.Warn("proxy error", "listener", h.name, "path", r.URL.Path, "status", status, "error", err)
+	if kind == health.Client {
+		// The body cannot be read to its end: the connection cannot be
+		// reused after this answer.
+		h.log.Debug("bad request body", "listener", h.name, "path", r.URL.Path, "error", err)
+		w.Header().Set("Connection", "close")
+	} else {
+		h.log.Warn("proxy error", "listener", h.name, "path", r.URL.Path, "status", status, "error", err)
+	}
 	http.Error(w, http.StatusText(status), status)
 }
 
 // recorder notes the status and size of a response. Unwrap lets
-// http.ResponseController reach the connection for flushes and upgrades.
+// http.ResponseController reach the connection for flushes; Hijack, for
+// upgrades, hands out the connection counted and tracked for the drain.
 type recorder struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	status   int
+	bytes    int64
+	conns    *proxy.Conns
+	upgraded *proxy.CountingConn
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -266,6 +353,28 @@ func (r *recorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// Hijack takes the connection over for an upgrade (ReverseProxy switches
+// protocols only after the backend answered 101): the status is 101, and
+// the connection is counted and tracked until it closes.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.status == 0 {
+		r.status = http.StatusSwitchingProtocols
+	}
+	var done func()
+	cc := proxy.NewCountingConn(c, func() { done() })
+	done, ok := r.conns.Add(cc)
+	r.upgraded = cc
+	if !ok { // shutting down: no new long-lived connections
+		cc.Close()
+		return nil, nil, errors.New("reverse: shutting down")
+	}
+	return cc, brw, nil
 }
 
 // bufferPool lends ReverseProxy its copy buffers, which it would otherwise

@@ -15,7 +15,8 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRouteMatching(t *testing.T) {
-	api, web, admin, beta, def := &proxy.Pool{Name: "api"}, &proxy.Pool{Name: "web"}, &proxy.Pool{Name: "admin"}, &proxy.Pool{Name: "beta"}, &proxy.Pool{Name: "default"}
+	pool := func(name string) *Pool { return &Pool{Pool: &proxy.Pool{Name: name}} }
+	api, web, admin, beta, def := pool("api"), pool("web"), pool("admin"), pool("beta"), pool("default")
 	tbl := &Table{Routes: []Route{
 		{Host: "api.example.com", PathPrefix: "/", Pool: api},
 		{Host: "*.example.com", PathPrefix: "/admin", Header: map[string]string{"X-Admin": "*"}, Pool: admin},
@@ -25,7 +26,7 @@ func TestRouteMatching(t *testing.T) {
 	tests := []struct {
 		name, host, path string
 		header, cookie   [2]string
-		want             *proxy.Pool
+		want             *Pool
 	}{
 		{"exact host", "api.example.com", "/v1", [2]string{}, [2]string{}, api},
 		{"host with port, any case", "API.example.com:8443", "/", [2]string{}, [2]string{}, api},

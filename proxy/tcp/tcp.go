@@ -1,6 +1,7 @@
-// Package tcp is rotor's layer-4 proxy: it accepts connections, picks an
-// endpoint by the pool's policy (the client address is the key for key-based
-// policies), dials it, and splices bytes both ways without reading them.
+// Package tcp is rotor's layer-4 proxy: it accepts connections, runs each
+// one's proxy.Flight (the client address is the key for key-based
+// policies), dials the endpoint picked, and splices bytes both ways
+// without reading them.
 package tcp
 
 import (
@@ -13,40 +14,57 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
 )
 
+// Pool is a pool as the TCP proxy runs it: the lifecycle's pool, and
+// where each endpoint listens. Immutable; a reload builds a new one.
+type Pool struct {
+	*proxy.Pool
+	Addrs   map[string]string // host:port by endpoint name
+	Connect time.Duration     // bounds each dial
+}
+
+// Options are a proxy's fixed parts.
+type Options struct {
+	Log      *slog.Logger   // nil: discard
+	Observer proxy.Observer // told of every connection; nil: nobody
+	// Conns tracks open connections for the drain; nil: a fresh tracker.
+	Conns *proxy.Conns
+}
+
 // Proxy serves one tcp listener.
 type Proxy struct {
-	name string
-	pool atomic.Pointer[proxy.Pool]
-	log  *slog.Logger
-	obs  proxy.Observer
+	name  string
+	pool  func() *Pool
+	log   *slog.Logger
+	obs   proxy.Observer
+	conns *proxy.Conns
 
-	mu    sync.Mutex
-	ln    net.Listener          // guarded by mu
-	conns map[net.Conn]struct{} // guarded by mu: client connections open
-	wg    sync.WaitGroup
-	done  atomic.Bool
+	mu   sync.Mutex
+	ln   net.Listener // guarded by mu
+	wg   sync.WaitGroup
+	done atomic.Bool
 
 	// Bytes counts bytes relayed, both ways.
 	Bytes atomic.Int64
 }
 
-// New returns a proxy for the listener named name.
-func New(name string, pool *proxy.Pool, log *slog.Logger, obs proxy.Observer) *Proxy {
-	if obs == nil {
-		obs = proxy.NopObserver{}
+// New returns a proxy for the listener named name; pool gives the pool in
+// force (a reload swaps it; open connections keep their endpoint).
+func New(name string, pool func() *Pool, o Options) *Proxy {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{name: name, log: log, obs: obs, conns: map[net.Conn]struct{}{}}
-	p.pool.Store(pool)
-	return p
+	if o.Observer == nil {
+		o.Observer = proxy.Observers(nil)
+	}
+	if o.Conns == nil {
+		o.Conns = new(proxy.Conns)
+	}
+	return &Proxy{name: name, pool: pool, log: o.Log, obs: o.Observer, conns: o.Conns}
 }
-
-// SetPool swaps the pool (reload); open connections keep their endpoint.
-func (p *Proxy) SetPool(pool *proxy.Pool) { p.pool.Store(pool) }
 
 // Serve accepts on ln until Shutdown. It returns nil after Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
@@ -69,15 +87,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		p.mu.Lock()
-		if p.done.Load() {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c] = struct{}{}
 		p.wg.Add(1)
-		p.mu.Unlock()
 		go p.handle(c)
 	}
 }
@@ -91,73 +101,63 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		p.ln.Close()
 	}
 	p.mu.Unlock()
-	waited := make(chan struct{})
-	go func() {
-		p.wg.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-		return nil
-	case <-ctx.Done():
-		p.mu.Lock()
-		for c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		<-waited
-		return ctx.Err()
-	}
+	err := p.conns.Shutdown(ctx)
+	p.wg.Wait()
+	return err
 }
 
 func (p *Proxy) handle(client net.Conn) {
+	defer p.wg.Done()
+	defer client.Close()
+	record := proxy.Record{Listener: p.name, Kind: proxy.KindTCP, Client: client.RemoteAddr().String(), Start: time.Now()}
+	var f *proxy.Flight
 	defer func() {
-		client.Close()
-		p.mu.Lock()
-		delete(p.conns, client)
-		p.mu.Unlock()
-		p.wg.Done()
+		if f != nil {
+			record.Attempts = f.Attempts()
+		}
+		record.Duration = time.Since(record.Start)
+		p.obs.Served(&record)
 	}()
-	start := time.Now()
-	pool := p.pool.Load()
-	key, _, _ := net.SplitHostPort(client.RemoteAddr().String())
-	var tried []string
-	for attempt := 1; attempt <= max(pool.Attempts, 1); attempt++ {
-		pk, err := pool.Pick(balance.Request{Key: key}, tried)
+	done, ok := p.conns.Add(client)
+	defer done()
+	if !ok {
+		record.Reason = "shutting_down"
+		return
+	}
+	pool := p.pool()
+	record.Pool = pool.Name
+	key, _, _ := net.SplitHostPort(record.Client)
+	f = pool.Start(proxy.Request{Key: key, Idempotent: true, Hold: true})
+	defer f.End()
+	var backend net.Conn
+	for {
+		ep, err := f.Next()
 		if err != nil {
-			p.obs.Served(p.name, pool.Name, "", 503, time.Since(start))
-			p.log.Warn("no endpoint", "listener", p.name, "pool", pool.Name, "client", client.RemoteAddr().String())
+			record.Reason = proxy.Reason(err, health.NoError)
+			p.log.Warn("no endpoint", "listener", p.name, "pool", pool.Name, "client", record.Client)
 			return
 		}
-		addr := pool.Addrs[pk.Endpoint.Name]
+		record.Endpoint = ep.Name
 		dialStart := time.Now()
-		backend, err := net.DialTimeout("tcp", addr, pool.Connect)
-		if err != nil {
-			kind := proxy.Classify(err, context.Background())
-			pk.Done(health.Outcome{Err: kind, Latency: time.Since(dialStart)})
-			p.log.Warn("dial failed", "listener", p.name, "endpoint", pk.Endpoint.Name, "error", err)
-			if kind == health.ConnectError || kind == health.Timeout {
-				tried = append(tried, pk.Endpoint.Name)
-				if attempt < pool.Attempts {
-					p.obs.Retried(pool.Name)
-				}
-				continue
+		backend, err = net.DialTimeout("tcp", pool.Addrs[ep.Name], pool.Connect)
+		kind := proxy.Classify(err, context.Background())
+		if !f.Done(proxy.Result{Outcome: health.Outcome{Err: kind, Latency: time.Since(dialStart)}, Unsent: true}) {
+			if err != nil {
+				record.Reason = kind.String()
+				p.log.Warn("dial failed", "listener", p.name, "endpoint", ep.Name, "error", err)
+				return
 			}
 			break
 		}
-		p.mu.Lock()
-		p.conns[backend] = struct{}{}
-		p.mu.Unlock()
-		n := proxy.Splice(client, backend)
-		p.mu.Lock()
-		delete(p.conns, backend)
-		p.mu.Unlock()
-		backend.Close()
-		p.Bytes.Add(n)
-		d := time.Since(start)
-		pk.Done(health.Outcome{Latency: d, At: time.Now()})
-		p.obs.Served(p.name, pool.Name, pk.Endpoint.Name, 200, d)
+		p.log.Debug("dial failed, trying another endpoint", "listener", p.name, "endpoint", ep.Name, "error", err)
+	}
+	defer backend.Close()
+	bdone, ok := p.conns.Add(backend)
+	defer bdone()
+	if !ok {
+		record.Reason = "shutting_down"
 		return
 	}
-	p.obs.Served(p.name, pool.Name, "", 502, time.Since(start))
+	record.BytesIn, record.BytesOut = proxy.Splice(client, backend)
+	p.Bytes.Add(record.BytesIn + record.BytesOut)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -38,8 +37,8 @@ func TestShutdownDrainsThenCuts(t *testing.T) {
 	}()
 	bp := balance.NewPool("db", balance.Options{})
 	_ = bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "e"}}})
-	pool := &proxy.Pool{Name: "db", Primary: bp, Addrs: map[string]string{"e": echo.Addr().String()}, Attempts: 1, Connect: time.Second}
-	p := tcp.New("db", pool, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	pool := &tcp.Pool{Pool: &proxy.Pool{Name: "db", Snapshot: bp.Snapshot(), Attempts: 1}, Addrs: map[string]string{"e": echo.Addr().String()}, Connect: time.Second}
+	p := tcp.New("db", func() *tcp.Pool { return pool }, tcp.Options{})
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	done := make(chan error)
 	go func() { done <- p.Serve(ln) }()

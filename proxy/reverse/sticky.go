@@ -1,4 +1,4 @@
-package proxy
+package reverse
 
 import (
 	"crypto/hmac"

@@ -1,4 +1,4 @@
-package forward_test
+package testtool
 
 import (
 	"fmt"
@@ -8,11 +8,10 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
-func freePort(t *testing.T) int {
+// FreePort returns a loopback port free right now.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -22,7 +21,8 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func waitListening(t *testing.T, addr string, cmd *exec.Cmd) {
+// WaitListening waits until something accepts connections on addr.
+func WaitListening(t testing.TB, addr string, what string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -31,18 +31,19 @@ func waitListening(t *testing.T, addr string, cmd *exec.Cmd) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not start listening on %s", cmd.Path, addr)
+			t.Fatalf("%s did not start listening on %s", what, addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// startTinyproxy runs Debian's tinyproxy on loopback with Basic auth and
-// returns its address.
-func startTinyproxy(t *testing.T, user, pass string) string {
+// Tinyproxy runs Debian's tinyproxy (an HTTP proxy: absolute-URI requests
+// and CONNECT) on loopback, with Basic auth when user is set, until the
+// test ends, and returns its address.
+func Tinyproxy(t testing.TB, user, pass string) string {
 	t.Helper()
-	bin := testtool.Require(t, "tinyproxy")
-	port := freePort(t)
+	bin := Require(t, "tinyproxy")
+	port := FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "tinyproxy.conf")
 	body := fmt.Sprintf("Port %d\nListen 127.0.0.1\nTimeout 30\nAllow 127.0.0.1\nMaxClients 50\nLogLevel Error\nDisableViaHeader Yes\nLogFile %q\nPidFile %q\n",
@@ -57,32 +58,29 @@ func startTinyproxy(t *testing.T, user, pass string) string {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o777)
-	cmd := exec.Command(bin, "-d", "-c", conf)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitListening(t, addr, cmd)
-	return addr
+	return run(t, fmt.Sprintf("127.0.0.1:%d", port), bin, "-d", "-c", conf)
 }
 
-// startMicrosocks runs microsocks (SOCKS5) on loopback with a user and
-// password and returns its address.
-func startMicrosocks(t *testing.T, user, pass string) string {
+// Microsocks runs microsocks (a SOCKS5 proxy) on loopback, with a user and
+// password when user is set, until the test ends, and returns its address.
+func Microsocks(t testing.TB, user, pass string) string {
 	t.Helper()
-	bin := testtool.Require(t, "microsocks")
-	port := freePort(t)
+	bin := Require(t, "microsocks")
+	port := FreePort(t)
 	args := []string{"-i", "127.0.0.1", "-p", fmt.Sprint(port)}
 	if user != "" {
 		args = append(args, "-u", user, "-P", pass)
 	}
+	return run(t, fmt.Sprintf("127.0.0.1:%d", port), bin, args...)
+}
+
+func run(t testing.TB, addr, bin string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitListening(t, addr, cmd)
+	WaitListening(t, addr, bin)
 	return addr
 }

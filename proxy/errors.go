@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/health"
+)
+
+// ErrTimeout means the endpoint did not answer in time (504).
+var ErrTimeout = errors.New("proxy: timeout")
+
+// Classify turns a transport error into an outcome kind: whether the
+// endpoint or the client is to blame, and whether the endpoint could have
+// seen the request. ctx is the client's request context.
+func Classify(err error, ctx context.Context) health.ErrorKind {
+	switch {
+	case err == nil:
+		return health.NoError
+	case ctx.Err() == context.Canceled || errors.Is(err, context.Canceled):
+		return health.Canceled
+	case errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+		return health.Timeout
+	case IsDialError(err):
+		return health.ConnectError
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return health.Timeout
+	}
+	return health.Broken
+}
+
+// IsDialError reports whether err happened before a connection existed,
+// so the endpoint saw nothing and any request may be retried.
+func IsDialError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// Statuses rotor answers with when no endpoint did.
+const (
+	StatusBadRequest         = 400
+	StatusBadGateway         = 502
+	StatusServiceUnavailable = 503
+	StatusGatewayTimeout     = 504
+	// StatusClientClosed is nginx's 499: the client went away before the
+	// answer. It is logged and counted, never sent.
+	StatusClientClosed = 499
+)
+
+// Status maps an error to the status the client gets: 503 when no endpoint
+// can take the request, 400 when the client's request was at fault, 499
+// when the client went away, 504 on a timeout, 502 for anything else an
+// endpoint did wrong.
+func Status(err error, kind health.ErrorKind) int {
+	switch {
+	case errors.Is(err, balance.ErrNoEndpoint), errors.Is(err, balance.ErrRejected):
+		return StatusServiceUnavailable
+	case kind == health.Client:
+		return StatusBadRequest
+	case kind == health.Canceled:
+		return StatusClientClosed
+	case kind == health.Timeout:
+		return StatusGatewayTimeout
+	}
+	return StatusBadGateway
+}
+
+// Reason is a short name for why rotor failed a request, for access logs
+// and metrics: "no_endpoint", "rejected", "client", "client_gone",
+// "timeout", "connect", "broken"; "" when an endpoint answered.
+func Reason(err error, kind health.ErrorKind) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, balance.ErrNoEndpoint):
+		return "no_endpoint"
+	case errors.Is(err, balance.ErrRejected):
+		return "rejected"
+	case kind == health.Canceled:
+		return "client_gone"
+	}
+	return kind.String()
+}

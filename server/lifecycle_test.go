@@ -1,0 +1,485 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
+)
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string { return freePort(t) }
+
+// proxyClient sends requests through the forward listener at addr.
+func proxyClient(addr string) *http.Client {
+	pu, _ := url.Parse("http://" + addr)
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}, Timeout: 10 * time.Second}
+}
+
+// connect opens a CONNECT tunnel to target through the forward listener
+// at addr and returns the connection and the status it answered.
+func connect(t *testing.T, addr, target string) (net.Conn, int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	if resp.StatusCode == 200 && br.Buffered() > 0 {
+		t.Fatal("bytes after the CONNECT answer")
+	}
+	return c, resp.StatusCode
+}
+
+// Forward pools honour backups: a dead primary route and a healthy
+// backup route answer every request, and the backup takes nothing while
+// the primary is well.
+func TestForwardPoolHonoursBackups(t *testing.T) {
+	target := newBackend(t, "target")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: dead, url: "http://%s"}
+      - {name: spare, url: "direct://", backup: true}
+`, deadAddr(t))
+	r := startRotor(t, cfg, nil)
+	c := proxyClient(r.Addr("out").String())
+	for i := range 20 {
+		resp, err := c.Get(target.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d, want 200 from the backup route", i, resp.StatusCode)
+		}
+	}
+	snap := r.Pools()[0].Snapshot
+	if st := snap.Pool().Stats(); st.Backups == 0 {
+		t.Fatalf("no pick went to the backup: %+v", st)
+	}
+	if n := snap.Get("dead").State.Snapshot(time.Now()).Failures; n < 3 || n > 5 {
+		t.Fatalf("the dead primary failed %d times, want its breaker to open after about 3", n)
+	}
+}
+
+// TCP connections and CONNECT tunnels retry within the pool's budget:
+// with every endpoint refusing, 30 connections at attempts 3 and budget
+// 0.01 make 30 first tries plus the budget's reserve of 10 retries, not
+// 90 tries.
+func TestTCPAndConnectRetriesStayInTheBudget(t *testing.T) {
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [443]}
+pools:
+  - name: dbs
+    retries: {attempts: 3, budget: 0.01}
+    health: {breaker: {threshold: 1000}}
+    endpoints:
+      - {name: a, address: %q}
+      - {name: b, address: %q}
+      - {name: c, address: %q}
+  - name: routes
+    retries: {attempts: 3, budget: 0.01}
+    health: {breaker: {threshold: 1000}}
+    endpoints:
+      - {name: a, url: "http://%s"}
+      - {name: b, url: "http://%s"}
+      - {name: c, url: "http://%s"}
+`, deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t))
+	r := startRotor(t, cfg, nil)
+	for range 30 {
+		c, err := net.Dial("tcp", r.Addr("db").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a connection to dead endpoints got data")
+		}
+		c.Close()
+		tc, status := connect(t, r.Addr("out").String(), "93.184.216.34:443") // never leaves loopback: every route is dead
+		tc.Close()
+		if status != http.StatusBadGateway {
+			t.Fatalf("CONNECT over dead routes: %d, want 502", status)
+		}
+	}
+	for _, pv := range r.Pools() {
+		tries := int64(0)
+		eventually(t, 3*time.Second, "every try reported", func() bool {
+			tries = 0
+			for _, ep := range pv.Snapshot.Endpoints() {
+				tries += ep.State.Snapshot(time.Now()).Requests
+			}
+			return tries >= 40
+		})
+		if tries != 40 {
+			t.Fatalf("pool %s: %d tries for 30 connections, want 30 + 10 from the budget's reserve", pv.Name, tries)
+		}
+	}
+}
+
+// The latency a TCP connection or a CONNECT tunnel reports is the time to
+// establish it, not its life: a connection held open for a second leaves
+// the endpoint's latency estimate in milliseconds.
+func TestConnectionLatencyIsTheTimeToEstablish(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(echo.Addr().String())
+	tiny := testtool.Tinyproxy(t, "", "")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%s], allow_targets: [127.0.0.0/8]}
+pools:
+  - name: dbs
+    endpoints:
+      - {name: echo, address: %q}
+  - name: routes
+    endpoints:
+      - {name: tiny, url: "http://%s"}
+`, port, echo.Addr().String(), tiny)
+	r := startRotor(t, cfg, nil)
+	hold := func(c net.Conn) {
+		defer c.Close()
+		for range 5 {
+			fmt.Fprint(c, "ping\n")
+			_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond) // open for over a second in all
+		}
+	}
+	c, err := net.Dial("tcp", r.Addr("db").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold(c)
+	tc, status := connect(t, r.Addr("out").String(), echo.Addr().String())
+	if status != 200 {
+		t.Fatalf("CONNECT through tinyproxy: %d", status)
+	}
+	hold(tc)
+	for _, pv := range r.Pools() {
+		ep := pv.Snapshot.Endpoints()[0]
+		eventually(t, 3*time.Second, "the connection ended", func() bool { return ep.State.Inflight() == 0 })
+		s := ep.Snapshot(time.Now())
+		if s.Samples != 1 || s.LatencyEWMA > 0.2 || s.Score < 0.8 {
+			t.Fatalf("%s/%s after a connection held over 1s: %d samples, latency %.3fs, score %.2f; want the time to establish it",
+				pv.Name, ep.Name, s.Samples, s.LatencyEWMA, s.Score)
+		}
+	}
+}
+
+// wsEcho is a WebSocket echo server.
+func wsEcho(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, data, err := c.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if err := c.Write(context.Background(), typ, data); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func wsRoundTrip(ctx context.Context, c *websocket.Conn, msg string) error {
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		return err
+	}
+	_, got, err := c.Read(ctx)
+	if err != nil {
+		return err
+	}
+	if string(got) != msg {
+		return fmt.Errorf("echo %q, want %q", got, msg)
+	}
+	return nil
+}
+
+// A SIGTERM lets an open WebSocket finish up to timeouts.shutdown, while
+// /status and /metrics still answer; one still open at the deadline is
+// cut. The session is logged and counted as a 101 with its bytes.
+func TestShutdownDrainsWebSockets(t *testing.T) {
+	be := wsEcho(t)
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {shutdown: %s}}
+pools:
+  - name: app
+    endpoints:
+      - {name: ws, url: %q}
+`, "%s", be.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	// Closed by the client during the drain: the drain ends at once.
+	r := startRotor(t, fmt.Sprintf(cfg, "10s"), nil)
+	c, _, err := websocket.Dial(ctx, "ws://"+r.Addr("web").String()+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wsRoundTrip(ctx, c, "before"); err != nil {
+		t.Fatal(err)
+	}
+	admin := "http://" + r.Addr("admin").String()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Shutdown(context.Background()) }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("shutdown returned (%v) with a WebSocket open", err)
+	default:
+	}
+	if err := wsRoundTrip(ctx, c, "during the drain"); err != nil {
+		t.Fatalf("the WebSocket broke when the drain began: %v", err)
+	}
+	for _, path := range []string{"/status", "/metrics"} {
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(sctx, http.MethodGet, admin+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		scancel()
+		if err != nil {
+			t.Fatalf("%s during the drain: %v", path, err)
+		}
+		resp.Body.Close()
+	}
+	_ = c.Close(websocket.StatusNormalClosure, "bye")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown after the WebSocket closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown did not end when the last WebSocket closed")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v", d)
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, "status=101") || strings.Contains(logs, "status=499") {
+		t.Fatalf("the WebSocket session is not logged as a 101:\n%s", logs)
+	}
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "status=101") && (strings.Contains(line, "bytes_in=0 ") || strings.Contains(line, "bytes_out=0 ")) {
+			t.Fatalf("the 101 is logged without the bytes relayed: %s", line)
+		}
+	}
+
+	// Left open: cut at the deadline, not before.
+	r2 := startRotor(t, fmt.Sprintf(cfg, "500ms"), nil)
+	c2, _, err := websocket.Dial(ctx, "ws://"+r2.Addr("web").String()+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.CloseNow()
+	if err := wsRoundTrip(ctx, c2, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := r2.Shutdown(context.Background()); err == nil {
+		t.Fatal("shutdown cut a WebSocket at its deadline and said nothing")
+	}
+	if d := time.Since(start); d < 450*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("shutdown with a WebSocket left open took %v, want about the 500ms timeout", d)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer rcancel()
+	if _, _, err := c2.Read(rctx); err == nil {
+		t.Fatal("the WebSocket is still open after the deadline")
+	}
+}
+
+// Every listener kind writes an access line and counts in the metrics,
+// refusals with their reason; a TCP connection is not an HTTP 200.
+func TestAccessLogAndMetricsForEveryListenerKind(t *testing.T) {
+	a := newBackend(t, "a")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, auth: {users: {alice: wonder}},
+     allow_targets: ["%s/32"], connect_ports: [%s]}
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+  - name: dbs
+    endpoints:
+      - {name: a, address: %q}
+`, "127.0.0.1", port(a), a.url(), strings.TrimPrefix(a.url(), "http://"))
+	r := startRotor(t, cfg, nil)
+	get(t, r.url("web"))
+	out := r.Addr("out").String()
+	authed := func(req string) int {
+		c, err := net.Dial("tcp", out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: strings.Fields(req)[0]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	auth := "Proxy-Authorization: Basic YWxpY2U6d29uZGVy\r\n" // alice:wonder
+	for _, tc := range []struct {
+		req  string
+		want int
+	}{
+		{"GET " + a.url() + "/page HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n", 200},
+		{"CONNECT " + strings.TrimPrefix(a.url(), "http://") + " HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n", 200},
+		{"CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n", 403},                        // port
+		{"CONNECT 10.0.0.1:" + port(a) + " HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n", 403},           // address
+		{"CONNECT " + strings.TrimPrefix(a.url(), "http://") + " HTTP/1.1\r\nHost: x\r\n\r\n", 407}, // auth
+	} {
+		if got := authed(tc.req); got != tc.want {
+			t.Fatalf("%q: %d, want %d", tc.req, got, tc.want)
+		}
+	}
+	c, err := net.Dial("tcp", r.Addr("db").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(c, "GET / HTTP/1.0\r\n\r\n")
+	_, _ = io.ReadAll(c)
+	c.Close()
+	eventually(t, 3*time.Second, "every access line written", func() bool {
+		return strings.Count(r.logs.String(), "msg=access") >= 7
+	})
+	logs := r.logs.String()
+	for _, want := range []string{
+		"listener=web kind=http", "listener=out kind=forward", "kind=connect", "kind=tcp",
+		"status=403 reason=port_forbidden", "status=403 reason=target_forbidden", "status=407 reason=auth",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no access line with %q:\n%s", want, logs)
+		}
+	}
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	for _, want := range []string{
+		`rotor_requests_total{code="200",endpoint="direct",kind="connect",listener="out",pool="routes"} 1`,
+		`rotor_requests_total{code="200",endpoint="direct",kind="forward",listener="out",pool="routes"} 1`,
+		`rotor_refused_total{listener="out",reason="port_forbidden"} 1`,
+		`rotor_refused_total{listener="out",reason="target_forbidden"} 1`,
+		`rotor_refused_total{listener="out",reason="auth"} 1`,
+		`rotor_tcp_connections_total{endpoint="a",listener="db",pool="dbs",result="ok"} 1`,
+		`rotor_bytes_total{direction="out",listener="db"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(metrics, `listener="db",pool="dbs"} `) && strings.Contains(metrics, `rotor_requests_total{code="200",endpoint="a",kind="tcp"`) {
+		t.Error("a TCP connection is counted as an HTTP 200")
+	}
+}
+
+func port(b *backend) string {
+	_, p, _ := net.SplitHostPort(strings.TrimPrefix(b.url(), "http://"))
+	return p
+}
+
+// A client's Accept-Encoding reaches the backend as it came, none added,
+// and a compressed answer reaches the client as the backend sent it, its
+// Content-Length kept.
+func TestAcceptEncodingPassedAsItCame(t *testing.T) {
+	var seen atomic.Value
+	body := strings.Repeat("rotor ", 2000)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("Accept-Encoding"))
+		if r.Header.Get("Accept-Encoding") == "gzip" {
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			_, _ = zw.Write([]byte(body))
+			_ = zw.Close()
+			w.Header().Set("Content-Encoding", "gzip")
+			w.Header().Set("Content-Length", fmt.Sprint(buf.Len()))
+			_, _ = w.Write(buf.Bytes())
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, webConfig("round_robin", &backend{name: "a", srv: be}), nil)
+	raw := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	resp, err := raw.Get(r.url("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := seen.Load().(string); got != "" || string(b) != body {
+		t.Fatalf("no Accept-Encoding from the client: the backend saw %q, the body is %d bytes", got, len(b))
+	}
+	req, _ := http.NewRequest(http.MethodGet, r.url("web"), nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err = raw.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if seen.Load().(string) != "gzip" || resp.Header.Get("Content-Encoding") != "gzip" ||
+		resp.ContentLength != int64(len(b)) || len(b) >= len(body) {
+		t.Fatalf("gzip asked: backend saw %q, client got encoding %q, length %d for %d bytes",
+			seen.Load(), resp.Header.Get("Content-Encoding"), resp.ContentLength, len(b))
+	}
+}

@@ -1,0 +1,192 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/health"
+)
+
+// reloadConfig is a config with every listener kind, a health-checked pool
+// that waits for first checks, and TLS: every part a reload builds.
+func reloadConfig(web, tlsWeb, out, db string, a, b *backend, cert, key string) string {
+	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: web, kind: http, listen: %q, pool: app}
+  - {name: secure, kind: http, listen: %q, pool: app, tls: {cert: %q, key: %q}}
+  - {name: out, kind: forward, listen: %q, pool: routes, allow_targets: [127.0.0.0/8]}
+  - {name: db, kind: tcp, listen: %q, pool: tcpapp}
+pools:
+  - name: app
+    health: {check: {path: /healthz, interval: 50ms, timeout: 40ms}, wait_first_check: true}
+    endpoints:
+      - {name: a, url: %q}
+      - {name: b, url: %q}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+      - {name: direct2, url: "direct://"}
+  - name: tcpapp
+    endpoints:
+      - {name: t, address: %q}
+`, web, tlsWeb, cert, key, out, db, a.url(), b.url(), strings.TrimPrefix(a.url(), "http://"))
+}
+
+// A reload refused at any step, from reading the file to loading a
+// certificate after every pool was built, changes nothing: the same
+// runtime serves (the same snapshots), no endpoint's health moved, no
+// endpoint new in the refused file is left behind, and every request
+// through every listener still succeeds.
+func TestRefusedReloadChangesNothing(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	web, secure, out, db := freePort(t), freePort(t), freePort(t), freePort(t)
+	good := reloadConfig(web, secure, out, db, a, b, cert, key)
+	r := startRotor(t, good, nil)
+	eventually(t, 3*time.Second, "first checks pass", func() bool {
+		code, _ := get(t, r.url("web"))
+		return code == 200
+	})
+	certPEM, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withC := strings.Replace(good, "      - {name: b, url:", fmt.Sprintf("      - {name: c, url: %q}\n      - {name: b, url:", b.url()), 1)
+	for _, tc := range []struct{ name, cfg, want string }{
+		{"yaml syntax", good + "\n  - [unclosed", "rotor.yaml"},
+		{"unknown field", strings.Replace(good, "  - name: app\n", "  - name: app\n    polcy: p2c\n", 1), "unknown field"},
+		{"bad policy", strings.Replace(good, "  - name: app\n", "  - name: app\n    policy: p3c\n", 1), `"p3c" is not a policy`},
+		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
+		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
+		{"a listener moves", strings.Replace(good, web, freePort(t), 1), "restart rotor"},
+		{"a certificate that does not load", good, "listeners.secure.tls"},
+		{"a new endpoint, then a certificate that does not load", withC, "listeners.secure.tls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.name, "certificate") {
+				// The same file, now unreadable as a certificate: it
+				// passes validation and fails only at build, after every
+				// pool was built.
+				if err := os.WriteFile(cert, []byte("not a certificate"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				defer os.WriteFile(cert, certPEM, 0o600)
+			}
+			before := r.Pools()
+			states := map[string]health.Snapshot{}
+			now := time.Now()
+			for _, pv := range before {
+				for _, ep := range pv.Snapshot.Endpoints() {
+					states[pv.Name+"/"+ep.Name] = ep.State.Snapshot(now)
+				}
+			}
+			gen := r.ReloadStatus().Generation
+			r.rewrite(t, tc.cfg)
+			err := r.Reload()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("reload: %v, want a refusal saying %q", err, tc.want)
+			}
+			if st := r.ReloadStatus(); st.Generation != gen || st.Error == "" {
+				t.Fatalf("reload status %+v: want generation %d kept and the error shown", st, gen)
+			}
+			after := r.Pools()
+			for i := range before {
+				if after[i].Snapshot != before[i].Snapshot {
+					t.Fatalf("pool %s: a refused reload published a new snapshot", before[i].Name)
+				}
+			}
+			if got := before[0].Snapshot.Pool().Snapshot(); got != before[0].Snapshot {
+				t.Fatal("a refused reload published a snapshot on the balance pool")
+			}
+			for _, pv := range after {
+				for _, ep := range pv.Snapshot.Endpoints() {
+					was, s := states[pv.Name+"/"+ep.Name], ep.State.Snapshot(now)
+					if s.Down != was.Down || s.Draining != was.Draining || s.BreakerName != was.BreakerName {
+						t.Fatalf("%s/%s changed: down %v->%v draining %v->%v breaker %s->%s", pv.Name, ep.Name,
+							was.Down, s.Down, was.Draining, s.Draining, was.BreakerName, s.BreakerName)
+					}
+				}
+			}
+			// Every listener serves as before.
+			for range 10 {
+				if code, body := get(t, r.url("web")); code != 200 || body != "a" && body != "b" {
+					t.Fatalf("web: %d %q", code, body)
+				}
+			}
+			pu, _ := url.Parse(r.url("out"))
+			c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 5 * time.Second}
+			for range 10 {
+				resp, err := c.Get(a.url())
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("forward after a refused reload: %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+	// The good config reloads, and the endpoint the refused builds would
+	// have added was never there: c waits for its first check only now.
+	r.rewrite(t, withC)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Pools()[0].Snapshot.Get("c"); c == nil || !c.State.Down() {
+		t.Fatal("after a good reload, the new endpoint c should be there and wait for its first check")
+	}
+}
+
+// A reload serves the certificate the files hold now: a renewed
+// certificate is picked up without a restart.
+func TestReloadServesARenewedCertificate(t *testing.T) {
+	a := newBackend(t, "a")
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: %q, key: %q}}
+pools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+`, cert, key, a.url())
+	r := startRotor(t, cfg, nil)
+	serial := func() string {
+		conn, err := tls.Dial("tcp", r.Addr("secure").String(), &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return string(conn.ConnectionState().PeerCertificates[0].Raw)
+	}
+	first := serial()
+	renewed := t.TempDir()
+	c2, k2 := selfSigned(t, renewed)
+	for from, to := range map[string]string{c2: cert, k2: key} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := serial(); got != first {
+		t.Fatal("the new certificate was served before the reload")
+	}
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got == first {
+		t.Fatal("after the reload the old certificate is still served")
+	}
+}
