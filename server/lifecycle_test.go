@@ -52,10 +52,10 @@ func connect(t *testing.T, addr, target string) (net.Conn, int) {
 }
 
 // Forward pools honour backups: a dead primary route and a healthy
-// backup route answer every request, and the backup takes nothing while
-// the primary is well.
+// backup route (a real SOCKS5 proxy, microsocks) answer every request.
 func TestForwardPoolHonoursBackups(t *testing.T) {
 	target := newBackend(t, "target")
+	socks := testtool.Microsocks(t, "u", "p")
 	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
   - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
@@ -63,8 +63,8 @@ pools:
   - name: routes
     endpoints:
       - {name: dead, url: "http://%s"}
-      - {name: spare, url: "direct://", backup: true}
-`, deadAddr(t))
+      - {name: spare, url: "socks5://u:p@%s", backup: true}
+`, deadAddr(t), socks)
 	r := startRotor(t, cfg, nil)
 	c := proxyClient(r.Addr("out").String())
 	for i := range 20 {
