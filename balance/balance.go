@@ -52,8 +52,8 @@ type Endpoint struct {
 	Backup      bool  // taken only when no primary is available
 	State       *health.State
 
-	tuning   *health.Config // normalised; nil means the defaults
-	discount float64        // cost_weight x cost: the score is divided by 1 + discount
+	tuning *health.Config // normalised; nil means the defaults
+	factor float64        // 1/(1 + cost_weight x cost); 0 means 1 (no cost)
 }
 
 // Health returns the health tuning requests to the endpoint are admitted
@@ -72,11 +72,16 @@ func (ep *Endpoint) Full() bool {
 
 // Score is the endpoint's health score at now (health.State.Score) times
 // its cost factor 1/(1 + cost_weight x cost) (article 001's cost term).
-func (ep *Endpoint) Score(now time.Time) float64 { return ep.State.Score(now) / (1 + ep.discount) }
+func (ep *Endpoint) Score(now time.Time) float64 { return ep.costed(ep.State.Score(now)) }
 
 // scoreIgnoringBreaker is Score as if the breaker were closed.
-func (ep *Endpoint) scoreIgnoringBreaker() float64 {
-	return ep.State.ScoreIgnoringBreaker() / (1 + ep.discount)
+func (ep *Endpoint) scoreIgnoringBreaker() float64 { return ep.costed(ep.State.ScoreIgnoringBreaker()) }
+
+func (ep *Endpoint) costed(score float64) float64 {
+	if ep.factor == 0 {
+		return score
+	}
+	return score * ep.factor
 }
 
 // PeakLatency is the state's peak-EWMA latency under the endpoint's tuning.
@@ -168,10 +173,9 @@ func float(r Rand) float64 { return float64(r.Uint64()>>11) / (1 << 53) }
 // (a pool's primaries, or its backups), with the clock and random source
 // its pickers use.
 type Set struct {
-	endpoints []*Endpoint     // immutable
-	states    []*health.State // immutable; states[i] is endpoints[i].State, one hop closer for hot loops
-	caps      []int64         // immutable; caps[i] is endpoints[i].MaxInflight
-	byName    map[string]int  // immutable
+	endpoints []*Endpoint    // immutable
+	states    []slot         // immutable; states[i] is endpoints[i]'s, one hop closer for hot loops
+	byName    map[string]int // immutable
 	clock     health.Clock
 	rand      Rand
 }
@@ -179,11 +183,10 @@ type Set struct {
 // NewSet builds a set. Pools build their own; this is for pickers used
 // directly and for tests.
 func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
-	s := &Set{endpoints: endpoints, states: make([]*health.State, len(endpoints)), caps: make([]int64, len(endpoints)),
-		byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
+	s := &Set{endpoints: endpoints, states: make([]slot, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
 	for i, ep := range endpoints {
 		s.byName[ep.Name] = i
-		s.states[i], s.caps[i] = ep.State, ep.MaxInflight
+		s.states[i] = slot{State: ep.State, max: ep.MaxInflight}
 	}
 	return s
 }
@@ -214,8 +217,16 @@ func (s *Set) Rand() Rand { return s.rand }
 // under its in-flight cap.
 func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock, ep.MaxInflight) }
 
-// Hot loops call s.states[i].Available(s.clock, s.caps[i]) themselves:
-// inlined there, a healthy endpoint without a cap costs one atomic load.
+// slot is what a hot loop reads of an endpoint: its state and its cap,
+// side by side.
+type slot struct {
+	*health.State
+	max int64 // the endpoint's MaxInflight
+}
+
+// Hot loops call st := &s.states[i]; st.Available(s.clock, st.max)
+// themselves: inlined there, a healthy endpoint without a cap costs one
+// atomic load.
 
 // randomAvailable picks uniformly among the available endpoints: a few
 // draws over the whole set, accepting only available ones, then an exact

@@ -60,8 +60,9 @@ func (p *p2cPicker) Pick(Request) (*Endpoint, error) {
 		if j >= i {
 			j++
 		}
-		if s.states[i].Available(s.clock, s.caps[i]) && s.states[j].Available(s.clock, s.caps[j]) {
-			if s.states[j].Inflight() < s.states[i].Inflight() {
+		a, b := &s.states[i], &s.states[j]
+		if a.Available(s.clock, a.max) && b.Available(s.clock, b.max) {
+			if b.Inflight() < a.Inflight() {
 				return s.endpoints[j], nil
 			}
 			return s.endpoints[i], nil

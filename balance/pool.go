@@ -196,7 +196,10 @@ func (p *Pool) Build(c Config) (*Snapshot, error) {
 		}
 		ep := &Endpoint{
 			Name: ec.Name, Addr: ec.Addr, Weight: max(ec.Weight, 1), Cost: ec.Cost, MaxInflight: ec.MaxInflight,
-			Backup: ec.Backup, State: st, tuning: &hc, discount: hc.CostWeight * ec.Cost,
+			Backup: ec.Backup, State: st, tuning: &hc,
+		}
+		if d := hc.CostWeight * ec.Cost; d > 0 {
+			ep.factor = 1 / (1 + d)
 		}
 		s.all[i], s.byName[ec.Name] = ep, ep
 		if ec.Backup {
@@ -493,7 +496,7 @@ func healthyShare(s *Set) float64 {
 	}
 	n := 0
 	for i := range s.states {
-		if s.states[i].Available(s.clock, s.caps[i]) {
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
 			n++
 		}
 	}

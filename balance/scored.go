@@ -81,7 +81,7 @@ func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 	if n := len(s.states); n > 0 {
 		for range rejectionTries {
 			i := intn(s.rand, n)
-			if !s.states[i].Available(s.clock, s.caps[i]) {
+			if st := &s.states[i]; !st.Available(s.clock, st.max) {
 				continue
 			}
 			if w := p.weight(s.endpoints[i]); w >= 1 || float(s.rand) < w {

@@ -94,8 +94,8 @@ func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
 	best := -1
 	var bestLoad int64
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if s.states[i].Available(s.clock, s.caps[i]) {
-			if load := s.states[i].Inflight(); best < 0 || load < bestLoad {
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
+			if load := st.Inflight(); best < 0 || load < bestLoad {
 				best, bestLoad = i, load
 			}
 		}
@@ -133,7 +133,7 @@ func (p wlcPicker) Pick(Request) (*Endpoint, error) {
 	}
 	best := -1
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if st := s.states[i]; st.Available(s.clock, s.caps[i]) {
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
 			if best < 0 {
 				best = i
 			} else {

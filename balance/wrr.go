@@ -59,13 +59,15 @@ func (p *wrrPicker) Pick(Request) (*Endpoint, error) {
 	best := -1
 	var total int64
 	s := p.set
-	for i, ep := range s.endpoints {
-		if !s.states[i].Available(s.clock, s.caps[i]) {
+	eps := s.endpoints
+	states, credit := s.states[:len(eps)], p.credit[:len(eps)] // no bounds checks below
+	for i, ep := range eps {
+		if st := &states[i]; !st.Available(s.clock, st.max) {
 			continue
 		}
-		*p.credit[i] += int64(ep.Weight)
+		*credit[i] += int64(ep.Weight)
 		total += int64(ep.Weight)
-		if best < 0 || *p.credit[i] > *p.credit[best] {
+		if best < 0 || *credit[i] > *credit[best] {
 			best = i
 		}
 	}

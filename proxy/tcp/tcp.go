@@ -118,7 +118,9 @@ func (p *Proxy) handle(client net.Conn) {
 		record.Duration = time.Since(record.Start)
 		p.obs.Served(&record)
 	}()
-	done, ok := p.conns.Add(client)
+	// One session for the drain: the client, and the backend once dialled.
+	backendRef := new(lateConn)
+	done, ok := p.conns.Add(client, backendRef)
 	defer done()
 	if !ok {
 		record.Reason = "shutting_down"
@@ -152,12 +154,41 @@ func (p *Proxy) handle(client net.Conn) {
 		p.log.Debug("dial failed, trying another endpoint", "listener", p.name, "endpoint", ep.Name, "error", err)
 	}
 	defer backend.Close()
-	bdone, ok := p.conns.Add(backend)
-	defer bdone()
-	if !ok {
-		record.Reason = "shutting_down"
+	if !backendRef.set(backend) {
+		record.Reason = "shutting_down" // the drain's deadline passed while dialling
 		return
 	}
 	record.BytesIn, record.BytesOut = proxy.Splice(client, backend)
 	p.Bytes.Add(record.BytesIn + record.BytesOut)
+}
+
+// lateConn is a connection the drain may have to close before it exists:
+// closed first, it closes the connection as soon as it is set.
+type lateConn struct {
+	mu     sync.Mutex
+	c      net.Conn // guarded by mu
+	closed bool     // guarded by mu
+}
+
+// set gives it its connection; false when it was closed already (and the
+// connection now is).
+func (l *lateConn) set(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return false
+	}
+	l.c = c
+	return true
+}
+
+func (l *lateConn) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.c != nil {
+		return l.c.Close()
+	}
+	return nil
 }
