@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# rotor serve against an earlier rotor, in one run: the working tree and
+# the git revision BASE (default: main) are built and started side by
+# side, each on core 0 with GOMAXPROCS=1, with the same config: an http
+# listener over three backends, a tcp listener over the same backends and
+# a forward listener with one direct route. wrk (one thread, core 1) takes
+# turns between the two, ROUNDS times per path, the order swapped every
+# round, so that a noisy machine slows both alike; each round gives a
+# ratio new/base, and the table gives each side's median and the median
+# and range of the paired ratios. Then the library: balance's Pick+Done at
+# 64 endpoints, every policy, the two test binaries taking turns.
+# Needs: wrk, taskset, git (Debian: wrk util-linux git).
+# Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in wrk taskset git; do
+	command -v "$tool" >/dev/null || { echo "bench/compare.sh needs $tool" >&2; exit 1; }
+done
+BASE=${1:-main}
+DURATION=${DURATION:-5s}
+CONNS=${CONNS:-50}
+ROUNDS=${ROUNDS:-5}
+out=bench/out/compare
+rm -rf "$out" && mkdir -p "$out"
+base_tree=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
+}
+trap cleanup EXIT
+
+git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
+(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor && go test -c -o "$OLDPWD/$out/balance-base.test" ./balance)
+go build -o "$out/rotor-new" ./cmd/rotor
+go test -c -o "$out/balance-new.test" ./balance
+go build -o "$out/upstream" ./bench/upstream
+taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
+
+# config NAME HTTP TCP FORWARD: the same config on other ports.
+config() {
+	cat > "$out/$1.yaml" <<YAML
+admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:$2", pool: app}
+  - {name: db, kind: tcp, listen: "127.0.0.1:$3", pool: tcpapp}
+  - {name: out, kind: forward, listen: "127.0.0.1:$4", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:19301"}
+      - {name: b, url: "http://127.0.0.1:19302"}
+      - {name: c, url: "http://127.0.0.1:19303"}
+  - name: tcpapp
+    endpoints:
+      - {name: a, address: "127.0.0.1:19301"}
+      - {name: b, address: "127.0.0.1:19302"}
+      - {name: c, address: "127.0.0.1:19303"}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+YAML
+}
+config base 18300 18301 18302
+config new 18310 18311 18312
+GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
+GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
+cat > "$out/forward.lua" <<'LUA'
+wrk.path = "http://127.0.0.1:19301/"
+wrk.headers["Host"] = "127.0.0.1:19301"
+LUA
+for port in 19301 18300 18301 18302 18310 18311 18312; do
+	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+done
+
+# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms".
+run() {
+	local file="$out/wrk-$1-$2-$round.txt"
+	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
+	if grep -qE 'Non-2xx|Socket errors' "$file"; then
+		echo "$1 $2: errors in $file" >&2
+		grep -E 'Non-2xx|Socket errors' "$file" >&2
+	fi
+	awk '/Requests\/sec/ {rps=$2} $1=="99%" {p=$2; if (p ~ /us$/) {sub(/us/,"",p); p/=1000} else if (p ~ /ms$/) {sub(/ms/,"",p)} else if (p ~ /s$/) {sub(/s/,"",p); p*=1000}} END {printf "%s %s\n", rps, p}' "$file"
+}
+
+declare -A rps p99 ratio
+for round in $(seq "$ROUNDS"); do
+	order="base new"
+	if ((round % 2 == 0)); then order="new base"; fi
+	for path in http tcp forward; do
+		declare -A this=()
+		for side in $order; do
+			case "$side" in base) off=0 ;; new) off=10 ;; esac
+			case "$path" in
+			http) r=$(run "$side" "$path" $((18300 + off))) ;;
+			tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
+			forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
+			esac
+			rps[$side-$path]+="${r% *} "
+			p99[$side-$path]+="${r#* } "
+			this[$side]=${r% *}
+		done
+		ratio[$path]+="$(echo "${this[new]} / ${this[base]}" | bc -l) "
+	done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
+echo "wrk -t1 -c$CONNS -d$DURATION --latency on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
+echo
+printf "%-8s %12s %12s %8s %14s %12s %12s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms"
+for path in http tcp forward; do
+	b=$(echo "${rps[base-$path]}" | median)
+	n=$(echo "${rps[new-$path]}" | median)
+	bp=$(echo "${p99[base-$path]}" | median)
+	np=$(echo "${p99[new-$path]}" | median)
+	r=$(echo "${ratio[$path]}" | median)
+	lo=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+	hi=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+	printf "%-8s %12s %12s %8.2f %6.2f - %5.2f %12s %12s\n" "$path" "$b" "$n" "$r" "$lo" "$hi" "$bp" "$np"
+done
+
+echo
+echo "balance Pick+Done at 64 endpoints, ns/op, one goroutine, $ROUNDS runs taking turns (go test -bench 'PickDone/.*/n=64\$'); medians"
+echo
+for round in $(seq "$ROUNDS"); do
+	for side in base new; do
+		taskset -c 0 "$out/balance-$side.test" -test.run '^$' -test.bench 'PickDone/.*/n=64$' -test.benchtime 200000x |
+			awk -v side="$side" '/^BenchmarkPickDone/ {n=$1; sub(/^BenchmarkPickDone\//, "", n); sub(/\/n=64.*/, "", n); print side, n, $3}'
+	done
+done > "$out/pickdone.txt"
+printf "%-22s %10s %10s %8s\n" policy base new ratio
+for policy in $(awk '{print $2}' "$out/pickdone.txt" | awk '!seen[$0]++'); do
+	b=$(awk -v p="$policy" '$1=="base" && $2==p {print $3}' "$out/pickdone.txt" | median)
+	n=$(awk -v p="$policy" '$1=="new" && $2==p {print $3}' "$out/pickdone.txt" | median)
+	printf "%-22s %10s %10s %8.2f\n" "$policy" "$b" "$n" "$(echo "$n / $b" | bc -l)"
+done
