@@ -40,6 +40,31 @@ type Record struct {
 	Attempts int   // tries on endpoints
 }
 
+// Options are what every listener adapter (reverse, forward, tcp) is
+// given: where to log, whom to tell of each record, and the tracker its
+// drain waits on.
+type Options struct {
+	Log      *slog.Logger // nil: discard
+	Observer Observer     // told of every request or connection; nil: nobody
+	// Conns tracks the connections the drain must wait for (upgrades,
+	// tunnels, tcp connections); nil: a tracker of the adapter's own.
+	Conns *Conns
+}
+
+// Normalize returns o with its defaults filled in.
+func (o Options) Normalize() Options {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Observer == nil {
+		o.Observer = Observers(nil)
+	}
+	if o.Conns == nil {
+		o.Conns = new(Conns)
+	}
+	return o
+}
+
 // Observer is told of every Record. Implementations must be safe for
 // concurrent use and quick.
 type Observer interface {

@@ -147,21 +147,8 @@ pools:
 // establish it, not its life: a connection held open for a second leaves
 // the endpoint's latency estimate in milliseconds.
 func TestConnectionLatencyIsTheTimeToEstablish(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { echo.Close() })
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(echo.Addr().String())
+	echo := testtool.Echo(t)
+	_, port, _ := net.SplitHostPort(echo)
 	tiny := testtool.Tinyproxy(t, "", "")
 	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -174,7 +161,7 @@ pools:
   - name: routes
     endpoints:
       - {name: tiny, url: "http://%s"}
-`, port, echo.Addr().String(), tiny)
+`, port, echo, tiny)
 	r := startRotor(t, cfg, nil)
 	hold := func(c net.Conn) {
 		defer c.Close()
@@ -193,7 +180,7 @@ pools:
 		t.Fatal(err)
 	}
 	hold(c)
-	tc, status := connect(t, r.Addr("out").String(), echo.Addr().String())
+	tc, status := connect(t, r.Addr("out").String(), echo)
 	if status != 200 {
 		t.Fatalf("CONNECT through tinyproxy: %d", status)
 	}

@@ -25,7 +25,7 @@ listeners:
   - {name: db, kind: tcp, listen: %q, pool: tcpapp}
 pools:
   - name: app
-    health: {check: {path: /healthz, interval: 50ms, timeout: 40ms}, wait_first_check: true}
+    health: {check: {path: /healthz, interval: 1h, timeout: 2s, rise: 1}, wait_first_check: true}
     endpoints:
       - {name: a, url: %q}
       - {name: b, url: %q}
@@ -52,14 +52,20 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 	good := reloadConfig(web, secure, out, db, a, b, cert, key)
 	r := startRotor(t, good, nil)
 	eventually(t, 3*time.Second, "first checks pass", func() bool {
-		code, _ := get(t, r.url("web"))
-		return code == 200
+		for _, ep := range r.Pools()[0].Snapshot.Endpoints() {
+			if ep.State.Down() {
+				return false
+			}
+		}
+		return true
 	})
 	certPEM, err := os.ReadFile(cert)
 	if err != nil {
 		t.Fatal(err)
 	}
-	withC := strings.Replace(good, "      - {name: b, url:", fmt.Sprintf("      - {name: c, url: %q}\n      - {name: b, url:", b.url()), 1)
+	sick := newBackend(t, "c")
+	sick.set(500, 0) // fails its checks: c stays down once added
+	withC := strings.Replace(good, "      - {name: b, url:", fmt.Sprintf("      - {name: c, url: %q}\n      - {name: b, url:", sick.url()), 1)
 	for _, tc := range []struct{ name, cfg, want string }{
 		{"yaml syntax", good + "\n  - [unclosed", "rotor.yaml"},
 		{"unknown field", strings.Replace(good, "  - name: app\n", "  - name: app\n    polcy: p2c\n", 1), "unknown field"},

@@ -183,7 +183,7 @@ func (s *Server) Start() error {
 		switch l.Kind {
 		case "http":
 			h := reverse.NewHandler(name, func() *reverse.Table { return s.rt.Load().listeners[name].table },
-				reverse.Options{Log: s.log, Observer: s, Conns: li.conns})
+				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			li.http = s.httpServer(l, h)
 			if rt.listeners[name].tls != nil {
 				// The certificate in force is the runtime's: a reload
@@ -200,12 +200,12 @@ func (s *Server) Start() error {
 			}
 		case "forward":
 			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
-				forward.HandlerOptions{Log: s.log, Observer: s, Conns: li.conns})
+				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			li.http = s.httpServer(l, h)
 			go s.serve(name, func() error { return li.http.Serve(ln) })
 		case "tcp":
 			li.tcp = tcp.New(name, func() *tcp.Pool { return s.rt.Load().listeners[name].tcp },
-				tcp.Options{Log: s.log, Observer: s, Conns: li.conns})
+				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			go s.serve(name, func() error { return li.tcp.Serve(ln) })
 		}
 		s.listeners = append(s.listeners, li)

@@ -18,20 +18,7 @@ func factory(name string) (balance.Policy, error) {
 
 func runOne(t *testing.T, w sim.Workload, servers []sim.Server, policy string) sim.Result {
 	t.Helper()
-	clock := &sim.Clock{}
-	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
-	p, err := factory(policy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers)}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res
+	return runWith(t, w, servers, policy, health.Config{}, sim.Rules{})
 }
 
 // The simulator checked against queueing theory: an M/M/1 queue with
@@ -81,8 +68,9 @@ func mmcMean(c int, lambda, mu float64) float64 {
 
 func timeMicros(n int) time.Duration { return time.Duration(n) * time.Microsecond }
 
-// runRules is runOne under lifecycle rules.
-func runRules(t *testing.T, w sim.Workload, servers []sim.Server, policy string, rules sim.Rules) sim.Result {
+// runWith runs policy over servers with the health tuning and lifecycle
+// rules given.
+func runWith(t *testing.T, w sim.Workload, servers []sim.Server, policy string, hc health.Config, rules sim.Rules) sim.Result {
 	t.Helper()
 	clock := &sim.Clock{}
 	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
@@ -90,8 +78,6 @@ func runRules(t *testing.T, w sim.Workload, servers []sim.Server, policy string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A breaker that never opens: what retries hide is not hidden by it.
-	hc := health.Config{Threshold: 1 << 30}
 	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers), Health: hc,
 		PanicThreshold: rules.PanicThreshold, SlowStart: rules.SlowStart}); err != nil {
 		t.Fatal(err)
@@ -101,6 +87,13 @@ func runRules(t *testing.T, w sim.Workload, servers []sim.Server, policy string,
 		t.Fatal(err)
 	}
 	return res
+}
+
+// runRules runs under lifecycle rules with a breaker that never opens:
+// what retries hide is not hidden by it.
+func runRules(t *testing.T, w sim.Workload, servers []sim.Server, policy string, rules sim.Rules) sim.Result {
+	t.Helper()
+	return runWith(t, w, servers, policy, health.Config{Threshold: 1 << 30}, rules)
 }
 
 // Retries run on virtual time through the proxies' own lifecycle: with

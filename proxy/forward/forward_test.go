@@ -280,7 +280,7 @@ func newProxy(t *testing.T, tr *forward.Transport, users map[string]string, port
 	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	settings := &forward.Settings{Transport: tr, Users: users, ConnectPorts: ports}
 	conns := new(proxy.Conns)
-	h := forward.NewHandler("out", func() *forward.Settings { return settings }, forward.HandlerOptions{Log: log, Conns: conns})
+	h := forward.NewHandler("out", func() *forward.Settings { return settings }, proxy.Options{Log: log, Conns: conns})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
@@ -460,7 +460,7 @@ func FuzzRequest(f *testing.F) {
 	direct, _ := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://", Connect: 100 * time.Millisecond, Try: 100 * time.Millisecond})
 	tr, _ := forward.NewTransport([]*forward.Route{direct}, forward.Options{})
 	settings := &forward.Settings{Transport: tr, Users: map[string]string{"a": "b"}}
-	h := forward.NewHandler("fuzz", func() *forward.Settings { return settings }, forward.HandlerOptions{})
+	h := forward.NewHandler("fuzz", func() *forward.Settings { return settings }, proxy.Options{})
 	f.Fuzz(func(t *testing.T, raw string) {
 		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(raw)))
 		if err != nil {

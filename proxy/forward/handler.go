@@ -32,14 +32,6 @@ type Settings struct {
 	TunnelTimeout time.Duration
 }
 
-// HandlerOptions are a handler's fixed parts.
-type HandlerOptions struct {
-	Log      *slog.Logger   // nil: discard
-	Observer proxy.Observer // told of every request and tunnel; nil: nobody
-	// Conns tracks CONNECT tunnels for the drain; nil: a fresh tracker.
-	Conns *proxy.Conns
-}
-
 // Handler is a forward proxy: clients send it absolute-URI requests and
 // CONNECT tunnels; it sends them over the route the pool picks.
 type Handler struct {
@@ -51,17 +43,10 @@ type Handler struct {
 }
 
 // NewHandler returns a forward-proxy handler for the listener name;
-// settings gives the rules in force (a reload swaps them).
-func NewHandler(name string, settings func() *Settings, o HandlerOptions) *Handler {
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Observer == nil {
-		o.Observer = proxy.Observers(nil)
-	}
-	if o.Conns == nil {
-		o.Conns = new(proxy.Conns)
-	}
+// settings gives the rules in force (a reload swaps them). CONNECT tunnels
+// are tracked in o.Conns.
+func NewHandler(name string, settings func() *Settings, o proxy.Options) *Handler {
+	o = o.Normalize()
 	return &Handler{name: name, settings: settings, log: o.Log, obs: o.Observer, conns: o.Conns}
 }
 

@@ -78,14 +78,6 @@ type Table struct {
 	Trusted []netip.Prefix
 }
 
-// Options are a handler's fixed parts.
-type Options struct {
-	Log      *slog.Logger   // nil: discard
-	Observer proxy.Observer // told of every request; nil: nobody
-	// Conns tracks upgraded connections for the drain; nil: untracked.
-	Conns *proxy.Conns
-}
-
 // Handler is one HTTP listener's handler.
 type Handler struct {
 	name  string
@@ -118,17 +110,10 @@ type reqInfo struct {
 }
 
 // NewHandler returns a handler for the listener named name; table gives
-// the routing in force (a reload swaps it).
-func NewHandler(name string, table func() *Table, o Options) *Handler {
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Observer == nil {
-		o.Observer = proxy.Observers(nil)
-	}
-	if o.Conns == nil {
-		o.Conns = new(proxy.Conns)
-	}
+// the routing in force (a reload swaps it). Upgraded connections are
+// tracked in o.Conns.
+func NewHandler(name string, table func() *Table, o proxy.Options) *Handler {
+	o = o.Normalize()
 	h := &Handler{name: name, table: table, log: o.Log, obs: o.Observer, conns: o.Conns}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,

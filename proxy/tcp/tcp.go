@@ -26,14 +26,6 @@ type Pool struct {
 	Connect time.Duration     // bounds each dial
 }
 
-// Options are a proxy's fixed parts.
-type Options struct {
-	Log      *slog.Logger   // nil: discard
-	Observer proxy.Observer // told of every connection; nil: nobody
-	// Conns tracks open connections for the drain; nil: a fresh tracker.
-	Conns *proxy.Conns
-}
-
 // Proxy serves one tcp listener.
 type Proxy struct {
 	name  string
@@ -53,16 +45,9 @@ type Proxy struct {
 
 // New returns a proxy for the listener named name; pool gives the pool in
 // force (a reload swaps it; open connections keep their endpoint).
-func New(name string, pool func() *Pool, o Options) *Proxy {
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	if o.Observer == nil {
-		o.Observer = proxy.Observers(nil)
-	}
-	if o.Conns == nil {
-		o.Conns = new(proxy.Conns)
-	}
+// Connections are tracked in o.Conns.
+func New(name string, pool func() *Pool, o proxy.Options) *Proxy {
+	o = o.Normalize()
 	return &Proxy{name: name, pool: pool, log: o.Log, obs: o.Observer, conns: o.Conns}
 }
 

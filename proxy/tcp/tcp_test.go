@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rotor-lb/rotor/balance"
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/tcp"
 )
@@ -21,24 +21,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // Shutdown waits for an open connection until its deadline, then cuts it,
 // and leaves no goroutine behind.
 func TestShutdownDrainsThenCuts(t *testing.T) {
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		for {
-			c, err := echo.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
+	echo := testtool.Echo(t)
 	bp := balance.NewPool("db", balance.Options{})
 	_ = bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "e"}}})
-	pool := &tcp.Pool{Pool: &proxy.Pool{Name: "db", Snapshot: bp.Snapshot(), Attempts: 1}, Addrs: map[string]string{"e": echo.Addr().String()}, Connect: time.Second}
-	p := tcp.New("db", func() *tcp.Pool { return pool }, tcp.Options{})
+	pool := &tcp.Pool{Pool: &proxy.Pool{Name: "db", Snapshot: bp.Snapshot(), Attempts: 1}, Addrs: map[string]string{"e": echo}, Connect: time.Second}
+	p := tcp.New("db", func() *tcp.Pool { return pool }, proxy.Options{})
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	done := make(chan error)
 	go func() { done <- p.Serve(ln) }()
