@@ -39,8 +39,14 @@ type Listener struct {
 	// extended; from anyone else they are replaced.
 	TrustedProxies []string         `yaml:"trusted_proxies"`
 	Timeouts       ListenerTimeouts `yaml:"timeouts"`
-	// MaxHeaderBytes caps request headers (default 1 MiB).
+	// MaxHeaderBytes caps a request's head, its request line and headers
+	// (default 1 MiB): 414 for a longer URI, 431 for a larger head.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxBodyBytes caps a request's body (default 0: no cap): 413 above it.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxConcurrentStreams caps an HTTP/2 connection's streams in flight
+	// (default 128).
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 
 	// Auth is a forward listener's client authentication.
 	Auth *Auth `yaml:"auth"`
@@ -65,7 +71,10 @@ type TLS struct {
 // ListenerTimeouts bound how long clients may take.
 type ListenerTimeouts struct {
 	ReadHeader time.Duration `yaml:"read_header"` // default 10s
-	Idle       time.Duration `yaml:"idle"`        // default 60s
+	// Body bounds the wait between two reads of a request body (default
+	// 60s, nginx's client_body_timeout): 408 when a client stalls.
+	Body time.Duration `yaml:"body"`
+	Idle time.Duration `yaml:"idle"` // default 60s
 	// Shutdown is how long SIGTERM waits for requests and connections in
 	// flight before cutting them (default 30s).
 	Shutdown time.Duration `yaml:"shutdown"`

@@ -20,6 +20,8 @@ import (
 const (
 	DefaultAdminListen    = "127.0.0.1:9901"
 	DefaultReadHeader     = 10 * time.Second
+	DefaultBodyTimeout    = 60 * time.Second
+	DefaultStreams        = 128
 	DefaultIdle           = 60 * time.Second
 	DefaultShutdown       = 30 * time.Second
 	DefaultMaxHeaderBytes = 1 << 20
@@ -57,6 +59,12 @@ func (f *File) applyDefaults() {
 		}
 		if l.Timeouts.Idle == 0 {
 			l.Timeouts.Idle = DefaultIdle
+		}
+		if l.Timeouts.Body == 0 {
+			l.Timeouts.Body = DefaultBodyTimeout
+		}
+		if l.MaxConcurrentStreams == 0 {
+			l.MaxConcurrentStreams = DefaultStreams
 		}
 		if l.Timeouts.Shutdown == 0 {
 			l.Timeouts.Shutdown = DefaultShutdown
@@ -317,7 +325,13 @@ func (f *File) validate() []pathError {
 		if l.MaxHeaderBytes < 0 {
 			add(errAt(path+".max_header_bytes", "must be positive"))
 		}
-		for field, d := range map[string]time.Duration{"read_header": l.Timeouts.ReadHeader, "idle": l.Timeouts.Idle, "shutdown": l.Timeouts.Shutdown} {
+		if l.MaxBodyBytes < 0 {
+			add(errAt(path+".max_body_bytes", "must be zero (no cap) or positive"))
+		}
+		if l.MaxConcurrentStreams < 0 {
+			add(errAt(path+".max_concurrent_streams", "must be positive"))
+		}
+		for field, d := range map[string]time.Duration{"read_header": l.Timeouts.ReadHeader, "body": l.Timeouts.Body, "idle": l.Timeouts.Idle, "shutdown": l.Timeouts.Shutdown} {
 			if d < 0 {
 				add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
 			}

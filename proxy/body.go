@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Body wraps a client's request body for the tries that send it: it
@@ -58,3 +60,104 @@ func (b *Body) Lend() io.ReadCloser { return lent{b} }
 type lent struct{ *Body }
 
 func (lent) Close() error { return nil }
+
+// Errors a limited body returns: the client's, never an endpoint's.
+var (
+	// ErrBodyTooLarge: the body is over the listener's maximum (413).
+	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrBodyTimeout: the client sent nothing for the body timeout (408).
+	ErrBodyTimeout = errors.New("request body too slow")
+)
+
+// ClientStatus is the status for a request whose body failed with err:
+// 413 too large, 408 too slow, 400 otherwise (malformed framing, a body
+// cut short).
+func ClientStatus(err error) int {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		return 413
+	case errors.Is(err, ErrBodyTimeout):
+		return 408
+	}
+	return StatusBadRequest
+}
+
+// ClientReason is ClientStatus's reason for records and metrics.
+func ClientReason(err error) string {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		return "body_too_large"
+	case errors.Is(err, ErrBodyTimeout):
+		return "body_timeout"
+	}
+	return "bad_request"
+}
+
+// LimitBody holds a client's body to the listener's limits: at most max
+// bytes (0: no limit), and at most timeout between two reads (0: none;
+// nginx's client_body_timeout). deadline sets the connection's read
+// deadline (an http.ResponseController's SetReadDeadline); it is set
+// before each read and cleared at the end of the body, so the wait for the
+// backend's answer is not bounded by it.
+func LimitBody(rc io.ReadCloser, max int64, timeout time.Duration, deadline func(time.Time) error) io.ReadCloser {
+	if max <= 0 && timeout <= 0 {
+		return rc
+	}
+	return &limited{rc: rc, left: max, max: max, timeout: timeout, deadline: deadline}
+}
+
+type limited struct {
+	rc       io.ReadCloser
+	left     int64 // bytes still allowed, when max > 0
+	max      int64
+	timeout  time.Duration
+	deadline func(time.Time) error
+	done     bool
+}
+
+func (l *limited) Read(p []byte) (int, error) {
+	if l.done {
+		return 0, io.EOF
+	}
+	if l.max > 0 && int64(len(p)) > l.left+1 {
+		p = p[:l.left+1] // one byte more than allowed tells the body is over
+	}
+	if l.timeout > 0 && l.deadline != nil {
+		_ = l.deadline(time.Now().Add(l.timeout))
+	}
+	n, err := l.rc.Read(p)
+	if l.max > 0 {
+		if int64(n) > l.left {
+			n = int(l.left)
+			l.left = 0
+			l.refuse()
+			return n, ErrBodyTooLarge
+		}
+		l.left -= int64(n)
+	}
+	var ne interface{ Timeout() bool }
+	switch {
+	case err == io.EOF:
+		// Read whole: the wait for the answer is not the body's.
+		l.done = true
+		if l.timeout > 0 && l.deadline != nil {
+			_ = l.deadline(time.Time{})
+		}
+	case err != nil && errors.As(err, &ne) && ne.Timeout():
+		l.refuse()
+		return n, ErrBodyTimeout
+	}
+	return n, err
+}
+
+// refuse ends a body that broke a limit: what is left of it is not read
+// (the deadline is now, so the server's own drain of an unread body gives
+// up at once and the connection closes).
+func (l *limited) refuse() {
+	l.done = true
+	if l.deadline != nil {
+		_ = l.deadline(time.Now())
+	}
+}
+
+func (l *limited) Close() error { return l.rc.Close() }

@@ -313,6 +313,24 @@ pools:
 	if !strings.Contains(r.logs.String(), "forward failed") {
 		t.Fatalf("the route failures were not logged:\n%s", r.logs.String())
 	}
+	// A reload refused over a URL that quotes the token: not in the API's
+	// answer, /status or the log either.
+	r.rewrite(t, strings.Replace(cfg, "http://${TOKEN}:@", "ftp://${TOKEN}:@", 1))
+	resp, err := http.Post("http://"+r.Addr("admin").String()+"/admin/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	_, status = get(t, "http://"+r.Addr("admin").String()+"/status")
+	if resp.StatusCode != 400 || !strings.Contains(string(refusal), "scheme must be direct, http or socks5") {
+		t.Fatalf("the bad reload: %d %s", resp.StatusCode, refusal)
+	}
+	for what, text := range map[string]string{"the reload's answer": string(refusal), "status": status, "logs": r.logs.String()} {
+		if strings.Contains(text, token) || strings.Contains(text, pass) {
+			t.Errorf("%s shows a secret after a refused reload:\n%s", what, text)
+		}
+	}
 	for _, want := range []string{
 		`rotor_requests_total{code="200",endpoint="a",kind="http",listener="web",pool="app"} 1`,
 		`rotor_request_duration_seconds_bucket{listener="web",pool="app"`,

@@ -222,13 +222,21 @@ func (s *Server) Start() error {
 }
 
 // httpServer is the http.Server for an http or forward listener, with
-// its timeouts and header limit.
+// its timeouts, its limits on heads and bodies, and its HTTP/2 limits.
+// Go's HTTP/2 server brings its own defences against rapid resets and
+// CONTINUATION floods; the header limit bounds the latter.
 func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
+	kind := proxy.KindHTTP
+	if l.Kind == "forward" {
+		kind = proxy.KindForward
+	}
 	return &http.Server{
-		Handler:           h,
+		Handler: &limits{next: h, listener: l.Name, kind: kind, maxHeader: l.MaxHeaderBytes,
+			maxBody: l.MaxBodyBytes, bodyTimeout: l.Timeouts.Body, obs: s},
 		ReadHeaderTimeout: l.Timeouts.ReadHeader,
 		IdleTimeout:       l.Timeouts.Idle,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: l.MaxConcurrentStreams},
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }

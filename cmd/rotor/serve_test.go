@@ -133,6 +133,29 @@ pools:
 	}
 }
 
+// check-config's errors never show a URL's userinfo, a token standing as
+// the user included.
+func TestCheckConfigHidesTokens(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
+	_ = os.WriteFile(cfg, []byte(`listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes}
+pools:
+  - name: routes
+    endpoints:
+      - {name: a, url: "ftp://${ROUTE_TOKEN}:@proxy.example:8000"}
+      - {name: b, url: "http://${ROUTE_TOKEN}@proxy.example"}
+      - {name: c, url: "socks5://user:${ROUTE_TOKEN}@%zz"}
+`), 0o600)
+	const token = "tok-9f8e7d6c5b"
+	code, out, errs := runRotorEnv(t, map[string]string{"ROUTE_TOKEN": token}, "check-config", cfg)
+	if code == 0 || !strings.Contains(errs, "pools.routes.endpoints.a.url") || !strings.Contains(errs, "pools.routes.endpoints.c.url") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if strings.Contains(out+errs, token) {
+		t.Fatalf("check-config shows the token:\n%s", errs)
+	}
+}
+
 // Every ready config in examples/ loads.
 func TestExamplesLoad(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")

@@ -610,3 +610,44 @@ func TestGuardGivenOnceOnTheRoute(t *testing.T) {
 		t.Fatal("a nil route was accepted")
 	}
 }
+
+// Every spelling of a forbidden address is refused: zones, every form of
+// IPv4 inside IPv6, and inet_aton's IPv4 forms; public addresses in the
+// same forms pass.
+func TestGuardNormalisesEveryForm(t *testing.T) {
+	g := &forward.Guard{}
+	for _, host := range []string{
+		"::1%lo", "::1%1", "[::1%25lo]", "::1%25eth0", "fe80::1%eth0", "fd00::2%eth0", "fe80::1",
+		"::127.0.0.1", "::ffff:127.0.0.1", "::ffff:7f00:1", "0:0:0:0:0:ffff:7f00:1", "[0:0:0:0:0:0:0:1]",
+		"64:ff9b::127.0.0.1", "64:ff9b::a00:1", "2002:7f00:1::", "2002:a9fe:a9fe::1", "64:ff9b:1::8.8.8.8",
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2", // Teredo
+		"127.1", "2130706433", "0x7f000001", "0X7F.1", "0177.0.0.1", "127.000.000.001", "017700000001",
+		"0", "0.0.0.0", "169.254.169.254", "0xa9.0xfe.0xa9.0xfe", "fd00:ec2::254", "localhost", "127.0.0.1.",
+	} {
+		if err := g.CheckHost(context.Background(), host); !errors.Is(err, forward.ErrForbiddenTarget) {
+			t.Errorf("%s: %v, want it refused", host, err)
+		}
+		if _, err := g.Resolve(context.Background(), host); !errors.Is(err, forward.ErrForbiddenTarget) {
+			t.Errorf("Resolve(%s): %v, want it refused", host, err)
+		}
+	}
+	for _, host := range []string{
+		"8.8.8.8", "134744072", "::ffff:8.8.8.8", "64:ff9b::8.8.8.8", "2002:808:808::1", "2606:4700::1111",
+	} {
+		if err := g.CheckHost(context.Background(), host); err != nil {
+			t.Errorf("%s: refused: %v", host, err)
+		}
+	}
+	// The address resolved is the one to dial: a literal comes back
+	// normalised, without zone or mapping.
+	allowed := &forward.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	for host, want := range map[string]string{"127.1": "127.0.0.1", "::ffff:127.0.0.2": "127.0.0.2", "2130706433": "127.0.0.1"} {
+		if got, err := allowed.Resolve(context.Background(), host); err != nil || got.String() != want {
+			t.Errorf("Resolve(%s) = %v, %v; want %s", host, got, err, want)
+		}
+	}
+	// The dialer's check sees zones too.
+	if err := g.Control("tcp6", "[::1%lo]:80", nil); !errors.Is(err, forward.ErrForbiddenTarget) {
+		t.Errorf("Control on a zoned loopback: %v, want it refused", err)
+	}
+}

@@ -12,13 +12,19 @@ import (
 
 // Blocked are the target ranges refused by default: loopback, private,
 // carrier-grade NAT, link-local (with the cloud metadata address
-// 169.254.169.254), unique-local (with fd00:ec2::254), unspecified and
-// multicast. A forward proxy that reaches them lets its clients into the
-// network it sits in (SSRF).
+// 169.254.169.254), unique-local (with fd00:ec2::254), site-local,
+// unspecified, multicast, benchmarking, documentation and discard ranges,
+// the IPv4-compatible IPv6 block ::/96 (which holds ::1 and ::), local-use
+// NAT64 and Teredo (whose IPv4 address is obfuscated). A forward proxy
+// that reaches them lets its clients into the network it sits in (SSRF).
+// Addresses that carry an IPv4 address (mapped, NAT64 64:ff9b::/96, 6to4
+// 2002::/16) are judged by the IPv4 address as well: see Permits.
 var Blocked = mustPrefixes(
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-	"192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "64:ff9b::/96",
+	"192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+	"224.0.0.0/4", "240.0.0.0/4",
+	"::/96", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8", "64:ff9b:1::/48", "100::/64",
+	"2001::/32", "2001:db8::/32",
 )
 
 func mustPrefixes(ss ...string) []netip.Prefix {
@@ -40,10 +46,20 @@ type Guard struct {
 // ErrForbiddenTarget is wrapped by errors for targets the guard refuses.
 var ErrForbiddenTarget = fmt.Errorf("target address is not allowed")
 
-// Permits reports whether addr may be reached. IPv4-mapped IPv6 addresses
-// are judged as the IPv4 address they carry.
+// Permits reports whether addr may be reached. Its zone (fe80::1%eth0,
+// ::1%lo) is dropped first: it names an interface, not another address.
+// An IPv6 address that carries an IPv4 address is judged as both, and
+// permitted only if both are: mapped (::ffff:a.b.c.d, judged as the IPv4
+// address alone), NAT64 (64:ff9b::a.b.c.d) and 6to4 (2002:AABB:CCDD::).
 func (g *Guard) Permits(addr netip.Addr) bool {
-	addr = addr.Unmap()
+	addr = addr.WithZone("").Unmap()
+	if v4, ok := embeddedIPv4(addr); ok && !g.permits(v4) {
+		return false
+	}
+	return g.permits(addr)
+}
+
+func (g *Guard) permits(addr netip.Addr) bool {
 	if g != nil {
 		for _, p := range g.Allow {
 			if p.Contains(addr) {
@@ -57,6 +73,27 @@ func (g *Guard) Permits(addr netip.Addr) bool {
 		}
 	}
 	return true
+}
+
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries in NAT64
+// (RFC 6052, the last 32 bits) or 6to4 (RFC 3056, bits 16 to 47) form.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	if !a.Is6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	switch {
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
 }
 
 // Control is a net.Dialer Control function that refuses forbidden
@@ -99,6 +136,35 @@ func (g *Guard) CheckHost(ctx context.Context, host string) error {
 	return nil
 }
 
+// Resolve returns the address to dial for host, checked: host itself if
+// it is an address in any of CheckHost's forms, else the first address the
+// name resolves to, once every address it resolves to is permitted (a name
+// that mixes a public address with a private one is refused whole). The
+// address returned is the one to dial, so that no second resolution can
+// bring back another one.
+func (g *Guard) Resolve(ctx context.Context, host string) (netip.Addr, error) {
+	host = normalHost(host)
+	if addr, ok := parseLooseIPv4(host); ok {
+		return addr, g.check(addr)
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return addr.WithZone("").Unmap(), g.check(addr)
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("%s: no address", host)
+	}
+	for _, a := range addrs {
+		if err := g.check(a); err != nil {
+			return netip.Addr{}, err
+		}
+	}
+	return addrs[0].WithZone("").Unmap(), nil
+}
+
 // CheckLiteral refuses host if it is an address, in any of CheckHost's
 // forms, that the guard forbids; a name passes (it is checked where it is
 // dialled).
@@ -123,7 +189,7 @@ func (g *Guard) checkLiteral(host string) (literal bool, err error) {
 
 func (g *Guard) check(a netip.Addr) error {
 	if !g.Permits(a) {
-		return fmt.Errorf("%w: %s", ErrForbiddenTarget, a.Unmap())
+		return fmt.Errorf("%w: %s", ErrForbiddenTarget, a.WithZone("").Unmap())
 	}
 	return nil
 }

@@ -121,11 +121,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		status := h.fail(r, trip, err)
+		if body != nil && body.Err() != nil && status != proxy.StatusClientClosed {
+			// The client's body broke the request: its fault, said as such.
+			status = proxy.ClientStatus(body.Err())
+			rec.Header().Set("Connection", "close")
+		}
 		record.Status, record.Reason = status, trip.Reason
 		if status != proxy.StatusClientClosed {
-			if trip.Reason == "client" {
-				rec.Header().Set("Connection", "close")
-			}
 			http.Error(rec, http.StatusText(status), status)
 		}
 		return
@@ -154,11 +156,8 @@ func (h *Handler) fail(r *http.Request, trip Trip, err error) int {
 		return http.StatusForbidden
 	}
 	kind := proxy.Classify(err, r.Context())
-	if trip.Reason == "client" {
-		kind = health.Client
-	}
 	status := proxy.Status(err, kind)
-	if status != proxy.StatusClientClosed && status != proxy.StatusBadRequest {
+	if status != proxy.StatusClientClosed {
 		h.log.Warn("forward failed", "listener", h.name, "route", trip.Route, "host", r.URL.Hostname(), "status", status, "error", secret.Text(err.Error()))
 	}
 	return status
@@ -206,7 +205,7 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		}
 		record.Endpoint = ep.Name
 		route := t.routes[ep.Name]
-		if err := route.CheckTarget(r.Context(), host); err != nil {
+		if err := route.CheckTarget(r.Context(), host, true); err != nil {
 			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
 			if !errors.Is(err, ErrForbiddenTarget) {
 				// Not resolved here, so not checked: not carried.
@@ -231,7 +230,13 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 			o = health.Outcome{Status: se.Status, Latency: o.Latency}
 		case errors.Is(err, ErrForbiddenTarget):
 			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+			h.log.Warn("target refused", "listener", h.name, "host", host, "error", err)
 			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
+			return
+		case isResolveError(err):
+			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+			h.log.Warn("target not resolved", "listener", h.name, "host", host, "error", err)
+			h.refuse(w, record, http.StatusBadGateway, "resolve", http.StatusText(http.StatusBadGateway))
 			return
 		}
 		retry := f.Done(proxy.Result{Outcome: o, Unsent: true})
@@ -275,6 +280,13 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
 	}
 	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn)
+}
+
+// isResolveError reports whether err is a name that did not resolve: the
+// target's fault, or the resolver's, never a route's.
+func isResolveError(err error) bool {
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr)
 }
 
 // counter notes the bytes of a response written through it. Unwrap lets

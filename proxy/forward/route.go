@@ -117,9 +117,22 @@ func NewRoute(o RouteOptions) (*Route, error) {
 		d := &net.Dialer{Timeout: o.Connect, KeepAlive: 30 * time.Second, Control: o.Guard.Control}
 		t.DialContext = d.DialContext
 	case "http":
-		t.Proxy = http.ProxyURL(u) // absolute-URI for http, CONNECT for https, Basic auth from u.User
+		// http targets go to the proxy as absolute-URI requests (with
+		// Basic auth from u.User); https targets through a CONNECT tunnel
+		// this route opens itself, to the address it checked.
+		t.Proxy = func(req *http.Request) (*url.URL, error) {
+			if req.URL.Scheme == "http" {
+				return u, nil
+			}
+			return nil, nil
+		}
 		d := &net.Dialer{Timeout: o.Connect, KeepAlive: 30 * time.Second}
-		t.DialContext = d.DialContext
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == u.Host {
+				return d.DialContext(ctx, network, addr) // the proxy itself
+			}
+			return r.DialTunnel(ctx, addr)
+		}
 	case "socks5":
 		t.DialContext = r.dialSOCKS
 	}
@@ -130,17 +143,21 @@ func NewRoute(o RouteOptions) (*Route, error) {
 // String names the route and where it goes, userinfo masked.
 func (r *Route) String() string { return r.Name + " (" + secret.URL(r.URL) + ")" }
 
-// CheckTarget refuses a target host the route's guard forbids. A direct
-// route checks every address it dials as it dials it (so a name that
-// resolves, or rebinds, to a forbidden address is caught there); here it
-// checks only literal addresses. A route through another proxy has the
-// target resolved over there, so the name is resolved and checked here
-// first.
-func (r *Route) CheckTarget(ctx context.Context, host string) error {
-	if r.URL.Scheme == "direct" {
-		return r.guard.CheckLiteral(host)
+// CheckTarget refuses a target host the route's guard forbids, before
+// anything is sent. What the route dials itself is checked as it is
+// dialled, on the address dialled: a direct route's every dial, a SOCKS5
+// route's target (resolved here, checked, and sent as an address), an
+// HTTP-proxy route's CONNECT tunnels (likewise), so here only literal
+// addresses are checked, for an early and clear refusal. tunnel says the
+// request goes through such a dial: a CONNECT, or an https request. The
+// one request this route cannot pin is a plain-http one through an HTTP
+// proxy, which the proxy dials itself from the URL: for it the name is
+// resolved and checked here, and the proxy resolves it again.
+func (r *Route) CheckTarget(ctx context.Context, host string, tunnel bool) error {
+	if r.URL.Scheme == "http" && !tunnel {
+		return r.guard.CheckHost(ctx, host)
 	}
-	return r.guard.CheckHost(ctx, host)
+	return r.guard.CheckLiteral(host)
 }
 
 // Transport returns the route's HTTP transport.
@@ -159,19 +176,40 @@ func (r *Route) socksDialer() (proxy.ContextDialer, error) {
 	return d.(proxy.ContextDialer), nil
 }
 
+// dialSOCKS opens a connection to addr through the SOCKS5 proxy, to the
+// address the guard checked: the name is resolved here, once.
 func (r *Route) dialSOCKS(ctx context.Context, network, addr string) (net.Conn, error) {
+	target, err := r.checked(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
 	d, err := r.socksDialer()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.connect+30*time.Second)
 	defer cancel()
-	return d.DialContext(ctx, network, addr)
+	return d.DialContext(ctx, network, target)
+}
+
+// checked resolves host:port's host with the guard and returns the
+// checked address with the port.
+func (r *Route) checked(ctx context.Context, hostport string) (string, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", err
+	}
+	addr, err := r.guard.Resolve(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(addr.String(), port), nil
 }
 
 // DialTunnel opens a byte stream to target (host:port) over the route:
 // a guarded dial for direct, a SOCKS5 CONNECT, or an HTTP CONNECT through
-// the proxy.
+// the proxy. The last two go to the address the guard resolved and
+// checked, never to the name.
 func (r *Route) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
 	switch r.URL.Scheme {
 	case "direct":
@@ -179,6 +217,10 @@ func (r *Route) DialTunnel(ctx context.Context, target string) (net.Conn, error)
 		return d.DialContext(ctx, "tcp", target)
 	case "socks5":
 		return r.dialSOCKS(ctx, "tcp", target)
+	}
+	target, err := r.checked(ctx, target)
+	if err != nil {
+		return nil, err
 	}
 	d := &net.Dialer{Timeout: r.connect}
 	conn, err := d.DialContext(ctx, "tcp", r.URL.Host)

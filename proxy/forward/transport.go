@@ -161,7 +161,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Respon
 			trip.Reason = "local"
 			return nil, trip, fmt.Errorf("forward: route %q has no dialer", ep.Name)
 		}
-		if err := r.CheckTarget(req.Context(), req.URL.Hostname()); err != nil {
+		if err := r.CheckTarget(req.Context(), req.URL.Hostname(), req.URL.Scheme == "https"); err != nil {
 			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
 			closeBody(req)
 			trip.Reason = "target_forbidden"
@@ -193,10 +193,14 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Respon
 		o := health.Outcome{Err: proxy.Classify(err, req.Context()), Latency: end.Sub(start)}
 		switch {
 		case err != nil && errors.Is(err, ErrForbiddenTarget):
-			o.Err = health.Local // the direct route's dialer refused the address
+			o.Err = health.Local // the route's dial refused the address it resolved
 			trip.Reason = "target_forbidden"
+		case err != nil && isResolveError(err):
+			o.Err = health.Local // the target's name, not the route
+			trip.Reason = "resolve"
 		case err != nil && body != nil && body.Err() != nil:
 			o.Err = health.Client
+			trip.Reason = proxy.ClientReason(body.Err())
 		}
 		if resp != nil {
 			o.Status = resp.StatusCode

@@ -226,9 +226,9 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 }
 
 // rewrite sets the forwarding headers. X-Forwarded-For, -Host and -Proto
-// from a trusted peer are kept and extended; from anyone else they are
-// dropped and set afresh, so a client cannot spoof its address. The
-// original Host is passed on, as Caddy does.
+// and X-Real-IP from a trusted peer are kept (X-Forwarded-For extended);
+// from anyone else they are dropped and set afresh, so a client cannot
+// spoof its address. The original Host is passed on, as Caddy does.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	info, _ := pr.In.Context().Value(ctxKey{}).(*reqInfo)
 	trust := info != nil && info.trusted
@@ -242,6 +242,13 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 				pr.Out.Header.Set(k, v)
 			}
 		}
+	}
+	if v := pr.In.Header.Get("X-Real-IP"); !trust || v == "" {
+		host, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+		if err != nil {
+			host = pr.In.RemoteAddr
+		}
+		pr.Out.Header.Set("X-Real-IP", host)
 	}
 	pr.Out.Host = pr.In.Host
 }
@@ -285,10 +292,14 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error
 	if info != nil && info.body != nil && info.body.Err() != nil {
 		kind = health.Client
 	}
-	if info != nil {
-		info.kind, info.reason = kind, proxy.Reason(err, kind)
-	}
 	status := proxy.Status(err, kind)
+	reason := proxy.Reason(err, kind)
+	if kind == health.Client && info != nil && info.body != nil {
+		status, reason = proxy.ClientStatus(info.body.Err()), proxy.ClientReason(info.body.Err())
+	}
+	if info != nil {
+		info.kind, info.reason = kind, reason
+	}
 	if status == proxy.StatusClientClosed {
 		h.log.Debug("client went away", "listener", h.name, "path", r.URL.Path)
 		return

@@ -61,6 +61,12 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	}
 	inURL := *out.URL
 	for {
+		if err := out.Context().Err(); err != nil {
+			// The client is gone (an HTTP/2 stream reset, say): nothing
+			// is sent for it.
+			cancel()
+			return nil, err
+		}
 		ep, err := f.Next()
 		if err != nil {
 			cancel()

@@ -1,0 +1,168 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Conn opens an HTTP/2 connection (TLS, ALPN h2) with the client's
+// preface and settings sent.
+func h2Conn(t *testing.T, addr string) (*tls.Conn, *http2.Framer) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return c, fr
+}
+
+// h2MaxStreams reads the server's first SETTINGS frame on c and returns
+// its SETTINGS_MAX_CONCURRENT_STREAMS.
+func h2MaxStreams(c *tls.Conn) (uint32, error) {
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		return 0, err
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return 0, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return 0, err
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			v, _ := sf.Value(http2.SettingMaxConcurrentStreams)
+			return v, nil
+		}
+	}
+}
+
+func h2Headers(t *testing.T, authority, path string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	for _, hf := range []hpack.HeaderField{
+		{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+		{Name: ":authority", Value: authority}, {Name: ":path", Value: path},
+	} {
+		if err := enc.WriteField(hf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// tlsWeb starts rotor with an HTTPS listener in front of backend b and the
+// listener settings given.
+func tlsWeb(t *testing.T, b *backend, settings string) *rotor {
+	t.Helper()
+	certFile, keyFile := selfSigned(t, t.TempDir())
+	cfg := strings.Replace(webConfig("round_robin", b), "routes:",
+		fmt.Sprintf("%s tls: {cert: %q, key: %q}, routes:", settings, certFile, keyFile), 1)
+	return startRotor(t, cfg, nil)
+}
+
+func h2Get(t *testing.T, addr string) time.Duration {
+	t.Helper()
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	start := time.Now()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+		t.Fatalf("%s %d", resp.Proto, resp.StatusCode)
+	}
+	return time.Since(start)
+}
+
+// Rapid reset (CVE-2023-44487): a client that opens and cancels streams
+// as fast as it can does not make rotor run a request for each, and
+// other clients are served meanwhile.
+func TestHTTP2RapidReset(t *testing.T) {
+	a := newBackend(t, "a")
+	a.set(0, 200*time.Millisecond)
+	r := tlsWeb(t, a, "max_concurrent_streams: 100,")
+	addr := r.Addr("web").String()
+	h2Get(t, addr)
+	c, fr := h2Conn(t, addr)
+	defer c.Close()
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+	block := h2Headers(t, addr, "/slow")
+	const streams = 5000
+	sent := 0
+	for i := range streams {
+		id := uint32(2*i + 1)
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			break // the server closed the connection: a defence too
+		}
+		if err := fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			break
+		}
+		sent++
+	}
+	if d := h2Get(t, addr); d > 3*time.Second {
+		t.Fatalf("another client waited %v during the flood", d)
+	}
+	c.Close()
+	if hits := a.count(); hits > streams/2 {
+		t.Fatalf("%d of %d cancelled streams reached the backend", hits, sent)
+	}
+	ep := r.Pools()[0].Snapshot.Get("a")
+	eventually(t, 10*time.Second, "every cancelled request ended", func() bool { return ep.State.Inflight() == 0 })
+	t.Logf("%d streams opened and reset; %d reached the backend", sent, a.count())
+}
+
+// A CONTINUATION flood (CVE-2023-45288): a header block that never ends
+// is cut at max_header_bytes, and the connection closed, long before the
+// client has sent all it wanted to.
+func TestHTTP2ContinuationFlood(t *testing.T) {
+	a := newBackend(t, "a")
+	r := tlsWeb(t, a, "max_header_bytes: 4096,")
+	addr := r.Addr("web").String()
+	c, fr := h2Conn(t, addr)
+	defer c.Close()
+	closed := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/"), EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	junk := bytes.Repeat([]byte{0x40, 0x03, 'x', '-', 'a', 0x01, 'b'}, 140) // literal headers, about 1 KiB
+	sent := 0
+	for range 10_000 { // 10 MB, if nobody stops it
+		if err := fr.WriteContinuation(1, false, junk); err != nil {
+			break
+		}
+		sent++
+	}
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection is still open after the flood")
+	}
+	if sent >= 10_000 {
+		t.Fatalf("all %d CONTINUATION frames were accepted", sent)
+	}
+	h2Get(t, addr)
+	t.Logf("connection closed after %d CONTINUATION frames of about 1 KiB", sent)
+}

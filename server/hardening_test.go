@@ -1,0 +1,347 @@
+package server_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
+)
+
+// canary listens on 127.0.0.1 and [::1] on one port and counts every
+// connection: a forward proxy that reaches it let a client into loopback.
+type canary struct {
+	port  string
+	conns atomic.Int64
+}
+
+func newCanary(t *testing.T) *canary {
+	t.Helper()
+	c := &canary{}
+	for range 20 {
+		v4, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(v4.Addr().String())
+		v6, err := net.Listen("tcp", "[::1]:"+port)
+		if err != nil {
+			v4.Close()
+			continue
+		}
+		c.port = port
+		for _, ln := range []net.Listener{v4, v6} {
+			t.Cleanup(func() { ln.Close() })
+			go func() {
+				for {
+					conn, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.conns.Add(1)
+					conn.Close()
+				}
+			}()
+		}
+		return c
+	}
+	t.Fatal("no port free on both 127.0.0.1 and ::1")
+	return nil
+}
+
+// ssrfForms are the spellings of loopback, private and link-local
+// addresses an attacker tries (host parts of a URL or authority).
+var ssrfForms = []string{
+	"127.0.0.1", "127.1", "2130706433", "0x7f000001", "0x7f.1", "0177.0.0.1", "127.000.000.001", "localhost",
+	"127.0.0.1.", "[::1]", "[::1%25lo]", "[::1%251]", "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]",
+	"[::ffff:7f00:1]", "[::127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "[fe80::1%25eth0]",
+	"[fd00::2%25eth0]", "[fd00::2]", "169.254.169.254",
+}
+
+// Every spelling of a forbidden target, through every kind of route, as
+// an absolute-URI GET and as a CONNECT, is refused, and not one byte
+// reaches a listener on loopback.
+func TestSSRFEveryFormEveryRoute(t *testing.T) {
+	can := newCanary(t)
+	routes := map[string]string{
+		"direct": "direct://",
+		"http":   "http://" + testtool.Tinyproxy(t, "", ""),
+		"socks5": "socks5://" + testtool.Microsocks(t, "", ""),
+	}
+	for kind, u := range routes {
+		t.Run(kind, func(t *testing.T) {
+			r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%s]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: %s, url: %q}
+`, can.port, kind, u), nil)
+			for _, form := range ssrfForms {
+				target := form + ":" + can.port
+				for _, req := range []string{
+					"GET http://" + target + "/ HTTP/1.1\r\nHost: " + target + "\r\n\r\n",
+					"CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n",
+				} {
+					status := rawStatus(t, r.Addr("out").String(), req)
+					if status != 403 && status != 400 {
+						t.Errorf("%s over %s: %d, want it refused (403)", strings.Fields(req)[0]+" "+target, kind, status)
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond) // a late dial would land now
+	if n := can.conns.Load(); n != 0 {
+		t.Fatalf("%d connections reached loopback through the forward proxy", n)
+	}
+}
+
+// rawStatus sends req on a new connection to addr and returns the
+// answer's status.
+func rawStatus(t *testing.T, addr, req string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	method := strings.Fields(req)[0]
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("%q: %v", req, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// rawExchange sends req on a new connection and returns the answer, and
+// whether the server closed the connection after it.
+func rawExchange(t *testing.T, addr, req string) (*http.Response, string, bool) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%q: %v", req, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, err = br.ReadByte()
+	closed := err == io.EOF
+	return resp, string(body), closed
+}
+
+// A client's malformed body is the client's: 400 to it, and nothing
+// charged to the endpoint, however often it is sent.
+func TestMalformedBodyIsTheClients(t *testing.T) {
+	a := newBackend(t, "a")
+	r := startRotor(t, webConfig("round_robin", a), nil)
+	for range 9 {
+		resp, _, closed := rawExchange(t, r.Addr("web").String(),
+			"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot a chunk\r\n0\r\n\r\n")
+		if resp.StatusCode != 400 || !closed {
+			t.Fatalf("a bad chunk size: %d (closed %v), want 400 and the connection closed", resp.StatusCode, closed)
+		}
+	}
+	s := r.Pools()[0].Snapshot.Get("a").Snapshot(time.Now())
+	if s.Failures != 0 || s.BreakerName != "closed" {
+		t.Fatalf("the endpoint was charged for the client's body: %d failures, breaker %s", s.Failures, s.BreakerName)
+	}
+	if code, body := get(t, r.url("web")); code != 200 || body != "a" {
+		t.Fatalf("after the bad bodies: %d %q", code, body)
+	}
+}
+
+// RFC 9112, 6.1: a request framed by both Content-Length and
+// Transfer-Encoding is served by its chunks, and its connection closed.
+func TestContentLengthWithTransferEncodingCloses(t *testing.T) {
+	a := newBackend(t, "a")
+	r := startRotor(t, webConfig("round_robin", a), nil)
+	resp, body, closed := rawExchange(t, r.Addr("web").String(),
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+	if resp.StatusCode != 200 || body != "a" || !closed {
+		t.Fatalf("CL+TE: %d %q, closed %v; want served and the connection closed", resp.StatusCode, body, closed)
+	}
+	// A plain request keeps its connection.
+	resp, _, closed = rawExchange(t, r.Addr("web").String(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != 200 || closed {
+		t.Fatalf("a plain GET: %d, closed %v; want kept alive", resp.StatusCode, closed)
+	}
+}
+
+// A slow body is cut at the body timeout (408) and a large one refused
+// (413); neither is charged to the endpoint, and the backend's connection
+// is not held.
+func TestBodyLimits(t *testing.T) {
+	a := newBackend(t, "a")
+	cfg := strings.Replace(webConfig("round_robin", a),
+		`listen: "127.0.0.1:0", routes:`, `listen: "127.0.0.1:0", max_body_bytes: 1000, timeouts: {body: 300ms}, routes:`, 1)
+	r := startRotor(t, cfg, nil)
+	addr := r.Addr("web").String()
+	// Announced too large: refused before any byte is read.
+	resp, _, closed := rawExchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+	if resp.StatusCode != 413 || !closed {
+		t.Fatalf("Content-Length 5000 over 1000: %d closed %v, want 413", resp.StatusCode, closed)
+	}
+	// Chunked past the limit: cut while read.
+	big := strings.Repeat("x", 1500)
+	resp, _, _ = rawExchange(t, addr, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(big), big))
+	if resp.StatusCode != 413 {
+		t.Fatalf("a chunked body over the limit: %d, want 413", resp.StatusCode)
+	}
+	// Slow: one byte, then nothing.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	sresp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); sresp.StatusCode != 408 || d < 250*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("a stalled body: %d after %v, want 408 after about 300ms", sresp.StatusCode, d)
+	}
+	s := r.Pools()[0].Snapshot.Get("a").Snapshot(time.Now())
+	if s.Failures != 0 {
+		t.Fatalf("the endpoint was charged %d failures for the clients' bodies", s.Failures)
+	}
+	// A body under the limits passes.
+	resp, body, _ := rawExchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+	if resp.StatusCode != 200 || body != "a" {
+		t.Fatalf("a small body: %d %q", resp.StatusCode, body)
+	}
+}
+
+// max_header_bytes is exact: a head over it is 431 (and a URI over it
+// 414), not 4 KiB later.
+func TestMaxHeaderBytesIsExact(t *testing.T) {
+	a := newBackend(t, "a")
+	cfg := strings.Replace(webConfig("round_robin", a),
+		`listen: "127.0.0.1:0", routes:`, `listen: "127.0.0.1:0", max_header_bytes: 2000, routes:`, 1)
+	r := startRotor(t, cfg, nil)
+	addr := r.Addr("web").String()
+	for _, tc := range []struct {
+		name, req string
+		want      int
+	}{
+		{"under", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 1500) + "\r\n\r\n", 200},
+		{"a 3000-byte header", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 3000) + "\r\n\r\n", 431},
+		{"a 2500-byte URI", "GET /" + strings.Repeat("a", 2500) + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+	} {
+		if got := rawStatus(t, addr, tc.req); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if n := a.count(); n != 1 {
+		t.Fatalf("the backend saw %d requests, want only the one under the limit", n)
+	}
+}
+
+// X-Real-IP from a client that is not trusted is replaced by its address,
+// as X-Forwarded-For is.
+func TestXRealIPReplaced(t *testing.T) {
+	a := newBackend(t, "a")
+	r := startRotor(t, webConfig("round_robin", a), nil)
+	get(t, r.url("web"), "X-Real-IP", "10.9.9.9")
+	if got := a.lastRequest().Header.Get("X-Real-IP"); got != "127.0.0.1" {
+		t.Fatalf("X-Real-IP at the backend: %q, want the client's address 127.0.0.1", got)
+	}
+}
+
+// fds counts this process's open file descriptors.
+func fds(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd here")
+	}
+	return len(entries)
+}
+
+// A proxied TCP connection costs its two sockets, no splice pipes, and
+// gives them back when it closes, without waiting for a GC.
+func TestTCPConnectionsUseTwoDescriptors(t *testing.T) {
+	echo := testtool.Echo(t)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+pools:
+  - name: dbs
+    endpoints:
+      - {name: echo, address: %q}
+`, echo), nil)
+	before := fds(t)
+	const n = 100
+	conns := make([]net.Conn, n)
+	payload := strings.Repeat("x", 100_000) // large enough for io.Copy to choose its fastest path
+	for i := range conns {
+		c, err := net.Dial("tcp", r.Addr("db").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+		go func() { _, _ = io.WriteString(c, payload) }()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, make([]byte, len(payload))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each connection here is four descriptors in this process: the
+	// client's, rotor's two, and the echo server's.
+	if per := float64(fds(t)-before) / n; per > 4.5 {
+		t.Fatalf("%.1f descriptors per proxied connection, want 4 (two of them rotor's)", per)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, 5*time.Second, "descriptors given back", func() bool { return fds(t) <= before+2 })
+}
+
+// HTTP/2 clients get the listener's stream limit.
+func TestHTTP2StreamLimit(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := selfSigned(t, dir)
+	a := newBackend(t, "a")
+	cfg := strings.Replace(webConfig("round_robin", a), "routes:",
+		fmt.Sprintf("max_concurrent_streams: 7, tls: {cert: %q, key: %q}, routes:", certFile, keyFile), 1)
+	r := startRotor(t, cfg, nil)
+	c, err := tls.Dial("tcp", r.Addr("web").String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	streams, err := h2MaxStreams(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streams != 7 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want 7", streams)
+	}
+}

@@ -1,0 +1,81 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// limits holds every client request of an http or forward listener to the
+// listener's limits before the listener sees it: the size of its head
+// (exactly max_header_bytes: net/http reads up to 4 KiB past its own
+// limit), the size of its body (413) and the time between two reads of
+// it (408). A request refused here is recorded with its reason; one
+// refused later, while its body is read, is answered by the listener,
+// which never charges it to an endpoint.
+type limits struct {
+	next        http.Handler
+	listener    string
+	kind        string // proxy.KindHTTP or proxy.KindForward
+	maxHeader   int
+	maxBody     int64
+	bodyTimeout time.Duration
+	obs         proxy.Observer
+}
+
+func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		// RFC 9112, 6.1: after a request framed by both Content-Length and
+		// Transfer-Encoding the connection must close, or a hop that
+		// framed it by Content-Length would read the rest as another
+		// request. Go's parser removes the Content-Length of a chunked
+		// request, so the two cannot be told apart here: every chunked
+		// HTTP/1 request closes its connection after its answer.
+		w.Header().Set("Connection", "close")
+	}
+	switch {
+	case l.maxHeader > 0 && len(r.RequestURI) > l.maxHeader:
+		l.refuse(w, r, http.StatusRequestURITooLong, "uri_too_long")
+		return
+	case l.maxHeader > 0 && headSize(r) > l.maxHeader:
+		l.refuse(w, r, http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
+		return
+	case l.maxBody > 0 && r.ContentLength > l.maxBody:
+		l.refuse(w, r, http.StatusRequestEntityTooLarge, "body_too_large")
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect {
+		r.Body = proxy.LimitBody(r.Body, l.maxBody, l.bodyTimeout, http.NewResponseController(w).SetReadDeadline)
+	}
+	l.next.ServeHTTP(w, r)
+}
+
+// headSize is the size of the request's head as it came: the request
+// line and every header line.
+func headSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	n += len("Host: ") + len(r.Host) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
+
+func (l *limits) refuse(w http.ResponseWriter, r *http.Request, status int, reason string) {
+	// Not a byte of the body will be read: the server's drain of it must
+	// not wait for a client that may never send it.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	w.Header().Set("Connection", "close")
+	http.Error(w, http.StatusText(status), status)
+	kind := l.kind
+	if r.Method == http.MethodConnect {
+		kind = proxy.KindConnect
+	}
+	l.obs.Served(&proxy.Record{
+		Listener: l.listener, Kind: kind, Status: status, Reason: reason, Method: r.Method, Host: r.Host,
+		Path: r.URL.Path, Client: r.RemoteAddr, Start: time.Now(),
+	})
+}
