@@ -528,18 +528,19 @@ func checkHostPort(s string) error {
 // ParseBackendURL checks an endpoint URL of an http pool. Its errors never
 // show the URL's userinfo.
 func ParseBackendURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
+	u, err := secret.ParseURL(s)
 	if err != nil {
-		return nil, fmt.Errorf("not a URL: %s", secret.Text(s))
+		return nil, err
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%q: scheme must be http or https", secret.URL(u))
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("%q: no host", secret.URL(u))
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("%q: credentials in a backend URL are not sent; remove them", secret.URL(u))
+	// The messages name the scheme or host at fault, never the URL: the
+	// rest of it may hold credentials.
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("scheme %q: must be http or https", u.Scheme)
+	case u.Host == "":
+		return nil, fmt.Errorf("%s://: no host", u.Scheme)
+	case u.User != nil:
+		return nil, fmt.Errorf("%s://%s: credentials in a backend URL are not sent; remove them", u.Scheme, u.Host)
 	}
 	return u, nil
 }

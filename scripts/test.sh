@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs rotor's whole test suite on a fresh machine: installs the outside
-# programs the integration tests run against, then gofmt, go vet and
-# go test -race over every package. CI runs exactly this (.ci/run).
+# programs the integration tests run against, then gofmt, go vet,
+# go test -race over every package (the reliability suite's short version
+# among them), and each fuzz target for a few seconds over its committed
+# corpus. CI runs exactly this (.ci/run). The long reliability suite and
+# ten-minute fuzzing: bash bench/reliability.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,3 +34,11 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 15m ./...
+
+# Every fuzz target, briefly: its corpus (testdata/fuzz) and some new
+# inputs. FUZZTIME=10m is the long suite's.
+fuzztime=${FUZZTIME:-8s}
+for target in config:FuzzParse proxy/forward:FuzzRequest proxy/forward:FuzzRouteURL \
+	proxy/forward:FuzzGuardHost server:FuzzRawHTTP1; do
+	go test "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime"
+done

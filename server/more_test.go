@@ -323,7 +323,7 @@ pools:
 	refusal, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	_, status = get(t, "http://"+r.Addr("admin").String()+"/status")
-	if resp.StatusCode != 400 || !strings.Contains(string(refusal), "scheme must be direct, http or socks5") {
+	if resp.StatusCode != 400 || !strings.Contains(string(refusal), `must be direct, http or socks5`) {
 		t.Fatalf("the bad reload: %d %s", resp.StatusCode, refusal)
 	}
 	for what, text := range map[string]string{"the reload's answer": string(refusal), "status": status, "logs": r.logs.String()} {

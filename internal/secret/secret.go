@@ -6,6 +6,8 @@
 package secret
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 )
@@ -13,17 +15,19 @@ import (
 // Mask stands in for a userinfo.
 const Mask = "xxxxx"
 
-// URL returns u as a string with its whole userinfo masked.
+// URL returns u as a string with its whole userinfo masked, and every
+// scheme://user@ in the rest of it too (a mistyped URL whose credentials
+// land in a path or a fragment).
 func URL(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
 	if u.User == nil {
-		return u.String()
+		return Text(u.String())
 	}
 	c := *u
 	c.User = url.User(Mask)
-	return c.String()
+	return Text(c.String())
 }
 
 // Text masks the userinfo of every URL-like "scheme://user@host" in s:
@@ -53,4 +57,19 @@ func Text(s string) string {
 		}
 		s = rest[end:]
 	}
+}
+
+// ParseURL is url.Parse with an error that does not quote the input: what
+// did not parse may hold credentials. The error says why ("not a URL:
+// invalid port ...").
+func ParseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err == nil {
+		return u, nil
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return nil, fmt.Errorf("not a URL: %s", Text(ue.Err.Error()))
+	}
+	return nil, fmt.Errorf("not a URL")
 }

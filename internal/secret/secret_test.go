@@ -14,6 +14,8 @@ func TestURLMasksTheWholeUserinfo(t *testing.T) {
 		{"https://TOKEN123@host/p", "https://xxxxx@host/p"},
 		{"socks5://user:pass@h:1080", "socks5://xxxxx@h:1080"},
 		{"http://host:80/path", "http://host:80/path"},
+		{"#://0000@", "#://xxxxx@"},
+		{"h://x/?next=http://u:TOKEN123@y", "h://x/?next=http://xxxxx@y"},
 	} {
 		u, err := url.Parse(tc.in)
 		if err != nil {

@@ -651,3 +651,64 @@ func TestGuardNormalisesEveryForm(t *testing.T) {
 		t.Errorf("Control on a zoned loopback: %v, want it refused", err)
 	}
 }
+
+// FuzzRouteURL: a route URL, whatever it is, builds or is refused with an
+// error that never shows its userinfo, and never panics.
+func FuzzRouteURL(f *testing.F) {
+	for _, s := range []string{
+		"direct://", "direct://user@", "http://u:p@127.0.0.1:8080", "http://TOKEN:@proxy:8000", "socks5://a@b:1",
+		"socks5://u:p@%zz", "ftp://u:p@h:1", "http://[::1]:80", "http://h", "://", "http://u:p@h:1/x?y#z",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		r, err := forward.NewRoute(forward.RouteOptions{Name: "r", URL: raw})
+		if err != nil {
+			if i := strings.Index(raw, "://"); i >= 0 {
+				if at := strings.LastIndex(raw, "@"); at > i+3 {
+					user := raw[i+3 : at]
+					// Shown only if the same URL with another userinfo
+					// does not say it too (a word of the message, say).
+					_, other := forward.NewRoute(forward.RouteOptions{Name: "r", URL: raw[:i+3] + "Q" + raw[at:]})
+					if len(user) >= 4 && strings.Contains(err.Error(), user) && (other == nil || !strings.Contains(other.Error(), user)) {
+						t.Fatalf("the error shows the userinfo %q: %v", user, err)
+					}
+				}
+			}
+			return
+		}
+		defer r.Close()
+		if s := r.String(); r.URL.User != nil && !strings.Contains(s, "xxxxx@") {
+			t.Fatalf("the route shows itself with its userinfo: %s", s)
+		}
+	})
+}
+
+// FuzzGuardHost: whatever spelling a host takes, a literal address the
+// guard lets through is one it permits once normalised, and nothing
+// panics. (Names are not resolved here: CheckLiteral passes them on to
+// the dial's check.)
+func FuzzGuardHost(f *testing.F) {
+	for _, s := range []string{
+		"127.0.0.1", "127.1", "2130706433", "0x7f.1", "0177.0.0.1", "::1%lo", "[::1%25lo]", "::ffff:7f00:1",
+		"::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::", "fe80::1%eth0", "8.8.8.8", "localhost", "1.2.3.4.",
+		"0x", "00", "4294967295", "4294967296", "1.2.3.4.5", "[", "]", "%", "::ffff:0.0.0.0",
+	} {
+		f.Add(s)
+	}
+	g := &forward.Guard{}
+	f.Fuzz(func(t *testing.T, host string) {
+		err := g.CheckLiteral(host)
+		addr, perr := netip.ParseAddr(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+		if perr == nil && err == nil && !g.Permits(addr) {
+			t.Fatalf("%q passed the literal check but %v is not permitted", host, addr)
+		}
+		if perr == nil && err == nil {
+			for _, p := range forward.Blocked {
+				if p.Contains(addr.WithZone("").Unmap()) {
+					t.Fatalf("%q passed although %v is in %v", host, addr, p)
+				}
+			}
+		}
+	})
+}

@@ -83,12 +83,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		record.Path = r.URL.Path
 	}
 	rec := &counter{ResponseWriter: w}
+	var release func() // a tunnel's drain session, ended once it is recorded
 	defer func() {
 		record.Duration = time.Since(record.Start)
 		if record.Kind != proxy.KindConnect || record.Status != http.StatusOK {
 			record.BytesOut += rec.n
 		}
 		h.obs.Served(record)
+		if release != nil {
+			release()
+		}
 	}()
 	if !h.authorized(s, r) {
 		rec.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
@@ -96,7 +100,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
-		h.connect(s, rec, r, record)
+		release = h.connect(s, rec, r, record)
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Host == "" {
@@ -166,8 +170,9 @@ func (h *Handler) fail(r *http.Request, trip Trip, err error) int {
 // connect opens a tunnel to the CONNECT target over the route the pool
 // picks, trying another route when establishing it fails. Its outcome is
 // the time to establish the tunnel (dial, and the route's handshake); the
-// route counts the tunnel in flight until it closes.
-func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *proxy.Record) {
+// route counts the tunnel in flight until it closes. It returns what ends
+// the tunnel's drain session (nil when there was none).
+func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *proxy.Record) (release func()) {
 	host, portStr, err := net.SplitHostPort(r.Host)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil {
@@ -265,7 +270,7 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 	}
 	defer client.Close()
 	done, ok := h.conns.Add(client, conn)
-	defer done()
+	release = done
 	if !ok {
 		record.Status, record.Reason = proxy.StatusServiceUnavailable, "shutting_down"
 		_, _ = brw.WriteString("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")
@@ -280,6 +285,7 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
 	}
 	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn)
+	return release
 }
 
 // isResolveError reports whether err is a name that did not resolve: the

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"golang.org/x/net/proxy"
@@ -58,24 +59,30 @@ type RouteOptions struct {
 // ParseRouteURL checks a route URL. Its errors never show the URL's
 // userinfo (a token may stand as the user).
 func ParseRouteURL(s string) (*url.URL, error) {
-	u, err := url.Parse(s)
+	u, err := secret.ParseURL(s)
 	if err != nil {
-		return nil, fmt.Errorf("not a URL: %s", secret.Text(s))
+		return nil, err
 	}
+	// The messages name the scheme, host or port at fault, never the URL:
+	// the rest of it may hold credentials.
 	switch u.Scheme {
 	case "direct":
-		if u.Host != "" || u.User != nil || u.Path != "" && u.Path != "/" {
-			return nil, fmt.Errorf("%q: direct:// takes no host, user or path", secret.URL(u))
+		if u.Host != "" || u.User != nil || u.Opaque != "" || u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("direct:// takes no host, user or path")
 		}
 	case "http", "socks5":
 		if u.Host == "" {
-			return nil, fmt.Errorf("%q: no host", secret.URL(u))
+			return nil, fmt.Errorf("%s://: no host", u.Scheme)
 		}
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return nil, fmt.Errorf("%q: want host:port", secret.URL(u))
+		host, port, err := net.SplitHostPort(u.Host)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("host %q: want host:port", u.Host)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("host %q: %q is not a port", u.Host, port)
 		}
 	default:
-		return nil, fmt.Errorf("%q: scheme must be direct, http or socks5", secret.URL(u))
+		return nil, fmt.Errorf("scheme %q: must be direct, http or socks5", u.Scheme)
 	}
 	return u, nil
 }

@@ -223,6 +223,9 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 		record.BytesOut += c.Out.Load()
 	}
 	h.obs.Served(record)
+	if rec.release != nil {
+		rec.release()
+	}
 }
 
 // rewrite sets the forwarding headers. X-Forwarded-For, -Host and -Proto
@@ -324,6 +327,7 @@ type recorder struct {
 	bytes    int64
 	conns    *proxy.Conns
 	upgraded *proxy.CountingConn
+	release  func() // ends the upgraded session for the drain
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -362,10 +366,11 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if r.status == 0 {
 		r.status = http.StatusSwitchingProtocols
 	}
-	var done func()
-	cc := proxy.NewCountingConn(c, func() { done() })
+	cc := proxy.NewCountingConn(c, nil)
+	// The session ends when ServeHTTP has recorded it, not when the
+	// connection closes: a drain that waited for it finds it logged.
 	done, ok := r.conns.Add(cc)
-	r.upgraded = cc
+	r.upgraded, r.release = cc, done
 	if !ok { // shutting down: no new long-lived connections
 		cc.Close()
 		return nil, nil, errors.New("reverse: shutting down")

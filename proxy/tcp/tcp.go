@@ -96,17 +96,18 @@ func (p *Proxy) handle(client net.Conn) {
 	defer client.Close()
 	record := proxy.Record{Listener: p.name, Kind: proxy.KindTCP, Client: client.RemoteAddr().String(), Start: time.Now()}
 	var f *proxy.Flight
+	// One session for the drain: the client, and the backend once
+	// dialled. It ends once the connection is recorded.
+	backendRef := new(lateConn)
+	done, ok := p.conns.Add(client, backendRef)
 	defer func() {
 		if f != nil {
 			record.Attempts = f.Attempts()
 		}
 		record.Duration = time.Since(record.Start)
 		p.obs.Served(&record)
+		done()
 	}()
-	// One session for the drain: the client, and the backend once dialled.
-	backendRef := new(lateConn)
-	done, ok := p.conns.Add(client, backendRef)
-	defer done()
 	if !ok {
 		record.Reason = "shutting_down"
 		return

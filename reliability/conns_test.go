@@ -1,0 +1,133 @@
+package reliability_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Thousands of idle keep-alive connections: what each costs in memory,
+// and goroutines and descriptors back to where they were once they close.
+func TestIdleKeepAlive(t *testing.T) {
+	a := newBackend(t, "a")
+	p := start(t, webConfig("", a))
+	exchange(t, p.addr("web"), "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // warm: one backend connection
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseG, baseFD := p.rss(), p.metric("go_goroutines"), p.fds()
+	n := scale(1000, 5000)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c := rawConn(t, p.addr("web"))
+		conns = append(conns, c)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	time.Sleep(500 * time.Millisecond)
+	rss, g, fds := p.rss(), p.metric("go_goroutines"), p.fds()
+	per := float64(rss-baseRSS) / float64(n)
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	back := eventually(t, 15*time.Second, "goroutines and descriptors back", func() bool {
+		return p.metric("go_goroutines") <= baseG+5 && p.fds() <= baseFD+5
+	})
+	figure(t, "idle keep-alive connections", "%d idle: %.1f KB RSS each, %.0f goroutines and %d descriptors more; all back within %v of closing",
+		n, per/1024, g-baseG, fds-baseFD, back.Round(10*time.Millisecond))
+	if fds-baseFD < n || fds-baseFD > n+20 {
+		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
+	}
+}
+
+// A TCP half-close reaches the other side and the answer still comes
+// back; and a thousand connections at once all go through.
+func TestTCPHalfCloseAndConcurrency(t *testing.T) {
+	// The backend reads to EOF, then answers how much it read and closes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "read %d\n", n)
+			}()
+		}
+	}()
+	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {level: info}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+pools:
+  - {name: dbs, endpoints: [{name: e, address: %q}]}
+`, ln.Addr().String()))
+	n := scale(1000, 5000)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c, err := net.Dial("tcp", p.addr("db"))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			payload := strings.Repeat("x", 1000+i)
+			if _, err := io.WriteString(c, payload); err != nil {
+				errs <- err
+				return
+			}
+			_ = c.(*net.TCPConn).CloseWrite() // half-close: the backend sees EOF
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil || line != fmt.Sprintf("read %d\n", len(payload)) {
+				errs <- fmt.Errorf("answer %q, %v", line, err)
+			}
+		}()
+	}
+	begin := time.Now()
+	close(start)
+	wg.Wait()
+	close(errs)
+	failures := 0
+	var first error
+	for err := range errs {
+		if first == nil {
+			first = err
+		}
+		failures++
+	}
+	figure(t, "TCP half-close and concurrency", "%d concurrent connections, each half-closed after its payload: %d failed, %v in all",
+		n, failures, time.Since(begin).Round(10*time.Millisecond))
+	if failures != 0 {
+		t.Fatalf("%d of %d connections failed (first: %v)", failures, n, first)
+	}
+}
