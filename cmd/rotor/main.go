@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 func main() {
@@ -33,9 +35,46 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "rotor",
 		Short:         "A load balancer that knows what its backends are doing",
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("rotor {{.Version}}\n")
 	root.AddCommand(newDemoCmd(), newPlaceCmd(), newMovesCmd(), newSimCmd(), newServeCmd(), newCheckConfigCmd(), newFetchCmd(), newBenchCmd())
 	return root
+}
+
+// version says which rotor this is: the module version when installed
+// with go install, else the commit it was built from (and whether the tree
+// had changes), and the Go it was built with.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+changes"
+			}
+		}
+	}
+	if (v == "" || v == "(devel)") && rev != "" {
+		v = "commit " + rev[:min(12, len(rev))] + dirty
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return v + ", " + bi.GoVersion
+}
+
+// isTerminal reports whether r is a terminal (a person, not a pipe).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -192,3 +192,11 @@ func FuzzParseNodes(f *testing.F) {
 		}
 	})
 }
+
+// rotor --version names the build.
+func TestVersion(t *testing.T) {
+	code, out, errs := runRotor(t, "", "--version")
+	if code != 0 || !strings.HasPrefix(out, "rotor ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("exit %d, %q %q", code, out, errs)
+	}
+}

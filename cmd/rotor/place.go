@@ -78,6 +78,9 @@ that has reached its bound.`,
 				}
 				return nil
 			}
+			if isTerminal(cmd.InOrStdin()) {
+				return fmt.Errorf("no keys: give them as arguments (rotor place --nodes a,b user:1) or one a line on standard input")
+			}
 			sc := bufio.NewScanner(cmd.InOrStdin())
 			sc.Buffer(make([]byte, 64*1024), 1<<20)
 			for sc.Scan() {

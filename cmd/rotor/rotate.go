@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,8 @@ func newFetchCmd() *cobra.Command {
 		path, pool string
 		allow      []string
 		policy     string
+		body       bool
+		insecure   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "fetch URL",
@@ -35,11 +38,16 @@ func newFetchCmd() *cobra.Command {
 		Long: `Fetch URL over the routes of a config's forward pool, exactly as rotor
 serve's forward listener would send it (its policy, retries and budget,
 backups, guard), or over the direct route without --config, and print the
-route that carried it, the status, the latency and the size.`,
-		Example: "  rotor fetch https://example.com/ --config examples/routes.yaml",
-		Args:    cobra.ExactArgs(1),
+route that carried it, the status, the latency and the size. With --body
+the body goes to standard output and that line to standard error.
+
+Private, loopback and metadata targets are refused: allow them with the
+listener's allow_targets in the config, or --allow without one.`,
+		Example: "  rotor fetch https://example.com/ --config examples/routes.yaml\n" +
+			"  rotor fetch --allow 127.0.0.0/8 --insecure --body https://127.0.0.1:8443/",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tr, closeRuntime, err := fetchTransport(path, pool, policy, allow)
+			tr, closeRuntime, err := fetchTransport(path, pool, policy, allow, insecure)
 			if err != nil {
 				return err
 			}
@@ -51,11 +59,18 @@ route that carried it, the status, the latency and the size.`,
 			start := time.Now()
 			resp, route, err := tr.RoundTripRoute(req)
 			if err != nil {
-				return fmt.Errorf("fetch over route %s: %v", route, err)
+				return fetchError(route, err, path != "")
 			}
 			defer resp.Body.Close()
-			n, _ := io.Copy(io.Discard, resp.Body)
-			fmt.Fprintf(cmd.OutOrStdout(), "route %s\tstatus %d\tlatency %v\tbytes %d\n", route, resp.StatusCode, time.Since(start).Round(time.Millisecond), n)
+			dst, summary := io.Discard, cmd.OutOrStdout()
+			if body {
+				dst, summary = cmd.OutOrStdout(), cmd.ErrOrStderr() // the body alone on standard output
+			}
+			n, err := io.Copy(dst, resp.Body)
+			if err != nil {
+				return fmt.Errorf("reading the body over route %s: %v", route, err)
+			}
+			fmt.Fprintf(summary, "route %s\tstatus %d\tlatency %v\tbytes %d\n", route, resp.StatusCode, time.Since(start).Round(time.Millisecond), n)
 			return nil
 		},
 	}
@@ -63,18 +78,39 @@ route that carried it, the status, the latency and the size.`,
 	cmd.Flags().StringVar(&pool, "pool", "", "the route pool to use (default: the first forward listener's)")
 	cmd.Flags().StringArrayVar(&allow, "allow", nil, "CIDR to allow although private or loopback (repeatable; without --config)")
 	cmd.Flags().StringVar(&policy, "policy", "", "policy (default: the pool's, or scored)")
+	cmd.Flags().BoolVar(&body, "body", false, "write the body to standard output")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "accept any certificate from the target (a test server's); without --config")
 	return cmd
+}
+
+// fetchError says why a fetch failed, with the route when one was picked
+// and what to do when the target was refused.
+func fetchError(route string, err error, withConfig bool) error {
+	msg := err.Error()
+	if route != "" {
+		msg = "over route " + route + ": " + msg
+	}
+	if errors.Is(err, forward.ErrForbiddenTarget) {
+		if withConfig {
+			msg += " (a private, loopback or metadata address: the forward listener's allow_targets can allow it)"
+		} else {
+			msg += " (a private, loopback or metadata address: --allow CIDR allows it)"
+		}
+	}
+	return fmt.Errorf("fetch %s", msg)
 }
 
 // fetchTransport is the transport rotor fetch sends through: the forward
 // listener's of the config's runtime, or the direct route.
-func fetchTransport(path, pool, policy string, allow []string) (*forward.Transport, func(), error) {
+func fetchTransport(path, pool, policy string, allow []string, insecure bool) (*forward.Transport, func(), error) {
 	if path != "" {
 		switch {
 		case len(allow) > 0:
 			return nil, nil, fmt.Errorf("--allow: with --config, the listener's allow_targets say what may be reached")
 		case policy != "":
 			return nil, nil, fmt.Errorf("--policy: with --config, the pool's policy is used; set it in the file")
+		case insecure:
+			return nil, nil, fmt.Errorf("--insecure: with --config, a route's insecure_skip_verify says so")
 		}
 		return server.ForwardTransport(path, os.Getenv, pool)
 	}
@@ -93,7 +129,7 @@ func fetchTransport(path, pool, policy string, allow []string) (*forward.Transpo
 	if err != nil {
 		return nil, nil, fmt.Errorf("--policy: %w", err)
 	}
-	direct, err := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://", Guard: guard})
+	direct, err := forward.NewRoute(forward.RouteOptions{Name: "direct", URL: "direct://", Guard: guard, InsecureSkipVerify: insecure})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -84,12 +84,28 @@ pools:
 	}
 	// Without allow_targets, loopback is refused.
 	code, _, errs = runRotor(t, "", "fetch", target.URL)
-	if code == 0 || !strings.Contains(errs, "not allowed") {
+	if code == 0 || !strings.Contains(errs, "fetch over route direct: target address is not allowed") || !strings.Contains(errs, "--allow CIDR allows it") {
 		t.Fatalf("fetch of loopback without --allow: exit %d, %q", code, errs)
 	}
 	code, out, _ = runRotor(t, "", "fetch", "--allow", "127.0.0.0/8", target.URL)
 	if code != 0 || !strings.Contains(out, "route direct") {
 		t.Fatalf("fetch --allow: exit %d, %q", code, out)
+	}
+	// --body: the body alone on standard output, the summary on standard
+	// error; --insecure accepts a test server's certificate.
+	tlsTarget := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "secure body") }))
+	defer tlsTarget.Close()
+	code, _, errs = runRotor(t, "", "fetch", "--allow", "127.0.0.0/8", "--body", tlsTarget.URL)
+	if code == 0 || !strings.Contains(errs, "certificate") {
+		t.Fatalf("a test certificate without --insecure: exit %d, %q", code, errs)
+	}
+	code, out, errs = runRotor(t, "", "fetch", "--allow", "127.0.0.0/8", "--insecure", "--body", tlsTarget.URL)
+	if code != 0 || out != "secure body" || !strings.Contains(errs, "status 200") {
+		t.Fatalf("fetch --insecure --body: exit %d, out %q, err %q", code, out, errs)
+	}
+	code, _, errs = runRotor(t, "", "fetch", "--config", cfg, "--insecure", target.URL)
+	if code == 0 || !strings.Contains(errs, "--insecure: with --config") {
+		t.Fatalf("--insecure with --config: exit %d, %q", code, errs)
 	}
 	code, _, errs = runRotor(t, "", "bench", "--policies", "round_robin,p3c")
 	if code == 0 || !strings.Contains(errs, `--policies: "p3c" is not a policy`) {
