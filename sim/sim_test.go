@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,5 +166,43 @@ func TestSimBackups(t *testing.T) {
 	}
 	if backupAfter > 16_000 {
 		t.Fatalf("the backup kept %d requests after the primaries came back", backupAfter)
+	}
+}
+
+// The fluid-limit prediction of the fullest bin, against the simulation
+// and against what is known: with one choice the Poisson tail (n = m =
+// 1000: 5 balls; 10^5: 8), with two choices ln ln n / ln 2 plus a small
+// constant (3 and 3), and two choices never predicted worse than one.
+func TestBinsPrediction(t *testing.T) {
+	for _, tc := range []struct {
+		bins, balls int
+		want        map[int]float64 // choices -> predicted
+	}{
+		{1000, 1000, map[int]float64{1: 5, 2: 3, 3: 2}},
+		{100_000, 100_000, map[int]float64{1: 8, 2: 3, 3: 3}},
+		{1000, 100_000, map[int]float64{1: 132, 2: 102, 4: 101}},
+	} {
+		choices := []int{}
+		for d := range tc.want {
+			choices = append(choices, d)
+		}
+		slices.Sort(choices)
+		rep, err := sim.Bins(context.Background(), sim.BinsOptions{Bins: tc.bins, Balls: tc.balls, Choices: choices, Trials: 3, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := math.Inf(1)
+		for _, r := range rep.Rows {
+			if r.Theory != tc.want[r.Choices] {
+				t.Errorf("n=%d m=%d d=%d: predicted %v, want %v", tc.bins, tc.balls, r.Choices, r.Theory, tc.want[r.Choices])
+			}
+			if math.Abs(r.MeanFullest-r.Theory) > 4+0.03*r.Theory {
+				t.Errorf("n=%d m=%d d=%d: simulated %.2f, predicted %v", tc.bins, tc.balls, r.Choices, r.MeanFullest, r.Theory)
+			}
+			if r.Theory > prev {
+				t.Errorf("n=%d m=%d: %d choices predicted worse than fewer", tc.bins, tc.balls, r.Choices)
+			}
+			prev = r.Theory
+		}
 	}
 }

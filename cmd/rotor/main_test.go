@@ -107,7 +107,8 @@ func TestBadInput(t *testing.T) {
 		{"hash", []string{"place", "--hash", "sha1", "--nodes", "a"}, `rotor: --hash: "sha1" is not a hash (xxhash, md5)`},
 		{"table size", []string{"moves", "--algo", "maglev", "--table-size", "100"}, "rotor: --table-size: must be a prime (got 100)"},
 		{"epsilon", []string{"moves", "--epsilon", "0"}, "rotor: --epsilon: must be positive (got 0)"},
-		{"keys", []string{"moves", "--keys", "0"}, "rotor: --keys: must be at least 1 (got 0)"},
+		{"keys", []string{"moves", "--keys", "0"}, "rotor: --keys: must be between 1 and 5000000 (got 0)"},
+		{"keys beyond memory", []string{"moves", "--keys", "1000000000"}, "rotor: --keys: must be between 1 and 5000000 (got 1000000000)"},
 		{"jump weights", []string{"moves", "--algo", "jump", "--from", "a=2,b"}, `rotor: --from: node "a": jump does not support weights (got 2)`},
 		{"unknown flag", []string{"moves", "--nope"}, "rotor: unknown flag: --nope"},
 	}

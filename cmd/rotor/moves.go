@@ -66,8 +66,8 @@ keys per node (1 and 0 are perfect; weights are taken into account).
 			if err != nil {
 				return err
 			}
-			if keys < 1 {
-				return fmt.Errorf("--keys: must be at least 1 (got %d)", keys)
+			if keys < 1 || keys > maxKeys {
+				return fmt.Errorf("--keys: must be between 1 and %d (got %d)", maxKeys, keys)
 			}
 			keySet := placement.Keys(keys)
 			var rows []movesRow

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -20,6 +21,17 @@ import (
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/placement"
 	"github.com/rotor-lb/rotor/sim"
+)
+
+// The largest sizes the tools take: each holds a figure per bin or key in
+// memory (sim bins runs a real pool, about 700 bytes a bin; moves and sim
+// keys about 70 bytes a key), and past these a run would not fit, or not
+// finish, on a laptop. Sampled figures are already precise to about
+// 1/sqrt(keys).
+const (
+	maxBins  = 1_000_000
+	maxBalls = 10_000_000
+	maxKeys  = 5_000_000
 )
 
 // simFlags are the flags every scenario takes.
@@ -128,6 +140,15 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 			if uniform && (len(slow) > 0 || o.Uneven || o.Hot > 0) {
 				return fmt.Errorf("--uniform: cannot be combined with --slow, --uneven or --hot")
 			}
+			if choices < 1 || choices > balance.MaxChoices {
+				return fmt.Errorf("--choices: must be between 1 and %d (got %d)", balance.MaxChoices, choices)
+			}
+			if !(gamma >= 0) {
+				return fmt.Errorf("--gamma: must be zero or positive (got %v)", gamma)
+			}
+			if !(o.LogNormal >= 0) {
+				return fmt.Errorf("--lognormal: must be zero or positive (got %v)", o.LogNormal)
+			}
 			if policies != "" {
 				o.Policies = strings.Split(policies, ",")
 			}
@@ -145,8 +166,11 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 				i, factor, ok := strings.Cut(s, "=")
 				n, err1 := strconv.Atoi(i)
 				x, err2 := strconv.ParseFloat(factor, 64)
-				if !ok || err1 != nil || err2 != nil || !(x > 0) {
+				if !ok || err1 != nil || err2 != nil || !(x > 0) || math.IsInf(x, 0) {
 					return fmt.Errorf("--slow: %q is not SERVER=FACTOR, e.g. 0=3", s)
+				}
+				if n < 0 || n >= o.Servers {
+					return fmt.Errorf("--slow: %q: server %d is not one of 0..%d", s, n, o.Servers-1)
 				}
 				if o.Slow == nil {
 					o.Slow = map[int]float64{}
@@ -323,11 +347,13 @@ func newSimBinsCmd(f *simFlags) *cobra.Command {
 					return fmt.Errorf("--choices: at most %d (got %d)", balance.MaxChoices, d)
 				}
 			}
-			if o.Bins < 2 {
-				return fmt.Errorf("--bins: must be at least 2 (got %d)", o.Bins)
-			}
-			if o.Balls < 0 || o.Trials < 1 {
-				return fmt.Errorf("--balls and --trials: must be positive")
+			switch {
+			case o.Bins < 2 || o.Bins > maxBins:
+				return fmt.Errorf("--bins: must be between 2 and %d (got %d)", maxBins, o.Bins)
+			case o.Balls < 0 || o.Balls > maxBalls:
+				return fmt.Errorf("--balls: must be between 1 and %d (got %d)", maxBalls, o.Balls)
+			case o.Trials < 1 || o.Trials > 1000:
+				return fmt.Errorf("--trials: must be between 1 and 1000 (got %d)", o.Trials)
 			}
 			o.Seed = f.seed
 			ctx, cancel := interruptible(cmd)
@@ -343,16 +369,16 @@ func newSimBinsCmd(f *simFlags) *cobra.Command {
 					labels[i], got[i], theory[i] = fmt.Sprintf("d=%d", r.Choices), r.MeanFullest, r.Theory
 				}
 				if err := sim.BarChart(f.plot, fmt.Sprintf("%d balls into %d bins: the fullest bin", rep.Balls, rep.Bins), "balls in the fullest bin",
-					labels, []sim.Series{{Name: "simulated (mean)", Values: got}, {Name: "theory", Values: theory}}); err != nil {
+					labels, []sim.Series{{Name: "simulated (mean)", Values: got}, {Name: "predicted (fluid limit)", Values: theory}}); err != nil {
 					return err
 				}
 			}
 			return f.emit(cmd, rep, func(w io.Writer) error {
 				fmt.Fprintf(w, "bins: %d balls into %d bins, %d trials, seed %d\n\n", rep.Balls, rep.Bins, rep.Trials, o.Seed)
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintf(tw, "choices\tfullest (mean)\tmin\tmax\ttheory\t\n")
+				fmt.Fprintf(tw, "choices\tfullest (mean)\tmin\tmax\tpredicted\t\n")
 				for _, r := range rep.Rows {
-					fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.2f\t\n", r.Choices, r.MeanFullest, r.MinFullest, r.MaxFullest, r.Theory)
+					fmt.Fprintf(tw, "%d\t%.2f\t%d\t%d\t%.0f\t\n", r.Choices, r.MeanFullest, r.MinFullest, r.MaxFullest, r.Theory)
 				}
 				return tw.Flush()
 			})
@@ -397,8 +423,15 @@ func newSimKeysCmd(f *simFlags) *cobra.Command {
 			if vnodes < 1 {
 				return fmt.Errorf("--vnodes: must be at least 1 (got %d)", vnodes)
 			}
-			if o.Nodes < 2 || o.Keys < 1 || o.Seconds < 1 || !(o.Rate >= 1) {
-				return fmt.Errorf("--nodes must be at least 2; --keys, --seconds and --rate at least 1")
+			switch {
+			case o.Nodes < 2 || o.Nodes > 10_000:
+				return fmt.Errorf("--nodes: must be between 2 and 10000 (got %d)", o.Nodes)
+			case o.Keys < 1 || o.Keys > maxKeys:
+				return fmt.Errorf("--keys: must be between 1 and %d (got %d)", maxKeys, o.Keys)
+			case o.Seconds < 1 || o.Seconds > 3600:
+				return fmt.Errorf("--seconds: must be between 1 and 3600 (got %d)", o.Seconds)
+			case !(o.Rate >= 1) || o.Rate > 1e7:
+				return fmt.Errorf("--rate: must be between 1 and 10000000 (got %v)", o.Rate)
 			}
 			o.Factory = func(algo string, nodes []placement.Node) (placement.Placer, error) {
 				return config.NewPlacer(algo, nodes, config.PlacerParams{VNodes: vnodes})
