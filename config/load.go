@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -46,6 +47,16 @@ func parse(name string, data []byte, getenv func(string) string) (*File, error) 
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	// ${VAR} references stand in the YAML as plain words while it is
+	// parsed, so that one unquoted in flow style ({url: http://${HOST}:80})
+	// is not read as a mapping; each is put back, and replaced, in the
+	// scalar it belongs to.
+	refs := map[string]string{}
+	data = varRE.ReplaceAllFunc(data, func(ref []byte) []byte {
+		token := fmt.Sprintf("rotorvar%dx%x", len(refs), len(data))
+		refs[token] = string(ref)
+		return []byte(token)
+	})
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
@@ -53,7 +64,7 @@ func parse(name string, data []byte, getenv func(string) string) (*File, error) 
 	if root.Kind == 0 {
 		return nil, fmt.Errorf("%s: the file is empty", name)
 	}
-	p := &parser{name: name, getenv: getenv, lines: map[string]int{}}
+	p := &parser{name: name, getenv: getenv, lines: map[string]int{}, refs: refs}
 	p.walk(root.Content[0], reflect.TypeOf(File{}), "")
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
@@ -77,7 +88,8 @@ func parse(name string, data []byte, getenv func(string) string) (*File, error) 
 type parser struct {
 	name   string
 	getenv func(string) string
-	lines  map[string]int // config path -> line
+	lines  map[string]int    // config path -> line
+	refs   map[string]string // stand-in word -> the ${VAR} it stands for
 	errs   []error
 }
 
@@ -141,6 +153,7 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) {
 	switch n.Kind {
 	case yaml.ScalarNode:
 		p.interpolate(n, path)
+		p.checkScalar(n, t, path)
 	case yaml.MappingNode:
 		switch t.Kind() {
 		case reflect.Struct:
@@ -202,10 +215,39 @@ func itemKey(item *yaml.Node, i int) string {
 	return "[" + strconv.Itoa(i) + "]"
 }
 
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// checkScalar checks that a scalar holds what its field takes, so that the
+// error names the field: "pools.app.endpoints.a.weight: "two" is not a
+// whole number".
+func (p *parser) checkScalar(n *yaml.Node, t reflect.Type, path string) {
+	var want string
+	switch {
+	case t == durationType:
+		want = "a duration (250ms, 2s, 1m30s)"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		want = "a whole number"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		want = "a number"
+	case t.Kind() == reflect.Bool:
+		want = "true or false"
+	default:
+		return
+	}
+	if err := n.Decode(reflect.New(t).Interface()); err != nil {
+		p.errs = append(p.errs, p.at(path, fmt.Sprintf("%q is not %s", n.Value, want)))
+	}
+}
+
 // interpolate replaces ${VAR} and ${VAR:-default} in a scalar. An unset or
 // empty variable without a default is an error naming it: a route whose
 // secret is missing must stop start-up, not start without it.
 func (p *parser) interpolate(n *yaml.Node, path string) {
+	for token, ref := range p.refs {
+		if strings.Contains(n.Value, token) {
+			n.Value = strings.ReplaceAll(n.Value, token, ref)
+		}
+	}
 	if !strings.Contains(n.Value, "${") {
 		return
 	}

@@ -69,8 +69,8 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 	}{
 		{"unknown field", edit(7, "    polcy: p2c"), `rotor.yaml:7: pools.app.polcy: unknown field (known: name, policy,`},
 		{"unknown policy", edit(7, "    policy: p3c"), `rotor.yaml:7: pools.app.policy: "p3c" is not a policy (round_robin, random, least_conn, p2c,`},
-		{"wrong type", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: heavy}"), "rotor.yaml:10: cannot unmarshal `heavy` into int"},
-		{"bad duration", edit(15, "      breaker: {threshold: 3, cooldown: soon}"), "rotor.yaml:15: cannot unmarshal `soon` into time.Duration"},
+		{"wrong type", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: heavy}"), `rotor.yaml:10: pools.app.endpoints.a.weight: "heavy" is not a whole number`},
+		{"bad duration", edit(15, "      breaker: {threshold: 3, cooldown: soon}"), `rotor.yaml:15: pools.app.health.breaker.cooldown: "soon" is not a duration (250ms, 2s, 1m30s)`},
 		{"duplicate endpoint", edit(11, "      - {name: a, url: http://127.0.0.1:9002}"), `rotor.yaml:11: pools.app.endpoints.a.name: "a" appears twice`},
 		{"missing pool", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, routes: [{match: {path_prefix: /}, pool: nope}]}"), `rotor.yaml:3: listeners.web.routes[0].pool: pool "nope" does not exist (pools: app, pg)`},
 		{"bad kind", edit(4, "  - {name: db, kind: udp, listen: 127.0.0.1:6432, pool: pg}"), `rotor.yaml:4: listeners.db.kind: "udp" is not a listener kind (http, tcp, forward)`},
@@ -236,5 +236,27 @@ func TestPolicyKeyByValue(t *testing.T) {
 	}
 	if a == (config.PolicyParams{Gamma: &g3}).Key("scored") || a == (config.PolicyParams{}).Key("scored") {
 		t.Fatal("another gamma, or none, gives the same key")
+	}
+}
+
+// ${VAR} unquoted in flow style, as the README writes configs, is a
+// reference, not YAML syntax.
+func TestEnvInFlowStyle(t *testing.T) {
+	y := `listeners: [{name: web, kind: http, listen: ${LISTEN:-127.0.0.1:8080}, pool: app}]
+pools:
+  - {name: app, endpoints: [{name: a, url: http://${HOST}:${PORT}/base, weight: ${WEIGHT}}]}
+`
+	env := map[string]string{"HOST": "127.0.0.9", "PORT": "9001", "WEIGHT": "3"}
+	f, err := config.Parse("rotor.yaml", []byte(y), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, e := f.Listeners[0], f.Pools[0].Endpoints[0]; l.Listen != "127.0.0.1:8080" || e.URL != "http://127.0.0.9:9001/base" || e.Weight != 3 {
+		t.Fatalf("listen %q url %q weight %d", l.Listen, e.URL, e.Weight)
+	}
+	env["WEIGHT"] = "three"
+	if _, err := config.Parse("rotor.yaml", []byte(y), func(k string) string { return env[k] }); err == nil ||
+		!strings.Contains(err.Error(), `rotor.yaml:3: pools.app.endpoints.a.weight: "three" is not a whole number`) {
+		t.Fatalf("a variable that is not a number: %v", err)
 	}
 }

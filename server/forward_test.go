@@ -1,12 +1,17 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
+	"github.com/rotor-lb/rotor/server"
 )
 
 // A forward listener from the config file: Basic auth for clients, a route
@@ -69,6 +74,45 @@ pools:
 			if strings.Contains(text, secret) {
 				t.Fatalf("a secret appears in %s", where)
 			}
+		}
+	}
+}
+
+// examples/routes-local.yaml runs as its comment says, offline, over the
+// local tinyproxy and microsocks, every route taking traffic.
+func TestRoutesLocalExample(t *testing.T) {
+	target := newBackend(t, "target")
+	env := map[string]string{
+		"TINYPROXY": testtool.Tinyproxy(t, "", ""), "MICROSOCKS": testtool.Microsocks(t, "", ""),
+		"ROTOR_LISTEN": "127.0.0.1:0", "ROTOR_ADMIN": "127.0.0.1:0",
+	}
+	s, err := server.New("../examples/routes-local.yaml", func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	pu, _ := url.Parse("http://" + s.Addr("out").String())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	for range 60 {
+		resp, err := c.Get(target.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	for _, ep := range s.Pools()[0].Snapshot.Endpoints() {
+		if ep.State.Snapshot(time.Now()).Successes == 0 {
+			t.Errorf("route %s carried nothing", ep.Name)
 		}
 	}
 }
