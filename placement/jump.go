@@ -30,10 +30,13 @@ func JumpHash(key uint64, buckets int32) int32 {
 // Jump places string keys with JumpHash over xxHash64 of the key.
 //
 // Jump keeps no table and moves the minimum on growth, but its nodes are
-// numbered 0..N-1 in the order given: a node can only be removed from the
-// end. Removing one from the middle renumbers every node after it and moves
-// far more keys than 1/N; Remove refuses that, Set does it (and `rotor moves`
-// shows what it costs). Jump does not support weights.
+// numbered 0..N-1, and it is the numbers that own keys. Nodes are numbered
+// in natural name order (digit runs compared as numbers: cache-9 before
+// cache-10), whatever order they are given in, so that every process agrees;
+// a set grows cheaply by a name that sorts last and shrinks cheaply by the
+// one that does. Adding or removing any other renumbers every node after it
+// and moves far more keys than 1/N: Add and Remove refuse that, Set does it
+// (and `rotor moves` shows what it costs). Jump does not support weights.
 type Jump struct {
 	mu   sync.Mutex // serialises membership changes
 	snap atomic.Pointer[[]Node]
@@ -44,10 +47,11 @@ var (
 	_ Explainer = (*Jump)(nil)
 )
 
-// ErrNotLast is returned by Jump.Remove for any node but the last.
-var ErrNotLast = fmt.Errorf("placement: jump can only remove the last node")
+// ErrNotLast is returned by Jump.Add and Jump.Remove for a node that does
+// not sort last.
+var ErrNotLast = fmt.Errorf("placement: jump can only add or remove the node that sorts last")
 
-// NewJump builds a jump placer over nodes, numbered in the order given.
+// NewJump builds a jump placer over nodes, numbered in natural name order.
 func NewJump(nodes []Node) (*Jump, error) {
 	j := &Jump{}
 	if err := j.Set(nodes); err != nil {
@@ -56,7 +60,7 @@ func NewJump(nodes []Node) (*Jump, error) {
 	return j, nil
 }
 
-// Set replaces the node set, renumbering in the order given.
+// Set replaces the node set, renumbering in natural name order.
 func (j *Jump) Set(nodes []Node) error {
 	nodes, err := validateNodes(nodes)
 	if err != nil {
@@ -65,15 +69,24 @@ func (j *Jump) Set(nodes []Node) error {
 	if err := requireUnitWeights("jump", nodes); err != nil {
 		return err
 	}
+	canonical(nodes)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.snap.Store(&nodes)
 	return nil
 }
 
-// Add appends a node as bucket N.
+// Add adds a node as bucket N; a node whose name would not sort last
+// returns ErrNotLast.
 func (j *Jump) Add(node Node) error {
-	return j.Set(addNode(*j.snap.Load(), node))
+	nodes := *j.snap.Load()
+	if len(nodes) > 0 && compareNames(node.Name, nodes[len(nodes)-1].Name) <= 0 {
+		if slices.ContainsFunc(nodes, func(n Node) bool { return n.Name == node.Name }) {
+			return fmt.Errorf("placement: node %q: duplicate name", node.Name)
+		}
+		return fmt.Errorf("%w (%q sorts before %q)", ErrNotLast, node.Name, nodes[len(nodes)-1].Name)
+	}
+	return j.Set(addNode(nodes, node))
 }
 
 // Remove removes the last node; any other returns ErrNotLast.

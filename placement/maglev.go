@@ -30,7 +30,9 @@ type MaglevOptions struct {
 // slots that neither it nor its neighbours owned can change hands as the
 // turn order shifts. `rotor moves` measures how much beyond the ideal that
 // is. Weights are honoured by giving a node of weight w w turns per round.
-// Membership changes rebuild the table, O(M log M).
+// Membership changes rebuild the table, O(M log M). Nodes take their turns
+// in natural name order, whatever order they are given in, so that every
+// process builds the same table from the same set.
 type Maglev struct {
 	size int        // immutable after NewMaglev
 	mu   sync.Mutex // serialises membership changes
@@ -71,6 +73,7 @@ func (m *Maglev) Set(nodes []Node) error {
 	if len(nodes) > m.size {
 		return fmt.Errorf("placement: maglev table size %d is smaller than the node count %d", m.size, len(nodes))
 	}
+	canonical(nodes)
 	s := &maglevSnap{nodes: nodes, table: m.populate(nodes)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -78,8 +81,8 @@ func (m *Maglev) Set(nodes []Node) error {
 	return nil
 }
 
-// populate fills the lookup table: each round, every node takes its next
-// free preferred slot, once per unit of weight, until all M slots are taken.
+// populate fills the lookup table from each node's permutation of the
+// slots: offset and skip from the node's name, as the paper derives them.
 func (m *Maglev) populate(nodes []Node) []int32 {
 	if len(nodes) == 0 {
 		return nil
@@ -87,19 +90,29 @@ func (m *Maglev) populate(nodes []Node) []int32 {
 	M := uint64(m.size)
 	offset := make([]uint64, len(nodes))
 	skip := make([]uint64, len(nodes))
-	next := make([]uint64, len(nodes))
+	weight := make([]int, len(nodes))
 	for i, n := range nodes {
 		h := XXHash.Sum(n.Name)
 		offset[i] = h % M
 		skip[i] = mix64(h)%(M-1) + 1
+		weight[i] = n.Weight
 	}
-	table := make([]int32, m.size)
+	return fillTable(m.size, offset, skip, weight)
+}
+
+// fillTable is the paper's Populate: each round, every node in turn takes
+// the next slot of its permutation (offset + j*skip mod size) that is still
+// free, once per unit of weight, until all slots are taken.
+func fillTable(size int, offset, skip []uint64, weight []int) []int32 {
+	M := uint64(size)
+	next := make([]uint64, len(offset))
+	table := make([]int32, size)
 	for i := range table {
 		table[i] = -1
 	}
 	for filled := 0; ; {
-		for i, n := range nodes {
-			for range n.Weight {
+		for i := range offset {
+			for range weight[i] {
 				c := (offset[i] + next[i]*skip[i]) % M
 				for table[c] >= 0 {
 					next[i]++
@@ -107,7 +120,7 @@ func (m *Maglev) populate(nodes []Node) []int32 {
 				}
 				table[c] = int32(i)
 				next[i]++
-				if filled++; filled == m.size {
+				if filled++; filled == size {
 					return table
 				}
 			}

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -51,4 +52,32 @@ func hundred() []Node {
 		out[i] = Node{Name: "n" + strconv.Itoa(i), Weight: 1}
 	}
 	return out
+}
+
+// The Maglev paper's Table 1: three backends with (offset, skip) (3, 4),
+// (0, 2) and (3, 1) over M = 7 fill the table B1 B0 B1 B0 B2 B2 B0.
+func TestMaglevPaperTable1(t *testing.T) {
+	got := fillTable(7, []uint64{3, 0, 3}, []uint64{4, 2, 1}, []int{1, 1, 1})
+	want := []int32{1, 0, 1, 0, 2, 2, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("table %v, paper's Table 1 is %v", got, want)
+	}
+}
+
+func TestCompareNames(t *testing.T) {
+	sorted := []string{"", "0", "00", "01", "1", "2", "9", "10", "a", "a01", "a1", "a2", "a10", "a10b", "a10c", "ab", "b", "cache-9", "cache-10", "n99999999999999999999", "n100000000000000000000"}
+	for i := range sorted {
+		for j := range sorted {
+			got := compareNames(sorted[i], sorted[j])
+			want := 0
+			if i < j {
+				want = -1
+			} else if i > j {
+				want = 1
+			}
+			if got != want {
+				t.Errorf("compareNames(%q, %q) = %d, want %d", sorted[i], sorted[j], got, want)
+			}
+		}
+	}
 }

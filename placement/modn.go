@@ -22,7 +22,8 @@ var (
 	_ Explainer = (*ModN)(nil)
 )
 
-// NewModN builds the hash-mod-N baseline over nodes, in the order given.
+// NewModN builds the hash-mod-N baseline over nodes, numbered in natural
+// name order (as Jump numbers them) so that every process agrees.
 func NewModN(nodes []Node, hash Hash) (*ModN, error) {
 	m := &ModN{hash: hash}
 	if err := m.Set(nodes); err != nil {
@@ -40,13 +41,14 @@ func (m *ModN) Set(nodes []Node) error {
 	if err := requireUnitWeights("modn", nodes); err != nil {
 		return err
 	}
+	canonical(nodes)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.snap.Store(&nodes)
 	return nil
 }
 
-// Add appends a node.
+// Add adds a node.
 func (m *ModN) Add(node Node) error { return m.Set(addNode(*m.snap.Load(), node)) }
 
 // Remove removes a node; every node after it is renumbered.

@@ -2,7 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 )
 
@@ -58,30 +57,19 @@ type Spread struct {
 // count scaled by its weight so that a node of weight 2 with twice the keys
 // counts as even.
 func SpreadOf(nodes []Node, owners []string) Spread {
-	sp := Spread{Keys: make(map[string]int, len(nodes))}
+	counts := make(map[string]int, len(nodes))
 	for _, n := range nodes {
-		sp.Keys[n.Name] = 0
+		counts[n.Name] = 0
 	}
 	for _, o := range owners {
-		sp.Keys[o]++
+		counts[o]++
 	}
-	if len(nodes) == 0 || len(owners) == 0 {
-		return sp
+	shares := make([]float64, len(nodes))
+	for i, n := range nodes {
+		shares[i] = float64(counts[n.Name])
 	}
-	var totalWeight float64
-	for _, n := range nodes {
-		totalWeight += float64(n.weight())
-	}
-	mean := 1.0 // every node's count over its fair share
-	var peak, sq float64
-	for _, n := range nodes {
-		fair := float64(len(owners)) * float64(n.weight()) / totalWeight
-		r := float64(sp.Keys[n.Name]) / fair
-		peak = max(peak, r)
-		sq += (r - mean) * (r - mean)
-	}
-	sp.MaxOverMean = peak
-	sp.StddevOverMean = math.Sqrt(sq / float64(len(nodes)))
+	sp := SpreadOfShares(nodes, shares)
+	sp.Keys = counts
 	return sp
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -466,5 +468,87 @@ func TestIdealMovement(t *testing.T) {
 				t.Errorf("got %.4f, want %.4f", got, tt.want)
 			}
 		})
+	}
+}
+
+// The same set in any order gives every key the same owners, in every
+// placer: two instances whose files list endpoints differently agree.
+func TestOwnersIndependentOfOrder(t *testing.T) {
+	for _, weighted := range []bool{false, true} {
+		ns := nodes(letters(100)...)
+		if weighted {
+			ns = ns[:20]
+			for i := range ns {
+				ns[i].Weight = 1 + i%3
+			}
+		}
+		rev := slices.Clone(ns)
+		slices.Reverse(rev)
+		shuffled := slices.Clone(ns)
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		keys := placement.Keys(20000)
+		for name, ref := range allOrWeighted(t, ns, weighted) {
+			for label, order := range map[string][]placement.Node{"reversed": rev, "shuffled": shuffled} {
+				other := allOrWeighted(t, order, weighted)[name]
+				differ := 0
+				for _, k := range keys {
+					a, err := placement.Owners(ref, k, 3)
+					must(t, err)
+					b, err := placement.Owners(other, k, 3)
+					must(t, err)
+					if !slices.Equal(a, b) {
+						differ++
+					}
+				}
+				if differ != 0 {
+					t.Errorf("%s (weighted %v), %s: %d of %d keys have different owners", name, weighted, label, differ, len(keys))
+				}
+			}
+		}
+	}
+}
+
+// allOrWeighted is all, leaving out the placers that refuse weights when
+// the set is weighted.
+func allOrWeighted(t *testing.T, ns []placement.Node, weighted bool) map[string]placement.Mutable {
+	if !weighted {
+		return all(t, ns)
+	}
+	ring, err := placement.NewRing(ns, placement.RingOptions{})
+	must(t, err)
+	hrw, err := placement.NewRendezvous(ns)
+	must(t, err)
+	maglev, err := placement.NewMaglev(ns, placement.MaglevOptions{})
+	must(t, err)
+	bounded, err := placement.NewBounded(ns, placement.BoundedOptions{})
+	must(t, err)
+	return map[string]placement.Mutable{"ring": ring, "rendezvous": hrw, "maglev": maglev, "bounded": bounded}
+}
+
+// Jump and ModN number nodes in natural name order: the next number sorts
+// last, so growing n0..n9 by n10 is a cheap change.
+func TestJumpNumbersInNaturalOrder(t *testing.T) {
+	j, err := placement.NewJump(nodes("n10", "n9", "n1", "n0", "n2"))
+	must(t, err)
+	var got []string
+	for _, n := range j.Nodes() {
+		got = append(got, n.Name)
+	}
+	if want := []string{"n0", "n1", "n2", "n9", "n10"}; !slices.Equal(got, want) {
+		t.Errorf("bucket order %v, want %v", got, want)
+	}
+	must(t, j.Add(placement.Node{Name: "n11"}))
+	if err := j.Add(placement.Node{Name: "n3"}); !errors.Is(err, placement.ErrNotLast) {
+		t.Errorf("Add(n3) = %v, want ErrNotLast", err)
+	}
+	if err := j.Add(placement.Node{Name: "n11"}); err == nil || errors.Is(err, placement.ErrNotLast) {
+		t.Errorf("Add(n11) again = %v, want a duplicate error", err)
+	}
+	before, _ := placement.NewJump(nodes(letters(10)...))
+	after, _ := placement.NewJump(nodes(letters(11)...))
+	m, err := placement.Compare(before, after, placement.Keys(20000))
+	must(t, err)
+	if !m.OnlyChanged || m.Fraction > 1.2/11 {
+		t.Errorf("n0..n9 -> n0..n10 moved %.4f (stray %d), want about 1/11 and none stray", m.Fraction, m.Stray)
 	}
 }

@@ -111,6 +111,12 @@ func TestBadInput(t *testing.T) {
 		{"keys beyond memory", []string{"moves", "--keys", "1000000000"}, "rotor: --keys: must be between 1 and 5000000 (got 1000000000)"},
 		{"jump weights", []string{"moves", "--algo", "jump", "--from", "a=2,b"}, `rotor: --from: node "a": jump does not support weights (got 2)`},
 		{"unknown flag", []string{"moves", "--nope"}, "rotor: unknown flag: --nope"},
+		{"spread", []string{"moves", "--spread", "arcs"}, `rotor: --spread: must be keys or space (got "arcs")`},
+		{"run backwards", []string{"moves", "--from", "n{3..1}"}, `rotor: --from: node "n{3..1}": a numbered run is {FIRST..LAST}, whole numbers with FIRST <= LAST (got {3..1})`},
+		{"run too long", []string{"moves", "--from", "n{0..100000}"}, `rotor: --from: node "n{0..100000}": more than 100000 nodes`},
+		{"stray brace", []string{"place", "--nodes", "a}", "k"}, `rotor: --nodes: node "a}": braces only make a numbered run`},
+		{"two runs", []string{"place", "--nodes", "a{0..1}{0..1}", "k"}, `rotor: --nodes: node "a{0..1}{0..1}": braces only make one numbered run`},
+		{"run overlaps", []string{"place", "--nodes", "n{0..3},n2", "k"}, `rotor: --nodes: node "n2" appears twice`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +155,48 @@ func TestMovesJSON(t *testing.T) {
 	}
 	if r := got["modn"]; r.Fraction < 0.6 || r.OnlyChanged {
 		t.Errorf("modn: %+v, want most keys moved", r)
+	}
+}
+
+// --spread space measures the exact key-space shares: the ring at 1,000
+// points a node matches the jump-hash paper's 3.16%, jump is even to far
+// below what keys could show, placers with no finite space show none.
+func TestMovesKeySpace(t *testing.T) {
+	code, out, errs := runRotor(t, "", "moves", "--algo", "all", "--vnodes", "1000", "--from", "n{0..99}", "--to", "n{0..100}", "--keys", "1000", "--spread", "space", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rows []movesRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Spread != "space" || r.From != 100 || r.To != 101 {
+			t.Fatalf("row %+v", r)
+		}
+		switch r.Algo {
+		case "rendezvous", "bounded":
+			if r.Before != nil || r.After != nil {
+				t.Errorf("%s: a key-space spread %+v %+v", r.Algo, r.Before, r.After)
+			}
+		case "ring":
+			if d := r.Before.StddevOverMean - 0.0316; d < -0.006 || d > 0.006 {
+				t.Errorf("ring: stddev/mean %.4f, want near 0.0316", r.Before.StddevOverMean)
+			}
+		case "jump", "modn":
+			if r.Before.StddevOverMean > 1e-6 || r.After.MaxOverMean > 1+1e-6 {
+				t.Errorf("%s: spread %+v %+v, want even", r.Algo, r.Before, r.After)
+			}
+		case "maglev":
+			// 65537 slots over 101 nodes: 648 or 649 each.
+			if r.After.MaxOverMean > 650.0/(65537.0/101) {
+				t.Errorf("maglev: max/mean %.5f, more than a slot over", r.After.MaxOverMean)
+			}
+		}
+	}
+	code, out, _ = runRotor(t, "", "moves", "--algo", "jump", "--from", "n{0..9}", "--to", "n{0..10}", "--keys", "1000", "--spread", "space")
+	if code != 0 || !strings.Contains(out, "space max/mean") || !strings.Contains(out, "1+") {
+		t.Errorf("exit %d, table:\n%s", code, out)
 	}
 }
 

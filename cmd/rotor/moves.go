@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -20,8 +22,13 @@ type movesRow struct {
 	Ideal       float64 `json:"ideal"`
 	Stray       int     `json:"stray"`
 	OnlyChanged bool    `json:"only_changed"`
-	Before      spread  `json:"before"`
-	After       spread  `json:"after"`
+	// Spread says what Before and After measure: "keys", the sampled keys
+	// per node; or "space", each node's exact share of the key space
+	// (ring arcs, Maglev table slots, jump's recurrence, hash mod N
+	// residues), which placers with no finite space leave out.
+	Spread string  `json:"spread"`
+	Before *spread `json:"before,omitempty"`
+	After  *spread `json:"after,omitempty"`
 	// Error says why this algorithm could not run the change (jump and
 	// modn refuse weights); the other fields are then zero.
 	Error string `json:"error,omitempty"`
@@ -38,6 +45,7 @@ func newMovesCmd() *cobra.Command {
 		from, to string
 		keys     int
 		asJSON   bool
+		measure  string
 	)
 	cmd := &cobra.Command{
 		Use:   "moves",
@@ -49,10 +57,17 @@ key moved to a new node or from a removed one ("stray" counts those that did
 not); and the load spread before and after, as max/mean and stddev/mean of
 keys per node (1 and 0 are perfect; weights are taken into account).
 
+--spread space measures the spread without sampling: each node's exact
+share of the key space, as the papers measure it (the ring's arcs, Maglev's
+table slots, jump's buckets computed from its recurrence, hash mod N's
+residues). Rendezvous and bounded have no such partition and show "-".
+Nodes may be given as numbered runs: n{0..999} is n0 .. n999.
+
 --algo all prints one row per algorithm, hash % N included.`,
 		Example: `  rotor moves --algo all
   rotor moves --algo ring --from a,b,c --to a,b,c,d --keys 100000
-  rotor moves --algo all --from a,b,c,d --to a,c,d --json`,
+  rotor moves --algo all --from a,b,c,d --to a,c,d --json
+  rotor moves --algo ring --vnodes 1000 --from 'n{0..999}' --to 'n{0..1000}' --spread space`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			algos, h, err := f.validate(true)
 			if err != nil {
@@ -66,13 +81,16 @@ keys per node (1 and 0 are perfect; weights are taken into account).
 			if err != nil {
 				return err
 			}
+			if measure != "keys" && measure != "space" {
+				return fmt.Errorf("--spread: must be keys or space (got %q)", measure)
+			}
 			if keys < 1 || keys > maxKeys {
 				return fmt.Errorf("--keys: must be between 1 and %d (got %d)", maxKeys, keys)
 			}
 			keySet := placement.Keys(keys)
 			var rows []movesRow
 			for _, algo := range algos {
-				row := movesRow{Algo: algo, From: len(before), To: len(after), Keys: keys}
+				row := movesRow{Algo: algo, From: len(before), To: len(after), Keys: keys, Spread: measure}
 				pb, err := f.newPlacer(algo, h, before, "--from")
 				if err == nil {
 					var pa placement.Placer
@@ -81,8 +99,11 @@ keys per node (1 and 0 are perfect; weights are taken into account).
 						if m, err = placement.Compare(pb, pa, keySet); err == nil {
 							row.Moved, row.Fraction, row.Ideal = m.Moved, m.Fraction, m.Ideal
 							row.Stray, row.OnlyChanged = m.Stray, m.OnlyChanged
-							row.Before = spread{m.Before.MaxOverMean, m.Before.StddevOverMean}
-							row.After = spread{m.After.MaxOverMean, m.After.StddevOverMean}
+							if measure == "keys" {
+								row.Before, row.After = spreadOf(m.Before), spreadOf(m.After)
+							} else {
+								row.Before, row.After = spaceSpread(pb), spaceSpread(pa)
+							}
 						}
 					}
 				}
@@ -105,12 +126,35 @@ keys per node (1 and 0 are perfect; weights are taken into account).
 	cmd.Flags().StringVar(&to, "to", "a,b,c,d", "nodes after the change, each NAME or NAME=WEIGHT")
 	cmd.Flags().IntVar(&keys, "keys", 100000, "how many keys to place")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON rows instead of a table")
+	cmd.Flags().StringVar(&measure, "spread", "keys", "what the spread columns measure: keys (sampled) or space (exact key-space shares)")
 	return cmd
+}
+
+func spreadOf(sp placement.Spread) *spread {
+	return &spread{sp.MaxOverMean, sp.StddevOverMean}
+}
+
+// spaceSpread is the spread of p's exact key-space shares, or nil for a
+// placer that has none.
+func spaceSpread(p placement.Placer) *spread {
+	ks, ok := p.(placement.KeySpacer)
+	if !ok {
+		return nil
+	}
+	shares := ks.KeySpace()
+	if shares == nil {
+		return nil
+	}
+	return spreadOf(placement.SpreadOfShares(ks.Nodes(), shares))
 }
 
 func writeMovesTable(cmd *cobra.Command, rows []movesRow) error {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "algo\tnodes\tkeys\tmoved\tideal\tmoved/ideal\tstray\tonly new/removed\tmax/mean before\tafter\tstddev/mean before\tafter\t\n")
+	by := "keys"
+	if len(rows) > 0 && rows[0].Spread == "space" {
+		by = "space"
+	}
+	fmt.Fprintf(w, "algo\tnodes\tkeys\tmoved\tideal\tmoved/ideal\tstray\tonly new/removed\t%s max/mean before\tafter\tstddev/mean before\tafter\t\n", by)
 	var notes []string
 	for _, r := range rows {
 		if r.Error != "" {
@@ -122,9 +166,10 @@ func writeMovesTable(cmd *cobra.Command, rows []movesRow) error {
 		if r.Ideal > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Fraction/r.Ideal)
 		}
-		fmt.Fprintf(w, "%s\t%d→%d\t%d\t%.2f%%\t%.2f%%\t%s\t%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t\n",
+		fmt.Fprintf(w, "%s\t%d→%d\t%d\t%.2f%%\t%.2f%%\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Algo, r.From, r.To, r.Keys, 100*r.Fraction, 100*r.Ideal, ratio, r.Stray, yesNo(r.OnlyChanged),
-			r.Before.MaxOverMean, r.After.MaxOverMean, r.Before.StddevOverMean, r.After.StddevOverMean)
+			spreadFigure(r.Before, (*spread).max), spreadFigure(r.After, (*spread).max),
+			spreadFigure(r.Before, (*spread).stddev), spreadFigure(r.After, (*spread).stddev))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -133,6 +178,28 @@ func writeMovesTable(cmd *cobra.Command, rows []movesRow) error {
 		fmt.Fprintln(cmd.OutOrStdout(), n)
 	}
 	return nil
+}
+
+func (s *spread) max() float64    { return s.MaxOverMean }
+func (s *spread) stddev() float64 { return s.StddevOverMean }
+
+// spreadFigure prints one spread figure with three decimals, or, for one
+// within a thousandth of perfect (jump's key space is even to 1e-7), the
+// distance from perfect: 1+7.0e-05 for a max/mean, 6.99e-05 for a
+// stddev/mean. "-" when there is none.
+func spreadFigure(s *spread, figure func(*spread) float64) string {
+	if s == nil {
+		return "-"
+	}
+	v := figure(s)
+	whole := math.Round(v)
+	if d := v - whole; d != 0 && math.Abs(d) < 0.0005 {
+		if whole == 0 {
+			return strconv.FormatFloat(v, 'g', 3, 64)
+		}
+		return fmt.Sprintf("%.0f%+.1e", whole, d)
+	}
+	return fmt.Sprintf("%.3f", v)
 }
 
 func yesNo(b bool) string {

@@ -77,8 +77,13 @@ func (f *placerFlags) newPlacer(algo string, h placement.Hash, nodes []placement
 	return p, nil
 }
 
-// parseNodes reads a node list: "a,b,c" or with weights "a=3,b,c=2".
-// flag names the flag for error messages.
+// maxNodes bounds a node list: what the placers and the key-space
+// figures handle in moments.
+const maxNodes = 100_000
+
+// parseNodes reads a node list: "a,b,c", with weights "a=3,b,c=2", and
+// numbered runs "cache{0..99}" (cache0 .. cache99), which take a weight
+// like any name ("cache{0..9}=2").
 func parseNodes(flag, spec string) ([]placement.Node, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
@@ -89,22 +94,66 @@ func parseNodes(flag, spec string) ([]placement.Node, error) {
 	for _, item := range strings.Split(spec, ",") {
 		name, weight, hasWeight := strings.Cut(strings.TrimSpace(item), "=")
 		name = strings.TrimSpace(name)
-		n := placement.Node{Name: name, Weight: 1}
 		if name == "" {
 			return nil, fmt.Errorf("%s: node names must not be empty (in %q)", flag, spec)
 		}
+		w := 1
 		if hasWeight {
-			w, err := strconv.Atoi(strings.TrimSpace(weight))
-			if err != nil || w < 1 {
+			var err error
+			if w, err = strconv.Atoi(strings.TrimSpace(weight)); err != nil || w < 1 {
 				return nil, fmt.Errorf("%s: node %q: weight must be a whole number of at least 1 (got %q)", flag, name, weight)
 			}
-			n.Weight = w
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("%s: node %q appears twice", flag, name)
+		names, err := expandRange(name, maxNodes-len(nodes))
+		if err != nil {
+			return nil, fmt.Errorf("%s: node %q: %w", flag, name, err)
 		}
-		seen[name] = true
-		nodes = append(nodes, n)
+		for _, name := range names {
+			if seen[name] {
+				return nil, fmt.Errorf("%s: node %q appears twice", flag, name)
+			}
+			seen[name] = true
+			nodes = append(nodes, placement.Node{Name: name, Weight: w})
+		}
 	}
 	return nodes, nil
+}
+
+// expandRange turns "n{0..2}x" into n0x, n1x, n2x, and a name with no
+// braces into itself; it refuses any other use of braces and more than
+// room names.
+func expandRange(name string, room int) ([]string, error) {
+	open := strings.IndexByte(name, '{')
+	if open < 0 {
+		if strings.ContainsRune(name, '}') {
+			return nil, fmt.Errorf("braces only make a numbered run, as in n{0..9}")
+		}
+		if room < 1 {
+			return nil, fmt.Errorf("more than %d nodes", maxNodes)
+		}
+		return []string{name}, nil
+	}
+	closing := strings.IndexByte(name[open:], '}')
+	if closing < 0 {
+		return nil, fmt.Errorf("braces only make a numbered run, as in n{0..9}")
+	}
+	closing += open
+	prefix, body, suffix := name[:open], name[open+1:closing], name[closing+1:]
+	if strings.ContainsAny(prefix+suffix, "{}") {
+		return nil, fmt.Errorf("braces only make one numbered run, as in n{0..9}")
+	}
+	from, to, ok := strings.Cut(body, "..")
+	lo, err1 := strconv.Atoi(from)
+	hi, err2 := strconv.Atoi(to)
+	if !ok || err1 != nil || err2 != nil || lo < 0 || hi < lo {
+		return nil, fmt.Errorf("a numbered run is {FIRST..LAST}, whole numbers with FIRST <= LAST (got {%s})", body)
+	}
+	if hi-lo >= room {
+		return nil, fmt.Errorf("more than %d nodes", maxNodes)
+	}
+	names := make([]string, 0, hi-lo+1)
+	for i := lo; i <= hi; i++ {
+		names = append(names, prefix+strconv.Itoa(i)+suffix)
+	}
+	return names, nil
 }
