@@ -123,8 +123,11 @@ func chooseBest(s *Set, d int, cost func(*Endpoint) float64) *Endpoint {
 // in-flight requests plus one, and a pick takes the cheaper of two random
 // choices. A latency spike raises the estimate at once; a quiet spell
 // decays it, with a time constant (health.Config.PeakDecay), so a slow
-// endpoint is tried again later. An endpoint with no measure yet costs
-// almost nothing, so new endpoints are tried at once.
+// endpoint is tried again later. As in Finagle's PeakEwma, an endpoint
+// with no measure yet costs nothing while idle, so a new endpoint is tried
+// at once, and a prohibitive penalty while its first request is pending:
+// an endpoint nobody has timed yet gets one request at a time until it
+// answers, not half the burst because its cost reads zero.
 type PeakEWMA struct {
 	choices int // immutable after NewPeakEWMA
 }
@@ -153,15 +156,34 @@ type peakPicker struct {
 	d   int
 }
 
-// peakFloor keeps an unmeasured endpoint's cost above zero, so that
-// in-flight counts still break ties between unmeasured endpoints.
+// peakFloor keeps a measured endpoint's cost above zero, so that
+// in-flight counts still break ties when latencies round to nothing.
 const peakFloor = 1e-6
+
+// unmeasuredPenalty is the cost of an endpoint with no latency measured
+// and requests pending: above any latency an endpoint can show, so every
+// measured endpoint is preferred until the first answer arrives. (Finagle
+// uses Long.MaxValue >> 16 nanoseconds, about 39 hours.)
+const unmeasuredPenalty = 1e9
+
+// peakCost is an endpoint's peak-EWMA cost: its latency estimate times
+// its pending requests plus one; without an estimate, 0 when idle and the
+// penalty (plus its pending count, to spread a burst) when not.
+func peakCost(latency float64, measured bool, inflight int64) float64 {
+	if !measured {
+		if inflight > 0 {
+			return unmeasuredPenalty + float64(inflight)
+		}
+		return 0
+	}
+	return max(latency, peakFloor) * float64(inflight+1)
+}
 
 func (p *peakPicker) Pick(Request) (*Endpoint, error) {
 	now := p.set.clock.Now()
 	ep := chooseBest(p.set, p.d, func(ep *Endpoint) float64 {
-		lat, _ := ep.PeakLatency(now)
-		return max(lat, peakFloor) * float64(ep.State.Inflight()+1)
+		lat, measured := ep.PeakLatency(now)
+		return peakCost(lat, measured, ep.State.Inflight())
 	})
 	if ep == nil {
 		return nil, ErrNoEndpoint

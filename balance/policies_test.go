@@ -178,6 +178,42 @@ func TestPeakEWMAPrefersFast(t *testing.T) {
 	}
 }
 
+// A new endpoint with no latency measured takes one request of a burst,
+// not half of it (Finagle's penalty for an unmeasured endpoint with
+// requests pending); once it answers, it competes on its latency.
+func TestPeakEWMAUnmeasuredEndpointWaitsForItsFirstAnswer(t *testing.T) {
+	pol, _ := balance.NewPeakEWMA(2)
+	p, _ := testPool(t, pol, "e0", "e1", "e2", "new")
+	for _, name := range []string{"e0", "e1", "e2"} {
+		observe(t, p, name, health.Success, 10*time.Millisecond, 5)
+	}
+	var held []balance.Pick
+	c := map[string]int{}
+	for range 1000 {
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c[pk.Endpoint.Name]++
+		held = append(held, pk)
+	}
+	if c["new"] != 1 {
+		t.Fatalf("the unmeasured endpoint took %d of 1000 concurrent picks, want 1 (%v)", c["new"], c)
+	}
+	for _, pk := range held {
+		lat := 10 * time.Millisecond
+		if pk.Endpoint.Name == "new" {
+			lat = 2 * time.Second
+		}
+		pk.Done(health.Outcome{Status: 200, Latency: lat})
+	}
+	// Measured at 2 s, it now gets a share by cost: next to nothing.
+	c = counts(t, p, 1000, nil)
+	if c["new"] > 10 {
+		t.Errorf("the slow endpoint took %d of 1000 after its first answer", c["new"])
+	}
+}
+
 // scoredPool gives e0..e2 scores 1, 0.5 and 0.25 (success 1; latency 0,
 // 1 s, 3 s) by feeding each one success.
 func scoredPool(t *testing.T, gamma float64) *balance.Pool {

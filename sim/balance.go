@@ -3,6 +3,9 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -21,8 +24,9 @@ type BalanceOptions struct {
 	// at speed 1); 0 means 0.7.
 	Load     float64
 	Requests int // 0 means 200,000
-	// Slow makes server i that many times slower: {0: 3}.
-	Slow map[int]float64
+	// Slow makes server i slower, for the whole run ({0: {Factor: 3}}) or
+	// a window of it ({0: {Factor: 200, From: 15s, To: 45s}}).
+	Slow map[int]Slowdown
 	// Uneven makes request cost vary 10x (uniform in [1, 10]).
 	Uneven bool
 	// Hot is the share of requests from one user.
@@ -85,12 +89,20 @@ func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
 		servers[i] = Server{Workers: o.Workers, Speed: 1}
 	}
 	cond := "uniform"
-	for i, f := range o.Slow {
-		if i < 0 || i >= o.Servers || !(f > 0) {
-			return BalanceReport{}, fmt.Errorf("slow: server %d x%v: want a server in 0..%d and a factor above 0", i, f, o.Servers-1)
+	for _, i := range sortedKeys(o.Slow) {
+		sd := o.Slow[i]
+		if i < 0 || i >= o.Servers || !(sd.Factor > 0) || math.IsInf(sd.Factor, 0) || sd.From < 0 || sd.To != 0 && sd.To <= sd.From {
+			return BalanceReport{}, fmt.Errorf("slow: server %d x%v: want a server in 0..%d, a factor above 0 and a window that ends after it starts", i, sd.Factor, o.Servers-1)
 		}
-		servers[i].Speed = 1 / f
-		cond = fmt.Sprintf("server %d %gx slower", i, f)
+		servers[i].Slowdowns = append(servers[i].Slowdowns, sd)
+		c := fmt.Sprintf("server %d %gx slower", i, sd.Factor)
+		if sd.From > 0 || sd.To > 0 {
+			c += fmt.Sprintf(" from %v", sd.From)
+			if sd.To > 0 {
+				c += fmt.Sprintf(" to %v", sd.To)
+			}
+		}
+		cond = join(cond, c)
 	}
 	if err := o.Rules.Validate(); err != nil {
 		return BalanceReport{}, err
@@ -104,7 +116,8 @@ func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
 	if len(o.Backups) > 0 {
 		cond = join(cond, fmt.Sprintf("%d backup", len(o.Backups)))
 	}
-	for i, w := range o.Down {
+	for _, i := range sortedKeys(o.Down) {
+		w := o.Down[i]
 		if i < 0 || i >= o.Servers || w.To <= w.From {
 			return BalanceReport{}, fmt.Errorf("down: server %d %v-%v: want a server in 0..%d and a window that ends after it starts", i, w.From, w.To, o.Servers-1)
 		}
@@ -141,6 +154,12 @@ func Balance(ctx context.Context, o BalanceOptions) (BalanceReport, error) {
 		return BalanceReport{}, err
 	}
 	return BalanceReport{Servers: o.Servers, Workers: o.Workers, Rate: w.Rate, Condition: cond, Results: res}, nil
+}
+
+// sortedKeys returns m's keys in order, so that the condition line and
+// every run are the same from one invocation to the next.
+func sortedKeys[V any](m map[int]V) []int {
+	return slices.Sorted(maps.Keys(m))
 }
 
 func join(a, b string) string {

@@ -31,6 +31,27 @@ type Server struct {
 	Latency time.Duration
 	// Backup servers take requests only while no other is available.
 	Backup bool
+	// Slowdowns make the server slower for a span of virtual time: a
+	// request whose service starts inside one takes Factor times longer.
+	Slowdowns []Slowdown
+}
+
+// Slowdown is a span of virtual time in which a server is Factor times
+// slower. To zero means until the end of the run.
+type Slowdown struct {
+	Factor   float64
+	From, To time.Duration
+}
+
+// factor is the slowdown at now: the product of those in force.
+func (s *Server) factor(now time.Duration) float64 {
+	f := 1.0
+	for _, sd := range s.Slowdowns {
+		if now >= sd.From && (sd.To == 0 || now < sd.To) {
+			f *= sd.Factor
+		}
+	}
+	return f
 }
 
 // Window is a span of virtual time during which a server fails requests.
@@ -164,6 +185,11 @@ func Validate(w Workload, servers []Server) error {
 		return errors.New("cost spread and log-normal sigma must not be negative")
 	}
 	for i, s := range servers {
+		for _, sd := range s.Slowdowns {
+			if !(sd.Factor > 0) || math.IsInf(sd.Factor, 0) || sd.From < 0 || sd.To != 0 && sd.To <= sd.From {
+				return fmt.Errorf("servers[%d]: slowdown x%v %v-%v: want a factor above 0 and a window that ends after it starts", i, sd.Factor, sd.From, sd.To)
+			}
+		}
 		if s.Workers < 0 || s.Speed < 0 || s.ErrorRate < 0 || s.ErrorRate > 1 {
 			return fmt.Errorf("servers[%d]: workers and speed must be positive, error rate in [0, 1]", i)
 		}
@@ -387,7 +413,7 @@ func (e *engine) start(idx int32) {
 		if speed == 0 {
 			speed = 1
 		}
-		service = time.Duration(sec / speed * 1e9)
+		service = time.Duration(sec * srv.factor(now) / speed * 1e9)
 	}
 	e.push(event{at: now + service, idx: idx})
 }

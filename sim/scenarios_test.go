@@ -32,7 +32,7 @@ func runBalance(t *testing.T, o sim.BalanceOptions) map[string]sim.Result {
 
 // Same seed, same numbers; another seed, other numbers.
 func TestSeedReproducible(t *testing.T) {
-	opts := sim.BalanceOptions{Requests: 20000, Seed: 7, Slow: map[int]float64{0: 3}}
+	opts := sim.BalanceOptions{Requests: 20000, Seed: 7, Slow: map[int]sim.Slowdown{0: {Factor: 3}}}
 	a, b := runBalance(t, opts), runBalance(t, opts)
 	ignore := cmpopts.IgnoreFields(sim.Result{}, "Wall", "Latency", "OK")
 	if diff := cmp.Diff(a, b, ignore); diff != "" {
@@ -48,7 +48,7 @@ func TestSeedReproducible(t *testing.T) {
 // Article 000's point: when one server is 3x slower, load-aware policies
 // beat blind ones.
 func TestSlowServerLoadAwareWins(t *testing.T) {
-	r := runBalance(t, sim.BalanceOptions{Slow: map[int]float64{0: 3}, Seed: 1})
+	r := runBalance(t, sim.BalanceOptions{Slow: map[int]sim.Slowdown{0: {Factor: 3}}, Seed: 1})
 	rr, p2c, lc, peak := r["round_robin"], r["p2c"], r["least_conn"], r["peak_ewma"]
 	if !(p2c.P99 < rr.P99/10 && lc.P99 < rr.P99/10 && peak.P99 < rr.P99/10) {
 		t.Fatalf("p99 under --slow 0=3: round_robin %v, p2c %v, least_conn %v, peak_ewma %v; want the load-aware ones 10x lower",

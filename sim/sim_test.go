@@ -169,6 +169,50 @@ func TestSimBackups(t *testing.T) {
 	}
 }
 
+// A slow spell slows a server only inside its window: requests it starts
+// there take Factor times longer, those before and after take the usual.
+func TestSimSlowWindow(t *testing.T) {
+	w := sim.Workload{Requests: 30_000, Rate: 1000, Service: time.Millisecond, Seed: 5}
+	servers := []sim.Server{{Workers: 1000, Slowdowns: []sim.Slowdown{{Factor: 50, From: 10 * time.Second, To: 20 * time.Second}}}, {Workers: 1000}}
+	clock := &sim.Clock{}
+	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+	p, _ := factory("round_robin")
+	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers)}); err != nil {
+		t.Fatal(err)
+	}
+	var sum [2][3]time.Duration // server x before, during, after
+	var n [2][3]int
+	_, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{
+		Completed: func(now time.Duration, s int, ok bool, lat time.Duration) {
+			phase := 0
+			switch sent := now - lat; {
+			case sent >= 20*time.Second:
+				phase = 2
+			case sent >= 10*time.Second:
+				phase = 1
+			}
+			sum[s][phase] += lat
+			n[s][phase]++
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := func(s, phase int) float64 { return sum[s][phase].Seconds() / float64(n[s][phase]) }
+	for phase := range 3 {
+		want := 1.0
+		if phase == 1 {
+			want = 50
+		}
+		if r := mean(0, phase) / mean(1, phase); r < want*0.8 || r > want*1.25 {
+			t.Errorf("phase %d: server 0 took %.1fx server 1's time, want about %.0fx", phase, r, want)
+		}
+	}
+	if _, err := sim.Run(context.Background(), w, []sim.Server{{Slowdowns: []sim.Slowdown{{Factor: 0}}}}, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{}); err == nil {
+		t.Error("a slowdown of factor 0 was accepted")
+	}
+}
+
 // The fluid-limit prediction of the fullest bin, against the simulation
 // and against what is known: with one choice the Poisson tail (n = m =
 // 1000: 5 balls; 10^5: 8), with two choices ln ln n / ln 2 plus a small

@@ -163,19 +163,17 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 				return fmt.Errorf("--hot: must be between 0 and 1 (got %v)", o.Hot)
 			}
 			for _, s := range slow {
-				i, factor, ok := strings.Cut(s, "=")
-				n, err1 := strconv.Atoi(i)
-				x, err2 := strconv.ParseFloat(factor, 64)
-				if !ok || err1 != nil || err2 != nil || !(x > 0) || math.IsInf(x, 0) {
-					return fmt.Errorf("--slow: %q is not SERVER=FACTOR, e.g. 0=3", s)
+				n, sd, err := parseSlow(s)
+				if err != nil {
+					return err
 				}
-				if n < 0 || n >= o.Servers {
+				if n >= o.Servers {
 					return fmt.Errorf("--slow: %q: server %d is not one of 0..%d", s, n, o.Servers-1)
 				}
 				if o.Slow == nil {
-					o.Slow = map[int]float64{}
+					o.Slow = map[int]sim.Slowdown{}
 				}
-				o.Slow[n] = x
+				o.Slow[n] = sd
 			}
 			if o.Rules.Attempts < 1 {
 				return fmt.Errorf("--attempts: must be between 1 and 10 (got %d)", o.Rules.Attempts)
@@ -254,7 +252,7 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 	cmd.Flags().Float64Var(&o.Load, "load", 0.7, "offered load, as a share of the nominal capacity")
 	cmd.Flags().IntVar(&o.Requests, "requests", 200000, "requests per policy")
 	cmd.Flags().BoolVar(&uniform, "uniform", false, "identical servers and requests (the default condition)")
-	cmd.Flags().StringArrayVar(&slow, "slow", nil, "SERVER=FACTOR: make a server FACTOR times slower (repeatable)")
+	cmd.Flags().StringArrayVar(&slow, "slow", nil, "SERVER=FACTOR[@FROM-TO]: make a server FACTOR times slower, for the run or a window of it, e.g. 0=200@15s-45s (repeatable)")
 	cmd.Flags().BoolVar(&o.Uneven, "uneven", false, "request cost varies 10x")
 	cmd.Flags().Float64Var(&o.Hot, "hot", 0, "share of requests from one user (sticky by user)")
 	cmd.Flags().Float64Var(&o.LogNormal, "lognormal", 0, "log-normal service times with this sigma (default exponential)")
@@ -268,6 +266,30 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 	cmd.Flags().Float64Var(&o.Rules.PanicThreshold, "panic", 0, "panic mode: below this share of healthy servers, spread over all")
 	cmd.Flags().DurationVar(&o.Rules.SlowStart, "slow-start", 0, "a server that comes back ramps up over this window")
 	return cmd
+}
+
+// parseSlow parses SERVER=FACTOR, or SERVER=FACTOR@FROM-TO for a slow
+// spell: 0=3, 0=200@15s-45s.
+func parseSlow(s string) (int, sim.Slowdown, error) {
+	bad := fmt.Errorf("--slow: %q is not SERVER=FACTOR or SERVER=FACTOR@FROM-TO, e.g. 0=3 or 0=200@15s-45s", s)
+	i, spec, ok := strings.Cut(s, "=")
+	factor, span, windowed := strings.Cut(spec, "@")
+	n, err1 := strconv.Atoi(i)
+	x, err2 := strconv.ParseFloat(factor, 64)
+	if !ok || err1 != nil || err2 != nil || n < 0 || !(x > 0) || math.IsInf(x, 0) {
+		return 0, sim.Slowdown{}, bad
+	}
+	sd := sim.Slowdown{Factor: x}
+	if windowed {
+		from, to, ok := strings.Cut(span, "-")
+		f, err1 := time.ParseDuration(from)
+		t, err2 := time.ParseDuration(to)
+		if !ok || err1 != nil || err2 != nil || f < 0 || t <= f {
+			return 0, sim.Slowdown{}, bad
+		}
+		sd.From, sd.To = f, t
+	}
+	return n, sd, nil
 }
 
 // parseDown parses SERVER=FROM-TO, e.g. 0=10s-20s.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotor-lb/rotor/sim"
 )
@@ -19,6 +20,24 @@ func TestSimBalanceTableAndJSON(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	// A slow spell, as in Linkerd's "Beyond Round Robin": server 0 takes
+	// 2 s from 15 s to 45 s. Round robin keeps sending it a share and pays
+	// for it in the tail; peak_ewma stops within a request or two.
+	code, out, errs = runRotor(t, "", "sim", "balance", "--servers", "11", "--workers", "100", "--load", "0.01",
+		"--slow", "0=200@15s-45s", "--requests", "66000", "--policies", "round_robin,peak_ewma", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var spell sim.BalanceReport
+	if err := json.Unmarshal([]byte(out), &spell); err != nil {
+		t.Fatal(err)
+	}
+	if spell.Condition != "server 0 200x slower from 15s to 45s" || len(spell.Results) != 2 {
+		t.Fatalf("report %+v", spell)
+	}
+	if rr, pe := spell.Results[0], spell.Results[1]; rr.P999 < time.Second || pe.P999 > 200*time.Millisecond {
+		t.Errorf("p99.9: round_robin %v, peak_ewma %v; want over 1 s and under 200 ms", rr.P999, pe.P999)
 	}
 	code, out, errs = runRotor(t, "", "sim", "balance", "--uneven", "--requests", "20000", "--json", "--seed", "3")
 	if code != 0 {
@@ -65,6 +84,8 @@ func TestSimBadInput(t *testing.T) {
 		{[]string{"sim", "balance", "--policies", "p3c"}, `rotor: --policies: "p3c" is not a policy (round_robin,`},
 		{[]string{"sim", "balance", "--slow", "zero=3"}, `rotor: --slow: "zero=3" is not SERVER=FACTOR`},
 		{[]string{"sim", "balance", "--slow", "9=3"}, `rotor: --slow: "9=3": server 9 is not one of 0..4`},
+		{[]string{"sim", "balance", "--slow", "0=3@45s-15s"}, `rotor: --slow: "0=3@45s-15s" is not SERVER=FACTOR or SERVER=FACTOR@FROM-TO`},
+		{[]string{"sim", "balance", "--slow", "0=3@15s"}, `rotor: --slow: "0=3@15s" is not SERVER=FACTOR or SERVER=FACTOR@FROM-TO`},
 		{[]string{"sim", "balance", "--lognormal", "-1"}, "rotor: --lognormal: must be zero or positive (got -1)"},
 		{[]string{"sim", "balance", "--choices", "99"}, "rotor: --choices: must be between 1 and 16 (got 99)"},
 		{[]string{"sim", "balance", "--choices", "0"}, "rotor: --choices: must be between 1 and 16 (got 0)"},
