@@ -214,18 +214,86 @@ func TestPeakEWMAUnmeasuredEndpointWaitsForItsFirstAnswer(t *testing.T) {
 	}
 }
 
-// scoredPool gives e0..e2 scores 1, 0.5 and 0.25 (success 1; latency 0,
-// 1 s, 3 s) by feeding each one success.
+// scoredPool gives e0..e2 weights 1, 0.5 and 0.25 (success 1; latencies
+// 99, 199 and 399 ms, which with the 1 ms floor are 1, 2 and 4 times the
+// best) by feeding each one success.
 func scoredPool(t *testing.T, gamma float64) *balance.Pool {
 	pol, err := balance.NewScored(gamma)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := testPool(t, pol, "e0", "e1", "e2")
-	for name, lat := range map[string]time.Duration{"e0": 0, "e1": time.Second, "e2": 3 * time.Second} {
+	for name, lat := range map[string]time.Duration{"e0": 99 * time.Millisecond, "e1": 199 * time.Millisecond, "e2": 399 * time.Millisecond} {
 		observe(t, p, name, health.Success, lat, 1)
 	}
 	return p
+}
+
+// shares picks n times, holding every pick so that nothing changes, and
+// returns each endpoint's share.
+func shares(t *testing.T, p *balance.Pool, n int) map[string]float64 {
+	t.Helper()
+	c := map[string]float64{}
+	for range n {
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c[pk.Endpoint.Name] += 1.0 / float64(n)
+	}
+	return c
+}
+
+// The latency term is relative to the best endpoint: the same ratios give
+// the same shares whether the endpoints answer in milliseconds or in
+// seconds (the article's 1/(1 + seconds) would make 10 and 30 ms alike).
+func TestScoredLatencyIsRelative(t *testing.T) {
+	pol, _ := balance.NewScored(balance.DefaultGamma)
+	var got [2]float64
+	for i, scale := range []time.Duration{10 * time.Millisecond, time.Second} {
+		p, _ := testPool(t, pol, "fast", "slow")
+		observe(t, p, "fast", health.Success, scale, 1)
+		observe(t, p, "slow", health.Success, 3*scale, 1)
+		got[i] = shares(t, p, 40000)["slow"]
+	}
+	// 3x slower at gamma 2: (1/3)^2 = 1/9 of the fast one's weight, a
+	// share of 0.1 (at 10 ms the 1 ms floor makes it 11/31: 0.112).
+	for i, want := range []float64{(11.0 / 31) * (11.0 / 31) / (1 + (11.0/31)*(11.0/31)), 0.1} {
+		if math.Abs(got[i]-want) > 0.01 {
+			t.Errorf("slow share %.4f at scale %d, want %.4f", got[i], i, want)
+		}
+	}
+}
+
+// A slow endpoint left alone fades toward the best with the peak decay's
+// time constant, so it is tried again and a recovery is found out; an
+// endpoint nothing is known of is tried first, one request at a time.
+func TestScoredFadesOldLatencyAndTriesNewEndpoints(t *testing.T) {
+	pol, _ := balance.NewScored(2)
+	p, clock := testPool(t, pol, "fast", "slow", "new")
+	observe(t, p, "slow", health.Success, 2*time.Second, 1)
+	observe(t, p, "fast", health.Success, 100*time.Millisecond, 1)
+	first, err := p.Pick(balance.Request{})
+	if err != nil || first.Endpoint.Name != "new" {
+		t.Fatalf("first pick %v (%v), want the unknown endpoint", first.Endpoint, err)
+	}
+	// Held: while its first request is out it takes no other.
+	sh := shares(t, p, 30000)
+	if sh["slow"] > 0.003 || sh["new"] != 0 {
+		t.Errorf("shares %v: want slow near 0 and none for the unknown endpoint while its request is out", sh)
+	}
+	first.Done(health.Outcome{Status: 200, Latency: 100 * time.Millisecond})
+	// Three time constants later, with fast measured again just now: the
+	// excess over the best is 1.9 s x e^-3, a relative weight of
+	// 0.101/(0.101 + 0.0946).
+	clock.Advance(3 * health.DefaultPeakDecay)
+	observe(t, p, "fast", health.Success, 100*time.Millisecond, 1)
+	observe(t, p, "new", health.Success, 100*time.Millisecond, 1)
+	rel := 0.101 / (0.101 + 1.9*math.Exp(-3))
+	want := rel * rel / (2 + rel*rel)
+	if got := shares(t, p, 40000)["slow"]; math.Abs(got-want) > 0.01 {
+		t.Errorf("faded slow share %.4f, want %.4f", got, want)
+	}
 }
 
 func TestScoredProportionalToScore(t *testing.T) {

@@ -97,6 +97,8 @@ type State struct {
 	// that the common case, a healthy endpoint, is one atomic load.
 	flags     atomic.Uint32 // flag* bits
 	rawScore  atomic.Uint64 // float64 bits of the score ignoring the breaker; written under mu; next to flags, as scored reads both
+	success   atomic.Uint64 // float64 bits of successEWMA; written under mu
+	latency   atomic.Uint64 // float64 bits of latencyEWMA, seconds; written under mu
 	inflight  atomic.Int64  // Admit, Ticket.Release
 	breaker   atomic.Int32  // BreakerState, written under mu
 	openUntil atomic.Int64  // unix ns the cooldown ends; written under mu
@@ -388,6 +390,33 @@ func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, meas
 // the state is shared).
 func (s *State) publish() {
 	s.rawScore.Store(math.Float64bits(s.successEWMA / (1 + s.latencyEWMA)))
+	s.success.Store(math.Float64bits(s.successEWMA))
+	s.latency.Store(math.Float64bits(s.latencyEWMA))
+}
+
+// Estimates are an endpoint's running estimates, as a policy weighs them.
+type Estimates struct {
+	Success float64 // success EWMA
+	Latency float64 // latency EWMA, seconds; meaningful once Measured is set
+	// Measured is when a latency was last measured; zero if never.
+	Measured time.Time
+	// Outcomes counts the successes and failures seen: 0 means nothing
+	// is known of the endpoint yet.
+	Outcomes int64
+}
+
+// Estimates returns the running estimates without taking the lock: what
+// a policy weighs on the pick path.
+func (s *State) Estimates() Estimates {
+	e := Estimates{
+		Success:  math.Float64frombits(s.success.Load()),
+		Latency:  math.Float64frombits(s.latency.Load()),
+		Outcomes: s.successes.Load() + s.failures.Load(),
+	}
+	if at := s.peakStamp.Load(); at != 0 {
+		e.Measured = time.Unix(0, at)
+	}
+	return e
 }
 
 // Score is article 001's score at now: success_ewma x 1/(1 + latency_ewma
