@@ -22,7 +22,7 @@ var PolicyNames = []string{
 // policy reads only its own.
 type PolicyParams struct {
 	Choices int      // p2c, peak_ewma: how many random choices (2)
-	Gamma   *float64 // scored: the exponent on scores (1)
+	Gamma   *float64 // scored: the exponent on weights (balance.DefaultGamma, 2)
 
 	StickyHash    bool          // sticky: rendezvous hashing instead of a table
 	StickyTTL     time.Duration // sticky: table entry lifetime (30m)
