@@ -4,22 +4,27 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
 )
 
-// RotationOptions set up article 001's case on simulated routes: a fast
-// route that gets blocked for a while, a slow route that never fails, and a
-// flaky route that fails in bursts and recovers. Round robin, the control,
-// against the scored policy with and without the breaker, at several
-// gammas and decays.
+// RotationOptions set up article 001's case on simulated routes: by
+// default a fast route that gets blocked for a while, a slow route that
+// never fails, and a flaky route that fails in bursts and recovers. Round
+// robin, the control, against the scored policy with and without the
+// breaker, at several gammas and decays.
 type RotationOptions struct {
 	Duration time.Duration // 0 means 180 s
 	Rate     float64       // requests per second; 0 means 20
 	Seed     uint64
 	Progress Progress
+	// Routes are the routes, each a Server with a Name and a Latency, and
+	// optionally an ErrorRate and failure Windows; nil means
+	// RotationRoutes(Duration).
+	Routes []Server
 	// Variants overrides the policies compared; nil means DefaultRotation.
 	Variants []RotationVariant
 }
@@ -27,9 +32,9 @@ type RotationOptions struct {
 // RotationVariant is one policy setting in the rotation scenario.
 type RotationVariant struct {
 	Label   string
-	Policy  string // "round_robin" or "scored"
-	Gamma   float64
-	Decay   float64 // success and latency decays
+	Policy  string  // "round_robin" or "scored"
+	Gamma   float64 // scored's exponent
+	Decay   float64 // success and latency decays; 0 means the default, 0.3
 	Breaker bool
 }
 
@@ -37,28 +42,35 @@ type RotationVariant struct {
 var DefaultRotation = []RotationVariant{
 	{Label: "round_robin (control)", Policy: "round_robin"},
 	{Label: "round_robin + breaker", Policy: "round_robin", Breaker: true},
-	{Label: "scored γ=1 d=0.3 no breaker", Policy: "scored", Gamma: 1, Decay: 0.3},
-	{Label: "scored γ=1 d=0.3 + breaker", Policy: "scored", Gamma: 1, Decay: 0.3, Breaker: true},
-	{Label: "scored γ=2 d=0.3 + breaker", Policy: "scored", Gamma: 2, Decay: 0.3, Breaker: true},
-	{Label: "scored γ=4 d=0.3 + breaker", Policy: "scored", Gamma: 4, Decay: 0.3, Breaker: true},
-	{Label: "scored γ=1 d=0.1 + breaker", Policy: "scored", Gamma: 1, Decay: 0.1, Breaker: true},
-	{Label: "scored γ=1 d=0.6 + breaker", Policy: "scored", Gamma: 1, Decay: 0.6, Breaker: true},
+	{Label: "scored γ=2 no breaker", Policy: "scored", Gamma: 2},
+	{Label: "scored γ=1", Policy: "scored", Gamma: 1, Breaker: true},
+	{Label: "scored γ=2 (default)", Policy: "scored", Gamma: 2, Breaker: true},
+	{Label: "scored γ=3", Policy: "scored", Gamma: 3, Breaker: true},
+	{Label: "scored γ=4", Policy: "scored", Gamma: 4, Breaker: true},
+	{Label: "scored γ=2 d=0.1", Policy: "scored", Gamma: 2, Decay: 0.1, Breaker: true},
+	{Label: "scored γ=2 d=0.6", Policy: "scored", Gamma: 2, Decay: 0.6, Breaker: true},
 }
 
 // RotationRoutes are the scenario's routes for a run of the given length:
 // "fast" (200 ms) is blocked with 403s from 1/3 to 2/3 of the run; "slow"
 // (1.5 s) never fails; "flaky" (400 ms) answers 503 for 10 s in every 60.
 func RotationRoutes(d time.Duration) []Server {
-	var bursts []Window
-	for t := 20 * time.Second; t < d; t += 60 * time.Second {
-		bursts = append(bursts, Window{From: t, To: t + 10*time.Second, Status: 503, Latency: 100 * time.Millisecond})
-	}
 	return []Server{
-		{Name: "fast", Workers: 1 << 20, Latency: 200 * time.Millisecond,
+		{Name: "fast", Latency: 200 * time.Millisecond,
 			Windows: []Window{{From: d / 3, To: 2 * d / 3, Status: 403, Latency: 50 * time.Millisecond}}},
-		{Name: "slow", Workers: 1 << 20, Latency: 1500 * time.Millisecond},
-		{Name: "flaky", Workers: 1 << 20, Latency: 400 * time.Millisecond, Windows: bursts},
+		{Name: "slow", Latency: 1500 * time.Millisecond},
+		{Name: "flaky", Latency: 400 * time.Millisecond, Windows: Bursts(20*time.Second, 10*time.Second, 60*time.Second, d)},
 	}
+}
+
+// Bursts are 503 windows of length span every period, the first at
+// first, up to d.
+func Bursts(first, span, period, d time.Duration) []Window {
+	var ws []Window
+	for t := first; t < d && period > 0; t += period {
+		ws = append(ws, Window{From: t, To: t + span, Status: 503, Latency: 100 * time.Millisecond})
+	}
+	return ws
 }
 
 // RotationRow is one variant's result.
@@ -70,13 +82,16 @@ type RotationRow struct {
 	// 403s would otherwise make a policy that keeps hitting it look quick.
 	Mean  time.Duration `json:"mean_ok_ns"`
 	P95   time.Duration `json:"p95_ok_ns"`
-	Share []float64     `json:"share"` // per route: fast, slow, flaky
-	// Wasted counts requests sent to the fast route while it was blocked;
-	// WastedBeforeOpen those of them sent before its breaker first opened.
+	Share []float64     `json:"share"` // per route, in the order of Routes
+	// Wasted counts requests sent to a route inside one of its failure
+	// windows; WastedBeforeOpen those of them sent before the route's
+	// breaker opened in that window.
 	Wasted           int `json:"wasted"`
 	WastedBeforeOpen int `json:"wasted_before_open"`
-	// Recovery is how long after the fast route's block ended its first
-	// success came: how long the policy took to notice. -1: never.
+	// Recovery is, over the failure windows that end before the run does,
+	// the longest time from a window's end to its route's next success:
+	// how long the policy took to notice a route had recovered. -1: a
+	// route never got a success back; 0 with no windows.
 	Recovery time.Duration `json:"recovery_ns"`
 }
 
@@ -102,19 +117,28 @@ func Rotation(ctx context.Context, o RotationOptions) (RotationReport, error) {
 	if o.Duration < 3*time.Second || !(o.Rate > 0) {
 		return RotationReport{}, fmt.Errorf("duration must be at least 3s and rate positive")
 	}
-	routes := RotationRoutes(o.Duration)
-	block := routes[0].Windows[0]
+	routes := o.Routes
+	if routes == nil {
+		routes = RotationRoutes(o.Duration)
+	}
+	if len(routes) == 0 {
+		return RotationReport{}, fmt.Errorf("no routes")
+	}
+	routes = slices.Clone(routes)
+	names := make([]string, len(routes))
+	for i := range routes {
+		if routes[i].Latency <= 0 {
+			return RotationReport{}, fmt.Errorf("route %s: latency must be positive", serverName(routes[i], i))
+		}
+		routes[i].Workers = 1 << 20 // a route is a pipe, not a queue
+		names[i] = serverName(routes[i], i)
+	}
 	w := Workload{
 		Requests: int(math.Round(o.Duration.Seconds() * o.Rate)), Rate: o.Rate,
 		Service: time.Second, LogNormal: 0.25, Seed: o.Seed,
 	}
 	classes := health.MustClassifier(health.RouteStatuses)
-	type watch struct {
-		wasted, beforeOpen int
-		opened             bool
-		recovered          time.Duration
-	}
-	watches := make([]*watch, len(o.Variants))
+	watches := make([]*rotationWatch, len(o.Variants))
 	pools := make([]*balance.Pool, len(o.Variants))
 	runs := make([]run, len(o.Variants))
 	for i, v := range o.Variants {
@@ -135,28 +159,16 @@ func Rotation(ctx context.Context, o RotationOptions) (RotationReport, error) {
 		if !v.Breaker {
 			hc.Threshold = math.MaxInt32 // never opens
 		}
-		wt := &watch{recovered: -1}
+		wt := newRotationWatch(routes, o.Duration)
 		watches[i] = wt
 		runs[i] = run{label: v.Label, policy: p, health: hc, classes: classes, hooks: func(int) Hooks {
 			return Hooks{
-				Picked: func(now time.Duration, s int) {
-					if s == 0 && now >= block.From && now < block.To {
-						wt.wasted++
-						if !wt.opened {
-							wt.beforeOpen++
-						}
-					}
-				},
+				Picked: wt.picked,
 				Completed: func(now time.Duration, s int, ok bool, _ time.Duration) {
-					if s != 0 {
-						return
-					}
-					if !ok && v.Breaker && now >= block.From && !wt.opened && pools[i] != nil {
-						wt.opened = pools[i].Snapshot().Get("fast").State.Breaker(pools[i].Clock().Now()) != health.Closed
-					}
-					if ok && now >= block.To && wt.recovered < 0 {
-						wt.recovered = now - block.To
-					}
+					wt.completed(now, s, ok, func() bool {
+						return v.Breaker && pools[i] != nil &&
+							pools[i].Snapshot().Get(names[s]).State.Breaker(pools[i].Clock().Now()) != health.Closed
+					})
 				},
 			}
 		}}
@@ -165,14 +177,91 @@ func Rotation(ctx context.Context, o RotationOptions) (RotationReport, error) {
 	if err != nil {
 		return RotationReport{}, err
 	}
-	rep := RotationReport{Duration: o.Duration, Rate: o.Rate, Routes: []string{"fast", "slow", "flaky"}}
+	rep := RotationReport{Duration: o.Duration, Rate: o.Rate, Routes: names}
 	for i, r := range res {
 		rep.Rows = append(rep.Rows, RotationRow{
 			Label: r.Policy, Requests: r.Requests,
 			SuccessRate: 1 - float64(r.Failures)/float64(max(r.Requests, 1)),
 			Mean:        r.OK.Mean(), P95: r.OK.Quantile(0.95), Share: r.Share,
-			Wasted: watches[i].wasted, WastedBeforeOpen: watches[i].beforeOpen, Recovery: watches[i].recovered,
+			Wasted: watches[i].wasted, WastedBeforeOpen: watches[i].beforeOpen, Recovery: watches[i].recovery(),
 		})
 	}
 	return rep, nil
+}
+
+// rotationWatch follows one run: requests sent into failure windows, and
+// how soon each route got a success back after each window. Its hooks run
+// on the run's goroutine only.
+type rotationWatch struct {
+	windows    [][]Window
+	opened     [][]bool          // route, window: its breaker opened in it
+	recovered  [][]time.Duration // route, window: end to next success; -1 not yet
+	wasted     int
+	beforeOpen int
+	end        time.Duration
+}
+
+func newRotationWatch(routes []Server, end time.Duration) *rotationWatch {
+	wt := &rotationWatch{end: end}
+	for _, r := range routes {
+		wt.windows = append(wt.windows, r.Windows)
+		wt.opened = append(wt.opened, make([]bool, len(r.Windows)))
+		rec := make([]time.Duration, len(r.Windows))
+		for j := range rec {
+			rec[j] = -1
+		}
+		wt.recovered = append(wt.recovered, rec)
+	}
+	return wt
+}
+
+// window returns the index of route s's window holding now, or -1.
+func (wt *rotationWatch) window(s int, now time.Duration) int {
+	for j, w := range wt.windows[s] {
+		if now >= w.From && now < w.To {
+			return j
+		}
+	}
+	return -1
+}
+
+func (wt *rotationWatch) picked(now time.Duration, s int) {
+	if j := wt.window(s, now); j >= 0 {
+		wt.wasted++
+		if !wt.opened[s][j] {
+			wt.beforeOpen++
+		}
+	}
+}
+
+func (wt *rotationWatch) completed(now time.Duration, s int, ok bool, open func() bool) {
+	if !ok {
+		if j := wt.window(s, now); j >= 0 && !wt.opened[s][j] {
+			wt.opened[s][j] = open()
+		}
+		return
+	}
+	for j, w := range wt.windows[s] {
+		if now >= w.To && wt.recovered[s][j] < 0 {
+			wt.recovered[s][j] = now - w.To
+		}
+	}
+}
+
+// recovery is the longest recovery over the windows that ended before the
+// run did, -1 if one of them never saw a success after it.
+func (wt *rotationWatch) recovery() time.Duration {
+	var longest time.Duration
+	for s := range wt.windows {
+		for j, w := range wt.windows[s] {
+			if w.To >= wt.end {
+				continue
+			}
+			if wt.recovered[s][j] < 0 {
+				return -1
+			}
+			longest = max(longest, wt.recovered[s][j])
+		}
+	}
+	return longest
 }

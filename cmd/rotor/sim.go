@@ -81,14 +81,20 @@ func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(cmd.Context(), os.Interrupt)
 }
 
-// progress shows a bar on stderr for runs that last over a second.
-func progress(cmd *cobra.Command) (sim.Progress, func()) {
+// progress shows a bar on stderr, labelled with what is counted, for runs
+// that last over a second, when stderr is a terminal: a pipe or a log file
+// gets no bar. Report it the running total and the total to come.
+func progress(cmd *cobra.Command, label string) (sim.Progress, func()) {
 	var (
 		mu    sync.Mutex
 		bar   *progressbar.ProgressBar
 		start = time.Now()
+		show  = isTerminalWriter(cmd.ErrOrStderr())
 	)
 	report := func(done, total int64) {
+		if !show {
+			return
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if bar == nil {
@@ -96,7 +102,7 @@ func progress(cmd *cobra.Command) (sim.Progress, func()) {
 				return
 			}
 			bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-				progressbar.OptionSetDescription("simulating"), progressbar.OptionShowCount(),
+				progressbar.OptionSetDescription(label), progressbar.OptionShowCount(),
 				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 		}
 		_ = bar.Set64(done)
@@ -225,7 +231,7 @@ func newSimBalanceCmd(f *simFlags) *cobra.Command {
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
 			var finish func()
-			o.Progress, finish = progress(cmd)
+			o.Progress, finish = progress(cmd, "simulating requests")
 			rep, err := sim.Balance(ctx, o)
 			finish()
 			if err != nil {
@@ -518,20 +524,33 @@ func newSimKeysCmd(f *simFlags) *cobra.Command {
 }
 
 func newSimRotationCmd(f *simFlags) *cobra.Command {
-	var o sim.RotationOptions
+	var (
+		o        sim.RotationOptions
+		routes   []string
+		policies string
+	)
 	cmd := &cobra.Command{
 		Use:   "rotation",
 		Short: "Article 001's routes: round robin against the health-scored policy",
-		Long: `Three simulated routes: "fast" (200 ms) is blocked with 403s for the middle
-third of the run, "slow" (1.5 s) never fails, "flaky" (400 ms) answers 503 for
-10 s in every minute. Round robin, the control, against the scored policy with
-and without the breaker, at several gammas and decays.
+		Long: `Simulated routes, by default three: "fast" (200 ms) is blocked with 403s for
+the middle third of the run, "slow" (1.5 s) never fails, "flaky" (400 ms)
+answers 503 for 10 s in every minute. Round robin, the control, against the
+scored policy with and without the breaker, at several gammas and decays.
 
-wasted: requests sent to fast while it was blocked; before open: those sent
-before its breaker first opened (at most the threshold, 3). recovery: how long
-after the block ended the first success on fast came.`,
-		Example: "  rotor sim rotation\n  rotor sim rotation --duration 10m --rate 50 --plot rotation.svg",
-		Args:    cobra.NoArgs,
+--route NAME=LATENCY sets up routes of your own (repeat it), each with
+optional settings after commas: fail=RATE fails that share of requests at
+random; block=FROM-TO answers 403 in that window; bursts=SPAN/PERIOD answers
+503 for SPAN in every PERIOD. --policies picks what to compare:
+round_robin (the control, with no breaker) and scored, or scored:gamma=G.
+
+wasted: requests sent to a route inside one of its block or burst windows;
+before open: those sent before the route's breaker opened in that window (at
+most the threshold, 3, plus what was already on its way). recovery: the
+longest time from the end of a window to that route's next success.`,
+		Example: `  rotor sim rotation
+  rotor sim rotation --duration 10m --rate 50 --plot rotation.svg
+  rotor sim rotation --route slow=2.65s --route direct=150ms --duration 4s --rate 5 --policies round_robin,scored`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := f.check(); err != nil {
 				return err
@@ -542,45 +561,166 @@ after the block ended the first success on fast came.`,
 			if !(o.Rate > 0) {
 				return fmt.Errorf("--rate: must be positive (got %v)", o.Rate)
 			}
+			if n := o.Duration.Seconds() * o.Rate; n > maxBalls {
+				return fmt.Errorf("--rate: %.0f requests over --duration is more than %d", n, maxBalls)
+			}
+			for _, spec := range routes {
+				r, err := parseRoute(spec, o.Duration)
+				if err != nil {
+					return err
+				}
+				for _, have := range o.Routes {
+					if have.Name == r.Name {
+						return fmt.Errorf("--route: %q names route %s twice", spec, r.Name)
+					}
+				}
+				o.Routes = append(o.Routes, r)
+			}
+			if policies != "" {
+				for _, p := range strings.Split(policies, ",") {
+					v, err := rotationVariant(p)
+					if err != nil {
+						return err
+					}
+					o.Variants = append(o.Variants, v)
+				}
+			}
 			o.Seed = f.seed
 			ctx, cancel := interruptible(cmd)
 			defer cancel()
 			var finish func()
-			o.Progress, finish = progress(cmd)
+			o.Progress, finish = progress(cmd, "simulating requests")
 			rep, err := sim.Rotation(ctx, o)
 			finish()
 			if err != nil {
 				return err
 			}
 			if f.plot != "" {
-				labels := make([]string, len(rep.Rows))
-				succ, lat := make([]float64, len(rep.Rows)), make([]float64, len(rep.Rows))
-				for i, r := range rep.Rows {
-					labels[i], succ[i], lat[i] = r.Label, r.SuccessRate, r.Mean.Seconds()
-				}
-				if err := sim.BarChart(f.plot, "rotation: success rate and mean latency of successes", "success rate / seconds", labels,
-					[]sim.Series{{Name: "success rate", Values: succ}, {Name: "mean latency (s)", Values: lat}}); err != nil {
+				if err := rotationChart(f.plot, rep); err != nil {
 					return err
 				}
 			}
-			return f.emit(cmd, rep, func(w io.Writer) error {
-				fmt.Fprintf(w, "rotation: routes fast (blocked %v-%v), slow, flaky (bursts); %v at %.0f req/s, seed %d\n\n",
-					rep.Duration/3, 2*rep.Duration/3, rep.Duration, rep.Rate, o.Seed)
-				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintf(tw, "policy\trequests\tsuccess\tmean ok s\tp95 ok s\tshare %% fast/slow/flaky\twasted\tbefore open\trecovery\t\n")
-				for _, r := range rep.Rows {
-					rec := "never"
-					if r.Recovery >= 0 {
-						rec = r.Recovery.Round(10 * time.Millisecond).String()
-					}
-					fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.3f\t%.3f\t%.0f/%.0f/%.0f\t%d\t%d\t%s\t\n", r.Label, r.Requests, 100*r.SuccessRate,
-						r.Mean.Seconds(), r.P95.Seconds(), 100*r.Share[0], 100*r.Share[1], 100*r.Share[2], r.Wasted, r.WastedBeforeOpen, rec)
-				}
-				return tw.Flush()
-			})
+			return f.emit(cmd, rep, func(w io.Writer) error { return writeRotationTable(w, rep, o) })
 		},
 	}
 	cmd.Flags().DurationVar(&o.Duration, "duration", 180*time.Second, "virtual length of the run")
 	cmd.Flags().Float64Var(&o.Rate, "rate", 20, "requests per second")
+	cmd.Flags().StringArrayVar(&routes, "route", nil, "NAME=LATENCY[,fail=RATE][,block=FROM-TO][,bursts=SPAN/PERIOD]: a route of your own (repeatable)")
+	cmd.Flags().StringVar(&policies, "policies", "", "what to compare, comma-separated: round_robin, scored, scored:gamma=G (default: several gammas and decays)")
 	return cmd
+}
+
+// parseRoute reads NAME=LATENCY[,fail=RATE][,block=FROM-TO][,bursts=SPAN/PERIOD].
+func parseRoute(spec string, d time.Duration) (sim.Server, error) {
+	bad := func(why string) (sim.Server, error) {
+		return sim.Server{}, fmt.Errorf("--route: %q: %s", spec, why)
+	}
+	parts := strings.Split(spec, ",")
+	name, lat, ok := strings.Cut(parts[0], "=")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return bad("want NAME=LATENCY, e.g. slow=1.5s")
+	}
+	latency, err := time.ParseDuration(strings.TrimSpace(lat))
+	if err != nil || latency <= 0 {
+		return bad("the latency must be a positive duration, e.g. 1.5s")
+	}
+	r := sim.Server{Name: name, Latency: latency}
+	for _, opt := range parts[1:] {
+		key, val, _ := strings.Cut(strings.TrimSpace(opt), "=")
+		switch key {
+		case "fail":
+			x, err := strconv.ParseFloat(val, 64)
+			if err != nil || !(x >= 0 && x <= 1) {
+				return bad("fail must be a share between 0 and 1")
+			}
+			r.ErrorRate = x
+		case "block":
+			_, w, err := parseDown("0=" + val)
+			if err != nil {
+				return bad("block must be FROM-TO, e.g. 60s-120s")
+			}
+			w.Status, w.Latency = 403, 50*time.Millisecond
+			r.Windows = append(r.Windows, w)
+		case "bursts":
+			span, period, ok := strings.Cut(val, "/")
+			sp, err1 := time.ParseDuration(span)
+			pe, err2 := time.ParseDuration(period)
+			if !ok || err1 != nil || err2 != nil || sp <= 0 || pe <= sp {
+				return bad("bursts must be SPAN/PERIOD with SPAN shorter than PERIOD, e.g. 10s/60s")
+			}
+			r.Windows = append(r.Windows, sim.Bursts(pe-sp, sp, pe, d)...)
+		default:
+			return bad(fmt.Sprintf("%q is not a setting (fail, block, bursts)", key))
+		}
+	}
+	return r, nil
+}
+
+// rotationVariant reads a --policies entry: round_robin, scored or
+// scored:gamma=G.
+func rotationVariant(spec string) (sim.RotationVariant, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "round_robin" {
+		return sim.RotationVariant{Label: "round_robin (control)", Policy: "round_robin"}, nil
+	}
+	pol, err := benchFactory(spec)
+	sc, ok := pol.(*balance.Scored)
+	if err != nil || !ok {
+		return sim.RotationVariant{}, fmt.Errorf("--policies: %q is not round_robin, scored or scored:gamma=G", spec)
+	}
+	return sim.RotationVariant{Label: fmt.Sprintf("scored γ=%g", sc.Gamma()), Policy: "scored", Gamma: sc.Gamma(), Breaker: true}, nil
+}
+
+func writeRotationTable(w io.Writer, rep sim.RotationReport, o sim.RotationOptions) error {
+	fmt.Fprintf(w, "rotation: routes %s; %v at %.0f req/s, seed %d\n\n", describeRoutes(o.Routes, rep.Duration), rep.Duration, rep.Rate, o.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "policy\trequests\tsuccess\tmean ok s\tp95 ok s\tshare %% %s\twasted\tbefore open\trecovery\t\n", strings.Join(rep.Routes, "/"))
+	for _, r := range rep.Rows {
+		rec := "never"
+		if r.Recovery >= 0 {
+			rec = r.Recovery.Round(10 * time.Millisecond).String()
+		}
+		shares := make([]string, len(r.Share))
+		for i, x := range r.Share {
+			shares[i] = fmt.Sprintf("%.0f", 100*x)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.3f\t%.3f\t%s\t%d\t%d\t%s\t\n", r.Label, r.Requests, 100*r.SuccessRate,
+			r.Mean.Seconds(), r.P95.Seconds(), strings.Join(shares, "/"), r.Wasted, r.WastedBeforeOpen, rec)
+	}
+	return tw.Flush()
+}
+
+// describeRoutes is the heading's account of the routes.
+func describeRoutes(routes []sim.Server, d time.Duration) string {
+	if routes == nil {
+		return fmt.Sprintf("fast (200ms, blocked %v-%v), slow (1.5s), flaky (400ms, 503 bursts)", d/3, 2*d/3)
+	}
+	parts := make([]string, len(routes))
+	for i, r := range routes {
+		p := fmt.Sprintf("%s (%v", r.Name, r.Latency)
+		if r.ErrorRate > 0 {
+			p += fmt.Sprintf(", fails %.0f%%", 100*r.ErrorRate)
+		}
+		if len(r.Windows) > 0 {
+			p += fmt.Sprintf(", %d failure windows", len(r.Windows))
+		}
+		parts[i] = p + ")"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rotationChart draws the success rate and the mean latency of successes
+// side by side, each on its own axis.
+func rotationChart(file string, rep sim.RotationReport) error {
+	labels := make([]string, len(rep.Rows))
+	succ, lat, p95 := make([]float64, len(rep.Rows)), make([]float64, len(rep.Rows)), make([]float64, len(rep.Rows))
+	for i, r := range rep.Rows {
+		labels[i], succ[i], lat[i], p95[i] = r.Label, 100*r.SuccessRate, r.Mean.Seconds(), r.P95.Seconds()
+	}
+	return sim.SavePanels(file,
+		sim.Panel{Title: "rotation: success rate", YLabel: "requests that succeeded (%)", Labels: labels,
+			Series: []sim.Series{{Name: "success rate", Values: succ}}},
+		sim.Panel{Title: "latency of successes", YLabel: "seconds", Labels: labels,
+			Series: []sim.Series{{Name: "mean", Values: lat}, {Name: "p95", Values: p95}}})
 }

@@ -11,6 +11,22 @@ import (
 	"github.com/rotor-lb/rotor/sim"
 )
 
+// sim rotation takes routes and policies of its own: article 001's two
+// routes, round robin against scored.
+func TestSimRotationRoutes(t *testing.T) {
+	code, out, errs := runRotor(t, "", "sim", "rotation", "--route", "slow=2.65s", "--route", "direct=150ms,fail=0.1",
+		"--route", "blocked=100ms,block=1s-2s,bursts=500ms/2s", "--duration", "4s", "--rate", "5", "--policies", "round_robin,scored,scored:gamma=3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"slow (2.65s), direct (150ms, fails 10%), blocked (100ms, 3 failure windows)", "share % slow/direct/blocked",
+		"round_robin (control)", "scored γ=2", "scored γ=3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestSimBalanceTableAndJSON(t *testing.T) {
 	code, out, errs := runRotor(t, "", "sim", "balance", "--slow", "0=3", "--requests", "20000", "--policies", "round_robin,p2c")
 	if code != 0 {
@@ -92,6 +108,14 @@ func TestSimBadInput(t *testing.T) {
 		{[]string{"sim", "balance", "--gamma", "-1"}, "rotor: --gamma: must be zero or positive (got -1)"},
 		{[]string{"sim", "balance", "--attempts", "0"}, "rotor: --attempts: must be between 1 and 10 (got 0)"},
 		{[]string{"sim", "balance", "--down", "7=1s-2s"}, `rotor: --down: "7=1s-2s" is not SERVER=FROM-TO`},
+		{[]string{"sim", "rotation", "--route", "slow"}, `rotor: --route: "slow": want NAME=LATENCY, e.g. slow=1.5s`},
+		{[]string{"sim", "rotation", "--route", "a=0s"}, `rotor: --route: "a=0s": the latency must be a positive duration`},
+		{[]string{"sim", "rotation", "--route", "a=1s,fail=2"}, `rotor: --route: "a=1s,fail=2": fail must be a share between 0 and 1`},
+		{[]string{"sim", "rotation", "--route", "a=1s,block=9s-3s"}, `rotor: --route: "a=1s,block=9s-3s": block must be FROM-TO`},
+		{[]string{"sim", "rotation", "--route", "a=1s,bursts=10s/5s"}, `rotor: --route: "a=1s,bursts=10s/5s": bursts must be SPAN/PERIOD`},
+		{[]string{"sim", "rotation", "--route", "a=1s,speed=2"}, `rotor: --route: "a=1s,speed=2": "speed" is not a setting (fail, block, bursts)`},
+		{[]string{"sim", "rotation", "--route", "a=1s", "--route", "a=2s"}, `rotor: --route: "a=2s" names route a twice`},
+		{[]string{"sim", "rotation", "--policies", "p2c"}, `rotor: --policies: "p2c" is not round_robin, scored or scored:gamma=G`},
 		{[]string{"sim", "bins", "--bins", "1000000000"}, "rotor: --bins: must be between 2 and 1000000 (got 1000000000)"},
 		{[]string{"sim", "keys", "--rate", "0"}, "rotor: --rate: must be between 1 and 10000000 (got 0)"},
 		{[]string{"sim", "keys", "--keys", "1000000000"}, "rotor: --keys: must be between 1 and 5000000 (got 1000000000)"},
