@@ -22,6 +22,7 @@ import (
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/server"
+	"github.com/rotor-lb/rotor/sim"
 )
 
 func newFetchCmd() *cobra.Command {
@@ -218,15 +219,8 @@ round_robin runs as the control: blind, with no breaker.`,
 				}
 				o.Routes = kept
 			}
-			pr, finish := progress(cmd)
-			total := int64(f.requests * len(o.Policies))
-			o.Tick = func(t bench.Tick) {
-				var done int64
-				for _, p := range t.Policies {
-					done += int64(p.Requests)
-				}
-				pr(done, total)
-			}
+			pr, finish := progress(cmd, "requests")
+			o.Tick = countTicks(pr, int64(f.requests*len(o.Policies)))
 			rep, err := bench.Run(cmd.Context(), o)
 			finish()
 			if err != nil {
@@ -247,6 +241,18 @@ round_robin runs as the control: blind, with no breaker.`,
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
 	cmd.Flags().Uint64Var(&f.seed, "seed", 1, "random seed")
 	return cmd
+}
+
+// countTicks turns ticks, each counting the requests of its own second,
+// into the running total a progress bar wants.
+func countTicks(pr sim.Progress, total int64) func(bench.Tick) {
+	var done int64
+	return func(t bench.Tick) {
+		for _, p := range t.Policies {
+			done += int64(p.Requests)
+		}
+		pr(min(done, total), total)
+	}
 }
 
 // benchFactory builds a policy from NAME or NAME:gamma=G (scored with
@@ -273,7 +279,7 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeBenchTable(w io.Writer, rep bench.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "policy\trequests\tsuccess rate\tmean latency\tp95\tshare %% %s\twasted\tbefore breaker opened\t\n", strings.Join(rep.Routes, "/"))
+	fmt.Fprintf(tw, "policy\trequests\tok\tmean\tp95\tper route %%\twasted\tbefore open\t\n")
 	for _, r := range rep.Rows {
 		shares := make([]string, len(rep.Routes))
 		for i, name := range rep.Routes {
@@ -286,7 +292,38 @@ func writeBenchTable(w io.Writer, rep bench.Report) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%.3fs\t%.3fs\t%s\t%d\t%d\t\n", label, r.Requests, 100*r.SuccessRate,
 			r.Mean.Seconds(), r.P95.Seconds(), strings.Join(shares, "/"), r.Wasted, r.BeforeOpen)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, `
+ok: requests that succeeded. mean, p95: latency of those that succeeded.
+per route: share of requests sent to %s.
+wasted: requests that failed on a route; before open: those of them sent while
+the route's breaker was still closed (about its threshold, 3, per outage: what
+a breaker cannot save). The control has no breaker, so all it wastes is before.
+`, strings.Join(rep.Routes, "/"))
+	return err
+}
+
+// conclusion is the one line a newcomer can repeat: how the scored
+// policy did against the control.
+func conclusion(rep bench.Report) string {
+	var rr, sc *bench.Row
+	for i := range rep.Rows {
+		switch rep.Rows[i].Policy {
+		case "round_robin":
+			rr = &rep.Rows[i]
+		case "scored":
+			sc = &rep.Rows[i]
+		}
+	}
+	if rr == nil || sc == nil || rr.Mean <= 0 || sc.Mean <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("In short: scored answered %.1f%% of requests in %.2fs on average; round robin %.1f%% in %.2fs.\n"+
+		"Scored was %.1fx faster and wasted %d requests on failing routes to round robin's %d.",
+		100*sc.SuccessRate, sc.Mean.Seconds(), 100*rr.SuccessRate, rr.Mean.Seconds(),
+		rr.Mean.Seconds()/sc.Mean.Seconds(), sc.Wasted, rr.Wasted)
 }
 
 func newDemoCmd() *cobra.Command {
@@ -303,10 +340,10 @@ func newDemoCmd() *cobra.Command {
 which starts refusing with 403 a third of the way in and lets traffic
 through again later; "slow", which never fails but adds 2.5 s; "flaky",
 which fails in bursts and recovers; and "direct". Then send the same
-requests through round robin (the control: blind, no breaker), the scored
-policy (gamma 1) and the scored policy at gamma 3, all at the same time;
-print a line a second of what each is doing, the table at the end, and
-what happened: which breaker opened when, and when recovery was noticed.
+requests through round robin (the control: blind, no breaker) and the
+scored policy at its defaults, both at the same time; print a line a second
+of what each is doing, the table at the end, what happened (which breaker
+opened when, and when recovery was noticed), and the result in a line.
 The breakers' cooldown is a sixth of the run (15 s in rotor serve), so
 recoveries fit in it.`,
 		Args: cobra.NoArgs,
@@ -323,23 +360,32 @@ recoveries fit in it.`,
 			}
 			defer dm.Close()
 			out := cmd.OutOrStdout()
+			policies := []string{"round_robin", "scored"}
 			if !asJSON {
-				fmt.Fprintf(out, "rotor demo: %v, %.0f requests/s per policy to %s/page\n", duration, rate, dm.Target.URL)
+				fmt.Fprintf(out, "rotor demo: the same requests, %.0f a second for %v, through two policies at once:\n", rate, duration)
+				fmt.Fprintln(out, "  round_robin (the control) takes each route in turn and has no breaker;")
+				fmt.Fprintln(out, "  scored weighs each route by its success and latency, and has a breaker.")
+				fmt.Fprintf(out, "routes, to the target at %s/page:\n", dm.Target.URL)
 				for _, s := range dm.Specs {
-					fmt.Fprintf(out, "  route %-6s %s\n", s.Name, describe(s))
+					fmt.Fprintf(out, "  %-7s %s\n", s.Name, describe(s))
 				}
-				fmt.Fprintf(out, "  route %-6s straight to the target (%v)\n\n", "direct", bench.TargetLatency)
+				fmt.Fprintf(out, "  %-7s straight to the target (%v)\n\n", "direct", bench.TargetLatency)
+				fmt.Fprint(out, tickHeader(policies, dm.Routes))
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			o := bench.Options{
 				URL: dm.Target.URL + "/page", Routes: dm.Routes,
-				Policies: []string{"round_robin", "scored", "scored:gamma=3"}, Factory: benchFactory,
+				Policies: policies, Factory: benchFactory,
 				Duration: duration, Rate: rate, Concurrency: 128, Seed: seed,
 				Health: health.Config{Cooldown: max(duration/6, 2*time.Second)},
 			}
 			if !asJSON {
-				o.Tick = func(t bench.Tick) { fmt.Fprintln(out, tickLine(t, dm.Routes)) }
+				o.Tick = func(t bench.Tick) {
+					if line := tickLine(t, dm.Routes); line != "" {
+						fmt.Fprintln(out, line)
+					}
+				}
 			}
 			rep, err := bench.Run(ctx, o)
 			if err != nil {
@@ -354,10 +400,13 @@ recoveries fit in it.`,
 			}
 			fmt.Fprintln(out, "\nwhat happened:")
 			for _, e := range rep.Events {
-				fmt.Fprintf(out, "  %5.1fs  %-14s %-6s %s\n", e.At.Seconds(), e.Policy, e.Route, e.What)
+				fmt.Fprintf(out, "  %5.1fs  %-7s %-6s %s\n", e.At.Seconds(), e.Policy, e.Route, e.What)
 			}
 			if len(rep.Events) == 0 {
 				fmt.Fprintln(out, "  no breaker moved")
+			}
+			if c := conclusion(rep); c != "" {
+				fmt.Fprintf(out, "\n%s\n", c)
 			}
 			return nil
 		},
@@ -372,31 +421,78 @@ recoveries fit in it.`,
 func describe(s bench.RouteSpec) string {
 	d := fmt.Sprintf("adds %v", s.Latency)
 	if s.BlockFor > 0 {
-		d += fmt.Sprintf(", refuses with 403 from %.1fs to %.1fs", s.BlockFrom.Seconds(), (s.BlockFrom + s.BlockFor).Seconds())
+		d += fmt.Sprintf("; refuses with 403 from %.1fs to %.1fs", s.BlockFrom.Seconds(), (s.BlockFrom + s.BlockFor).Seconds())
 	}
 	if s.BurstEvery > 0 {
-		d += fmt.Sprintf(", fails with 503 for %.1fs every %.1fs", s.BurstFor.Seconds(), s.BurstEvery.Seconds())
+		d += fmt.Sprintf("; fails with 503 for %.1fs every %.1fs", s.BurstFor.Seconds(), s.BurstEvery.Seconds())
 	}
 	return d
 }
 
-func tickLine(t bench.Tick, routes []forward.RouteOptions) string {
-	var parts []string
-	for _, p := range t.Policies {
-		ok := 0.0
-		if p.Requests > 0 {
-			ok = 100 * float64(p.OK) / float64(p.Requests)
-		}
-		var shares []string
-		for _, r := range routes {
-			shares = append(shares, fmt.Sprintf("%s %d", r.Name, p.Share[r.Name]))
-		}
-		s := fmt.Sprintf("%s %d req %.0f%% ok %.0fms [%s]", p.Policy, p.Requests, ok, float64(p.Mean)/1e6, strings.Join(shares, " "))
-		if len(p.Open) > 0 {
-			sort.Strings(p.Open)
-			s += " open: " + strings.Join(p.Open, ",")
-		}
-		parts = append(parts, s)
+// The live lines' columns: per policy, the share of requests that
+// succeeded that second, their mean latency, requests per route, and the
+// routes whose breaker is open.
+const (
+	shareWidth = 11 // "12/ 3/ 4/ 5" for four routes
+	openWidth  = 12
+)
+
+func tickHeader(policies []string, routes []forward.RouteOptions) string {
+	var b strings.Builder
+	names := make([]string, len(routes))
+	for i, r := range routes {
+		names[i] = r.Name
 	}
-	return fmt.Sprintf("%3.0fs  %s", t.Elapsed.Seconds(), strings.Join(parts, "  |  "))
+	fmt.Fprintf(&b, "each second: ok = share that succeeded, mean = their latency, per route = requests\n")
+	fmt.Fprintf(&b, "sent to %s, open = routes whose breaker is open\n\n", strings.Join(names, "/"))
+	names1, names2 := "time", "    "
+	for _, p := range policies {
+		if bench.IsControl(p) {
+			p += " (control)"
+		}
+		names1 += fmt.Sprintf("  | %-*s", 4+1+6+2+shareWidth+2+openWidth, p)
+		names2 += fmt.Sprintf("  | %4s %6s  %-*s  %-*s", "ok", "mean", shareWidth, "per route", openWidth, "open")
+	}
+	b.WriteString(strings.TrimRight(names1, " ") + "\n" + strings.TrimRight(names2, " ") + "\n")
+	return b.String()
+}
+
+// tickLine is one second of the live output, or "" when no policy saw a
+// request finish that second.
+func tickLine(t bench.Tick, routes []forward.RouteOptions) string {
+	any := false
+	for _, p := range t.Policies {
+		any = any || p.Requests > 0
+	}
+	if !any {
+		return ""
+	}
+	line := fmt.Sprintf("%3.0fs", t.Elapsed.Seconds())
+	for _, p := range t.Policies {
+		if p.Requests == 0 {
+			line += fmt.Sprintf("  | %4s %6s  %-*s  %-*s", "-", "-", shareWidth, "", openWidth, "")
+			continue
+		}
+		shares := make([]string, len(routes))
+		for i, r := range routes {
+			shares[i] = fmt.Sprintf("%2d", p.Share[r.Name])
+		}
+		open := append([]string(nil), p.Open...)
+		sort.Strings(open)
+		o := strings.Join(open, ",")
+		if len(o) > openWidth {
+			o = o[:openWidth-1] + "+"
+		}
+		line += fmt.Sprintf("  | %3.0f%% %6s  %-*s  %-*s", 100*float64(p.OK)/float64(p.Requests), shortDuration(p.Mean),
+			shareWidth, strings.Join(shares, "/"), openWidth, o)
+	}
+	return strings.TrimRight(line, " ")
+}
+
+// shortDuration prints a latency in at most six characters: 152ms, 1.55s.
+func shortDuration(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
 }
