@@ -289,34 +289,8 @@ var ssrfForms = []string{
 // Every SSRF form, through every route kind, as GET and as CONNECT: not
 // one connection reaches a canary on loopback.
 func TestSSRF(t *testing.T) {
-	var canaryConns atomic.Int64
-	var port string
-	for range 20 {
-		v4, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ = net.SplitHostPort(v4.Addr().String())
-		v6, err := net.Listen("tcp", "[::1]:"+port)
-		if err != nil {
-			v4.Close()
-			continue
-		}
-		for _, ln := range []net.Listener{v4, v6} {
-			t.Cleanup(func() { ln.Close() })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					canaryConns.Add(1)
-					c.Close()
-				}
-			}()
-		}
-		break
-	}
+	can := testtool.NewCanary(t)
+	port := can.Port
 	routes := []string{"direct://", "http://" + testtool.Tinyproxy(t, "", ""), "socks5://" + testtool.Microsocks(t, "", "")}
 	var eps strings.Builder
 	for i, u := range routes {
@@ -350,9 +324,9 @@ pools:
 	}
 	time.Sleep(200 * time.Millisecond)
 	figure(t, "SSRF", "%d forms x %d route kinds x GET and CONNECT = %d attempts, %d refused, %d connections at the canary",
-		len(ssrfForms), len(routes), attempts, refused, canaryConns.Load())
-	if canaryConns.Load() != 0 {
-		t.Fatalf("%d connections reached loopback", canaryConns.Load())
+		len(ssrfForms), len(routes), attempts, refused, can.Conns())
+	if can.Conns() != 0 {
+		t.Fatalf("%d connections reached loopback", can.Conns())
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // Thousands of idle keep-alive connections: what each costs in memory,
@@ -60,31 +62,18 @@ func TestIdleKeepAlive(t *testing.T) {
 // back; and a thousand connections at once all go through.
 func TestTCPHalfCloseAndConcurrency(t *testing.T) {
 	// The backend reads to EOF, then answers how much it read and closes.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				fmt.Fprintf(c, "read %d\n", n)
-			}()
-		}
-	}()
+	backend := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		fmt.Fprintf(c, "read %d\n", n)
+	})
 	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 log: {level: info}
 listeners:
   - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
 pools:
   - {name: dbs, endpoints: [{name: e, address: %q}]}
-`, ln.Addr().String()))
+`, backend))
 	n := scale(1000, 5000)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

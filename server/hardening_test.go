@@ -9,53 +9,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/testtool"
 )
-
-// canary listens on 127.0.0.1 and [::1] on one port and counts every
-// connection: a forward proxy that reaches it let a client into loopback.
-type canary struct {
-	port  string
-	conns atomic.Int64
-}
-
-func newCanary(t *testing.T) *canary {
-	t.Helper()
-	c := &canary{}
-	for range 20 {
-		v4, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(v4.Addr().String())
-		v6, err := net.Listen("tcp", "[::1]:"+port)
-		if err != nil {
-			v4.Close()
-			continue
-		}
-		c.port = port
-		for _, ln := range []net.Listener{v4, v6} {
-			t.Cleanup(func() { ln.Close() })
-			go func() {
-				for {
-					conn, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					c.conns.Add(1)
-					conn.Close()
-				}
-			}()
-		}
-		return c
-	}
-	t.Fatal("no port free on both 127.0.0.1 and ::1")
-	return nil
-}
 
 // ssrfForms are the spellings of loopback, private and link-local
 // addresses an attacker tries (host parts of a URL or authority).
@@ -70,7 +28,7 @@ var ssrfForms = []string{
 // an absolute-URI GET and as a CONNECT, is refused, and not one byte
 // reaches a listener on loopback.
 func TestSSRFEveryFormEveryRoute(t *testing.T) {
-	can := newCanary(t)
+	can := testtool.NewCanary(t)
 	routes := map[string]string{
 		"direct": "direct://",
 		"http":   "http://" + testtool.Tinyproxy(t, "", ""),
@@ -85,9 +43,9 @@ pools:
   - name: routes
     endpoints:
       - {name: %s, url: %q}
-`, can.port, kind, u), nil)
+`, can.Port, kind, u), nil)
 			for _, form := range ssrfForms {
-				target := form + ":" + can.port
+				target := form + ":" + can.Port
 				for _, req := range []string{
 					"GET http://" + target + "/ HTTP/1.1\r\nHost: " + target + "\r\n\r\n",
 					"CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n",
@@ -101,7 +59,7 @@ pools:
 		})
 	}
 	time.Sleep(100 * time.Millisecond) // a late dial would land now
-	if n := can.conns.Load(); n != 0 {
+	if n := can.Conns(); n != 0 {
 		t.Fatalf("%d connections reached loopback through the forward proxy", n)
 	}
 }

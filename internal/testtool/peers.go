@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -86,25 +87,75 @@ func run(t testing.TB, addr, bin string, args ...string) string {
 	return addr
 }
 
-// Echo runs a TCP echo server on loopback until the test ends and returns
-// its address.
-func Echo(t testing.TB) string {
+// Serve accepts connections on loopback until the test ends, handing
+// each to handle on its own goroutine (handle closes it), and returns the
+// address.
+func Serve(t testing.TB, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// Only Read and Write, so io.Copy cannot splice through pipes:
-			// a test counting descriptors counts the echo's socket alone.
-			go func() { defer c.Close(); _, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c}) }()
-		}
-	}()
+	go acceptLoop(ln, handle)
 	return ln.Addr().String()
+}
+
+func acceptLoop(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go handle(c)
+	}
+}
+
+// Echo runs a TCP echo server on loopback until the test ends and returns
+// its address.
+func Echo(t testing.TB) string {
+	t.Helper()
+	return Serve(t, func(c net.Conn) {
+		defer c.Close()
+		// Only Read and Write, so io.Copy cannot splice through pipes: a
+		// test counting descriptors counts the echo's socket alone.
+		_, _ = io.Copy(struct{ io.Writer }{c}, struct{ io.Reader }{c})
+	})
+}
+
+// Canary listens on 127.0.0.1 and [::1] on one port and counts every
+// connection: a forward proxy that reaches it let a client into loopback.
+type Canary struct {
+	Port  string
+	conns atomic.Int64
+}
+
+// Conns returns how many connections reached the canary.
+func (c *Canary) Conns() int64 { return c.conns.Load() }
+
+// NewCanary starts a canary that runs until the test ends.
+func NewCanary(t testing.TB) *Canary {
+	t.Helper()
+	c := &Canary{}
+	count := func(conn net.Conn) { c.conns.Add(1); conn.Close() }
+	for range 20 {
+		v4, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(v4.Addr().String())
+		v6, err := net.Listen("tcp", "[::1]:"+port)
+		if err != nil {
+			v4.Close()
+			continue
+		}
+		c.Port = port
+		for _, ln := range []net.Listener{v4, v6} {
+			t.Cleanup(func() { ln.Close() })
+			go acceptLoop(ln, count)
+		}
+		return c
+	}
+	t.Fatal("no port free on both 127.0.0.1 and ::1")
+	return nil
 }
