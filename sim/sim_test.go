@@ -213,6 +213,57 @@ func TestSimSlowWindow(t *testing.T) {
 	}
 }
 
+// A route that was slow and recovers gets its traffic back under scored
+// at its defaults, without a breaker to reset anything: its old latency
+// fades toward the best, a request now and then measures it afresh, and
+// within a few time constants (the peak decay, 10 s) it carries its half.
+func TestScoredLatencyRecovery(t *testing.T) {
+	const recoverAt = 30 * time.Second
+	w := sim.Workload{Requests: 1200, Rate: 10, Service: 150 * time.Millisecond, Seed: 9}
+	servers := []sim.Server{{Workers: 1000}, {Workers: 1000, Slowdowns: []sim.Slowdown{{Factor: 10, To: recoverAt}}}}
+	clock := &sim.Clock{}
+	pool := balance.NewPool("t", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+	p, _ := factory("scored")
+	if err := pool.Configure(balance.Config{Policy: p, Endpoints: sim.Endpoints(servers)}); err != nil {
+		t.Fatal(err)
+	}
+	var perSecond [120][2]int
+	_, err := sim.Run(context.Background(), w, servers, sim.Rules{}.Lifecycle(pool, clock), clock, sim.Hooks{
+		Picked: func(now time.Duration, s int) {
+			if sec := int(now / time.Second); sec < len(perSecond) {
+				perSecond[sec][s]++
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := func(from, to int) float64 {
+		var n, slow int
+		for _, c := range perSecond[from:to] {
+			n, slow = n+c[0]+c[1], slow+c[1]
+		}
+		return float64(slow) / float64(max(n, 1))
+	}
+	if s := share(10, 30); s > 0.05 {
+		t.Errorf("while ten times slower it took %.2f of the traffic", s)
+	}
+	back := -1
+	for sec := int(recoverAt / time.Second); sec+5 <= len(perSecond); sec++ {
+		if share(sec, sec+5) >= 0.3 {
+			back = sec - int(recoverAt/time.Second)
+			break
+		}
+	}
+	t.Logf("back to 30%% of the traffic %d s after it recovered; share over the last 30 s %.2f", back, share(90, 120))
+	if back < 0 || back > 30 {
+		t.Errorf("the recovered route got 30%% of the traffic back after %d s, want within 30 s", back)
+	}
+	if s := share(90, 120); s < 0.35 {
+		t.Errorf("a minute after it recovered it takes %.2f of the traffic, want near half", s)
+	}
+}
+
 // The fluid-limit prediction of the fullest bin, against the simulation
 // and against what is known: with one choice the Poisson tail (n = m =
 // 1000: 5 balls; 10^5: 8), with two choices ln ln n / ln 2 plus a small
