@@ -424,7 +424,10 @@ func tried(r Request, ep *Endpoint) bool {
 // pickFrom asks t's policy. With strict set, endpoints already tried and
 // endpoints in their slow start are refused: the pick is given back
 // uncounted and the policy asked again, without the key, so it may spread
-// elsewhere; after three refusals it gives up with ErrNoEndpoint.
+// elsewhere. After three refusals an endpoint not yet tried is drawn
+// uniformly from those available (a policy that leans hard on the one
+// that just failed would otherwise send the retry straight back to it);
+// only when there is none does it give up with ErrNoEndpoint.
 func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
 	if t.picker == nil {
 		return Pick{}, ErrNoEndpoint
@@ -450,6 +453,14 @@ func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
 		}
 		if t.observer != nil {
 			t.observer.Done(ep)
+		}
+	}
+	if strict && len(r.Tried) > 0 {
+		untried := func(ep *Endpoint) bool { return !tried(r, ep) && t.set.Available(ep) }
+		if ep := draw(t.set, untried, nil); ep != nil && s.warm(ep) {
+			if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
+				return s.made(ep, tk, nil), nil
+			}
 		}
 	}
 	return Pick{}, ErrNoEndpoint

@@ -265,6 +265,45 @@ func TestPinAndTried(t *testing.T) {
 	pk.Done(health.Outcome{Status: 200})
 }
 
+// firstAvailable is a policy that always picks the first available
+// endpoint: the most a policy can lean toward one endpoint.
+type firstAvailable struct{}
+
+func (firstAvailable) Name() string { return "first" }
+func (firstAvailable) Build(s *balance.Set) balance.Picker {
+	return pickerFunc(func(balance.Request) (*balance.Endpoint, error) {
+		for _, ep := range s.Endpoints() {
+			if s.Available(ep) {
+				return ep, nil
+			}
+		}
+		return nil, balance.ErrNoEndpoint
+	})
+}
+
+type pickerFunc func(balance.Request) (*balance.Endpoint, error)
+
+func (f pickerFunc) Pick(r balance.Request) (*balance.Endpoint, error) { return f(r) }
+
+// A retry never lands on the endpoint it failed on while another is
+// available, however strongly the policy leans toward the first: after
+// the policy's refused draws, an untried endpoint is drawn directly.
+func TestRetryAvoidsTriedWhateverThePolicy(t *testing.T) {
+	p, _ := testPool(t, firstAvailable{}, "a", "b", "c")
+	seen := map[string]int{}
+	for range 300 {
+		pk, err := p.Pick(balance.Request{Tried: []string{"a"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[pk.Endpoint.Name]++
+		pk.Done(health.Outcome{Status: 200})
+	}
+	if seen["a"] != 0 || seen["b"] == 0 || seen["c"] == 0 {
+		t.Fatalf("retries after a went %v: want none on a, spread over b and c", seen)
+	}
+}
+
 func pickPin(t *testing.T, p *balance.Pool, pin string) balance.Pick {
 	t.Helper()
 	pk, err := p.Pick(balance.Request{Pin: pin})

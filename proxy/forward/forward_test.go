@@ -202,13 +202,16 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	if bad.count() == 0 {
 		t.Fatal("the flaky route got nothing while healthy")
 	}
+	// Failing, the route's weight falls with its success rate, so it is
+	// tried less and less; every try fails, and the third opens its
+	// breaker.
 	bad.set(true)
-	for range 20 {
-		fetch()
-	}
 	st := tr.Pool().Snapshot.Get("flaky").State
-	if st.Breaker(clock.Now()) != health.Open {
-		t.Fatalf("flaky's breaker is %v after failing", st.Breaker(clock.Now()))
+	for i := 0; st.Breaker(clock.Now()) != health.Open; i++ {
+		if i == 200 {
+			t.Fatalf("flaky's breaker is %v after 200 requests with it failing", st.Breaker(clock.Now()))
+		}
+		fetch()
 	}
 	before := bad.count()
 	for range 30 {
@@ -219,7 +222,7 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	}
 	bad.set(false)
 	clock.Advance(health.DefaultCooldown)
-	for range 30 {
+	for range 100 {
 		fetch()
 	}
 	if st.Breaker(clock.Now()) != health.Closed || bad.count() < before+2 {
