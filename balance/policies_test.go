@@ -229,8 +229,8 @@ func scoredPool(t *testing.T, gamma float64) *balance.Pool {
 	return p
 }
 
-// shares picks n times, holding every pick so that nothing changes, and
-// returns each endpoint's share.
+// shares picks n times, releasing every pick without an outcome so that
+// nothing changes, and returns each endpoint's share.
 func shares(t *testing.T, p *balance.Pool, n int) map[string]float64 {
 	t.Helper()
 	c := map[string]float64{}
@@ -240,6 +240,7 @@ func shares(t *testing.T, p *balance.Pool, n int) map[string]float64 {
 			t.Fatal(err)
 		}
 		c[pk.Endpoint.Name] += 1.0 / float64(n)
+		pk.Release() // nothing learnt, nothing left in flight
 	}
 	return c
 }
@@ -262,6 +263,30 @@ func TestScoredLatencyIsRelative(t *testing.T) {
 		if math.Abs(got[i]-want) > 0.01 {
 			t.Errorf("slow share %.4f at scale %d, want %.4f", got[i], i, want)
 		}
+	}
+}
+
+// Requests in flight count: an endpoint with three waiting is expected
+// to answer a new one in four times its latency, so that bursts do not
+// herd onto whichever endpoint answered fastest last.
+func TestScoredWeighsRequestsInFlight(t *testing.T) {
+	pol, _ := balance.NewScored(2)
+	p, _ := testPool(t, pol, "busy", "idle")
+	observe(t, p, "busy", health.Success, 100*time.Millisecond, 1)
+	observe(t, p, "idle", health.Success, 100*time.Millisecond, 1)
+	ep := p.Snapshot().Get("busy")
+	cfg := ep.Health()
+	for range 3 {
+		tk, ok := ep.State.Admit(p.Clock(), &cfg)
+		if !ok {
+			t.Fatal("busy refused a request")
+		}
+		defer tk.Release()
+	}
+	rel := 0.101 / (0.4 + 0.001)
+	want := rel * rel / (1 + rel*rel)
+	if got := shares(t, p, 40000)["busy"]; math.Abs(got-want) > 0.01 {
+		t.Errorf("busy share %.4f, want %.4f", got, want)
 	}
 }
 
@@ -307,18 +332,10 @@ func TestScoredProportionalToScore(t *testing.T) {
 		{0.5, [3]float64{1 / (1 + math.Sqrt(0.5) + 0.5), math.Sqrt(0.5) / (1 + math.Sqrt(0.5) + 0.5), 0.5 / (1 + math.Sqrt(0.5) + 0.5)}},
 	} {
 		p := scoredPool(t, tt.gamma)
-		// Picks are held, not finished, so the scores stay put.
-		c := map[string]int{}
-		const n = 60000
-		for range n {
-			pk, err := p.Pick(balance.Request{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			c[pk.Endpoint.Name]++
-		}
+		// Picks are released without an outcome, so the weights stay put.
+		sh := shares(t, p, 60000)
 		for i, name := range []string{"e0", "e1", "e2"} {
-			got := float64(c[name]) / n
+			got := sh[name]
 			if math.Abs(got-tt.want[i]) > 0.01 {
 				t.Errorf("gamma %v: %s share %.4f, want %.4f +- 0.01", tt.gamma, name, got, tt.want[i])
 			}
@@ -402,34 +419,40 @@ func TestNoEndpoint(t *testing.T) {
 	}
 }
 
-// Low scores defeat the O(1) rejection draws; the exact passes (buffered up
-// to 64 endpoints, two-pass beyond) must keep the same proportions.
+// Low weights defeat the O(1) rejection draws; the exact passes (buffered
+// up to 64 endpoints, two-pass beyond) must keep the same proportions.
+// Every endpoint has the same latency and a low success rate: 0.7^6 for
+// the first half, 0.7^8 for the second, half as much.
 func TestScoredExactPaths(t *testing.T) {
 	for _, n := range []int{10, 100} {
 		pol, _ := balance.NewScored(1)
-		p, _ := testPool(t, pol, letters(n)...)
+		clock := health.NewManualClock(t0)
+		p := balance.NewPool("test", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
+		var eps []balance.EndpointConfig
+		for _, name := range letters(n) {
+			eps = append(eps, balance.EndpointConfig{Name: name})
+		}
+		if err := p.Configure(balance.Config{Policy: pol, Endpoints: eps, Health: health.Config{Threshold: 1000}}); err != nil {
+			t.Fatal(err)
+		}
 		for i, ep := range p.Snapshot().Endpoints() {
-			lat := 9 * time.Second // score 0.1
+			observe(t, p, ep.Name, health.Success, time.Second, 1)
+			failures := 6
 			if i >= n/2 {
-				lat = 19 * time.Second // score 0.05
+				failures = 8
 			}
-			observe(t, p, ep.Name, health.Success, lat, 1)
+			observe(t, p, ep.Name, health.Failure, 0, failures)
 		}
-		const picks = 30000
-		first := 0
-		for range picks {
-			pk, err := p.Pick(balance.Request{})
-			if err != nil {
-				t.Fatal(err)
-			}
+		first := 0.0
+		for name, share := range shares(t, p, 30000) {
 			var i int
-			_, _ = fmt.Sscanf(pk.Endpoint.Name, "e%d", &i)
+			_, _ = fmt.Sscanf(name, "e%d", &i)
 			if i < n/2 {
-				first++
+				first += share
 			}
 		}
-		if got := float64(first) / picks; math.Abs(got-2.0/3) > 0.012 {
-			t.Errorf("n=%d: the half scoring 0.1 got %.4f of picks, want 2/3", n, got)
+		if want := 1 / (1 + 0.49); math.Abs(first-want) > 0.012 {
+			t.Errorf("n=%d: the half with twice the weight got %.4f of picks, want %.4f", n, first, want)
 		}
 	}
 }

@@ -13,14 +13,16 @@ import (
 // is drawn with probability proportional to its weight^gamma, where the
 // weight is the article's product of a success term and a latency term:
 //
-//	weight = success_ewma x (best + 1ms) / (latency + 1ms)
+//	weight = success_ewma x (best + 1ms) / (latency x (in flight + 1) + 1ms)
 //
 // The latency term is relative to the best latency among the available
 // endpoints, not 1/(1 + seconds) as in the article's score: seconds make
 // the choice depend on the unit (a 10 ms backend and a 200 ms one score
 // 0.99 and 0.83, nearly alike), where a ratio treats a route twenty times
 // slower than the best alike at every scale. (Endpoint.Score, what the
-// status API shows, stays the article's.)
+// status API shows, stays the article's.) Requests in flight multiply the
+// latency, as in peak_ewma: a new request waits behind them, and without
+// it a burst would herd onto whichever endpoint answered fastest last.
 //
 // A latency measured long ago fades toward the best, with the time
 // constant of health.Config.PeakDecay: an endpoint that has been left
@@ -149,15 +151,22 @@ func (p *scoredPicker) weight(ep *Endpoint, now time.Time, best float64) float64
 	if ep.factor != 0 {
 		w *= ep.factor
 	}
-	if excess := e.Latency - best; !e.Measured.IsZero() && excess > 0 {
-		tau := health.DefaultPeakDecay
-		if ep.tuning != nil {
-			tau = ep.tuning.PeakDecay
+	if !e.Measured.IsZero() && !math.IsInf(best, 1) {
+		lat := e.Latency
+		if excess := lat - best; excess > 0 {
+			tau := health.DefaultPeakDecay
+			if ep.tuning != nil {
+				tau = ep.tuning.PeakDecay
+			}
+			if age := now.Sub(e.Measured); age > 0 && tau > 0 {
+				lat = best + excess*math.Exp(-float64(age)/float64(tau))
+			}
 		}
-		if age := now.Sub(e.Measured); age > 0 && tau > 0 {
-			excess *= math.Exp(-float64(age) / float64(tau))
-		}
-		w *= (best + latencyFloor) / (best + excess + latencyFloor)
+		// The requests already waiting on it will be answered first: a
+		// request sent now expects its latency once for each, and once
+		// for itself (as peak_ewma weighs it).
+		lat *= float64(ep.State.Inflight() + 1)
+		w *= min((best+latencyFloor)/(lat+latencyFloor), 1)
 	}
 	switch p.gamma {
 	case 0:
