@@ -244,34 +244,57 @@ func randomAvailable(s *Set) *Endpoint {
 	return draw(s, s.Available, nil)
 }
 
+// drawBuffer is how many endpoints draw remembers weights for, so that a
+// weight is computed once a pick rather than once a pass.
+const drawBuffer = 64
+
 // draw picks among the endpoints ok accepts: in proportion to weight when
 // weight is given and some accepted endpoint weighs more than 0, else
-// uniformly. Two passes over the set, O(N); a weight that changes between
-// them only shifts the drawn point, and the last positive endpoint is
-// taken if the walk runs past the end. Nil when ok accepts none.
+// uniformly. O(N): up to drawBuffer endpoints, one call of ok and weight
+// each; beyond, two passes, where a weight that changes between them only
+// shifts the drawn point and the last positive endpoint is taken if the
+// walk runs past the end. Nil when ok accepts none.
 func draw(s *Set, ok func(*Endpoint) bool, weight func(*Endpoint) float64) *Endpoint {
+	var buf [drawBuffer]float64 // -1: not accepted
+	buffered := len(s.endpoints) <= drawBuffer
 	var total float64
 	n := 0
-	for _, ep := range s.endpoints {
+	for i, ep := range s.endpoints {
+		w := -1.0
 		if ok(ep) {
 			n++
+			w = 0
 			if weight != nil {
-				total += max(weight(ep), 0)
+				w = max(weight(ep), 0)
+				total += w
 			}
+		}
+		if buffered {
+			buf[i] = w
 		}
 	}
 	if n == 0 {
 		return nil
 	}
+	accepted := func(i int) (float64, bool) {
+		if buffered {
+			return buf[i], buf[i] >= 0
+		}
+		ep := s.endpoints[i]
+		if !ok(ep) {
+			return 0, false
+		}
+		if weight == nil {
+			return 0, true
+		}
+		return weight(ep), true
+	}
 	if total > 0 {
 		x := float(s.rand) * total
 		var last *Endpoint
-		for _, ep := range s.endpoints {
-			if !ok(ep) {
-				continue
-			}
-			w := weight(ep)
-			if w <= 0 {
+		for i, ep := range s.endpoints {
+			w, yes := accepted(i)
+			if !yes || w <= 0 {
 				continue
 			}
 			last = ep
@@ -284,8 +307,8 @@ func draw(s *Set, ok func(*Endpoint) bool, weight func(*Endpoint) float64) *Endp
 		}
 	}
 	j := intn(s.rand, n)
-	for _, ep := range s.endpoints {
-		if ok(ep) {
+	for i, ep := range s.endpoints {
+		if _, yes := accepted(i); yes {
 			if j == 0 {
 				return ep
 			}

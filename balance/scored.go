@@ -76,9 +76,12 @@ func (sc *Scored) Build(s *Set) Picker {
 // endpoints answering in microseconds are not told apart by noise.
 const latencyFloor = 0.001
 
-// bestEvery is how many picks may pass before the best latency is looked
-// for again over every endpoint (outcomes lower it at once; only a best
-// endpoint that has slowed down waits for the recount).
+// bestEvery is how many picks may pass, at the least, before the best
+// latency and the largest weight are counted again over every endpoint;
+// with more endpoints than that, as many picks as endpoints, so that the
+// recount costs O(1) a pick. Outcomes lower the best at once and picks
+// raise the largest weight, so only a best endpoint that has slowed down
+// waits for the recount.
 const bestEvery = 16
 
 type scoredPicker struct {
@@ -89,18 +92,28 @@ type scoredPicker struct {
 	// them is idle and unknown (so that it is picked first), +Inf while
 	// none is known.
 	best atomic.Uint64
-	// settled: at the last recount every available endpoint was known;
-	// until then the recount runs on every pick.
+	// settled: at the last recount every available endpoint was known.
+	// Until then an outcome (dirty) brings the recount forward, so that
+	// an unknown endpoint stops weighing as the best once it is known.
 	settled atomic.Bool
+	dirty   atomic.Bool
 	picks   atomic.Uint64
+	// top is the float64 bits of the largest weight at the last recount,
+	// raised when a pick finds one larger: what rejection sampling
+	// accepts against.
+	top atomic.Uint64
 }
 
 var _ Observer = (*scoredPicker)(nil)
 
-// Done lowers the best latency at once when an outcome beats it.
+// Done lowers the best latency at once when an outcome beats it, and
+// brings the recount forward when an endpoint's first outcome has come.
 func (p *scoredPicker) Done(ep *Endpoint) {
 	e := ep.State.Estimates()
-	if e.Measured.IsZero() {
+	if e.Outcomes == 1 && !p.settled.Load() {
+		p.dirty.Store(true)
+	}
+	if e.Measured == 0 {
 		return
 	}
 	for {
@@ -111,15 +124,17 @@ func (p *scoredPicker) Done(ep *Endpoint) {
 	}
 }
 
-// reference returns the best latency, recounted over the available
-// endpoints every bestEvery picks, and on every pick while some endpoint
-// is unknown.
-func (p *scoredPicker) reference() float64 {
-	best := math.Float64frombits(p.best.Load())
-	if p.picks.Add(1)%bestEvery != 0 && p.settled.Load() {
-		return best
-	}
+// reference returns the best latency and the largest weight, recounted
+// over the available endpoints every max(bestEvery, N) picks, while none
+// is known, and after an outcome while some endpoint is unknown.
+func (p *scoredPicker) reference(now int64) (best, top float64) {
 	s := p.set
+	best, top = math.Float64frombits(p.best.Load()), math.Float64frombits(p.top.Load())
+	due := p.picks.Add(1)%uint64(max(bestEvery, len(s.states))) == 0 || math.IsInf(best, 1) ||
+		!p.settled.Load() && p.dirty.Swap(false)
+	if !due {
+		return best, top
+	}
 	best, settled := math.Inf(1), true
 	for i := range s.states {
 		st := &s.states[i]
@@ -132,17 +147,34 @@ func (p *scoredPicker) reference() float64 {
 			if st.Inflight() == 0 {
 				best = 0
 			}
-		case !e.Measured.IsZero():
+		case e.Measured != 0:
 			best = min(best, e.Latency)
 		}
 	}
+	top = 0
+	for i := range s.states {
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
+			top = max(top, p.weight(s.endpoints[i], now, best))
+		}
+	}
 	p.best.Store(math.Float64bits(best))
+	p.top.Store(math.Float64bits(top))
 	p.settled.Store(settled)
-	return best
+	return best, top
+}
+
+// raiseTop records a weight above the largest known.
+func (p *scoredPicker) raiseTop(w float64) {
+	for {
+		old := p.top.Load()
+		if w <= math.Float64frombits(old) || p.top.CompareAndSwap(old, math.Float64bits(w)) {
+			return
+		}
+	}
 }
 
 // weight is (success x relative latency x cost factor)^gamma, at most 1.
-func (p *scoredPicker) weight(ep *Endpoint, now time.Time, best float64) float64 {
+func (p *scoredPicker) weight(ep *Endpoint, now int64, best float64) float64 {
 	e := ep.State.Estimates()
 	if e.Outcomes == 0 && ep.State.Inflight() > 0 {
 		return 0 // unknown, and its first request is out
@@ -151,14 +183,16 @@ func (p *scoredPicker) weight(ep *Endpoint, now time.Time, best float64) float64
 	if ep.factor != 0 {
 		w *= ep.factor
 	}
-	if !e.Measured.IsZero() && !math.IsInf(best, 1) {
+	if e.Measured != 0 && !math.IsInf(best, 1) {
 		lat := e.Latency
 		if excess := lat - best; excess > 0 {
 			tau := health.DefaultPeakDecay
 			if ep.tuning != nil {
 				tau = ep.tuning.PeakDecay
 			}
-			if age := now.Sub(e.Measured); age > 0 && tau > 0 {
+			// Under a hundredth of tau the fading is under 1%: not worth
+			// an exponential on every pick of a busy endpoint.
+			if age := time.Duration(now - e.Measured); tau > 0 && age > tau/100 {
 				lat = best + excess*math.Exp(-float64(age)/float64(tau))
 			}
 		}
@@ -181,29 +215,35 @@ func (p *scoredPicker) weight(ep *Endpoint, now time.Time, best float64) float64
 
 // rejectionTries bounds the O(1) draws before Pick falls back to an exact
 // pass over every endpoint.
-const rejectionTries = 8
+const rejectionTries = 16
 
 // Pick draws in proportion to the weights. It first tries rejection
-// sampling: draw an endpoint uniformly and accept it with probability equal
-// to its weight, which is at most 1 (a score is a product of factors in
-// [0, 1], and gamma >= 0). Accepted draws are exactly proportional to the
-// weights, and when scores are fair the first or second draw is accepted:
-// O(1) however many endpoints there are. If rejectionTries draws are all
-// refused (scores all low, or most endpoints unavailable), an exact O(N)
-// draw decides; that keeps the distribution exact, since it too is
-// proportional. When every available endpoint scores 0 (all failing, none
-// yet open) there is no evidence to prefer any, and it spreads evenly.
+// sampling: draw an endpoint uniformly and accept it with probability its
+// weight over the largest weight (known from the last recount, raised
+// whenever a draw finds one larger). Accepted draws are proportional to
+// the weights, and with fair weights the first or second draw is
+// accepted: O(1) however many endpoints there are. If rejectionTries
+// draws are all refused (most endpoints unavailable, or weights very
+// uneven), an exact O(N) draw decides; that keeps the distribution exact,
+// since it too is proportional. When every available endpoint weighs 0
+// (all failing, none yet open) there is no evidence to prefer any, and it
+// spreads evenly.
 func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 	s := p.set
-	now := s.clock.Now()
-	best := p.reference()
-	if n := len(s.states); n > 0 {
+	now := s.clock.Now().UnixNano()
+	best, top := p.reference(now)
+	if n := len(s.states); n > 0 && top > 0 {
 		for range rejectionTries {
 			i := intn(s.rand, n)
 			if st := &s.states[i]; !st.Available(s.clock, st.max) {
 				continue
 			}
-			if w := p.weight(s.endpoints[i], now, best); w >= 1 || float(s.rand) < w {
+			w := p.weight(s.endpoints[i], now, best)
+			if w >= top {
+				p.raiseTop(w)
+				return s.endpoints[i], nil
+			}
+			if float(s.rand)*top < w {
 				return s.endpoints[i], nil
 			}
 		}

@@ -398,8 +398,9 @@ func (s *State) publish() {
 type Estimates struct {
 	Success float64 // success EWMA
 	Latency float64 // latency EWMA, seconds; meaningful once Measured is set
-	// Measured is when a latency was last measured; zero if never.
-	Measured time.Time
+	// Measured is when a latency was last measured, in Unix nanoseconds
+	// (a number, not a Time, as it is read on every pick); 0 if never.
+	Measured int64
 	// Outcomes counts the successes and failures seen: 0 means nothing
 	// is known of the endpoint yet.
 	Outcomes int64
@@ -408,15 +409,12 @@ type Estimates struct {
 // Estimates returns the running estimates without taking the lock: what
 // a policy weighs on the pick path.
 func (s *State) Estimates() Estimates {
-	e := Estimates{
+	return Estimates{
 		Success:  math.Float64frombits(s.success.Load()),
 		Latency:  math.Float64frombits(s.latency.Load()),
+		Measured: s.peakStamp.Load(),
 		Outcomes: s.successes.Load() + s.failures.Load(),
 	}
-	if at := s.peakStamp.Load(); at != 0 {
-		e.Measured = time.Unix(0, at)
-	}
-	return e
 }
 
 // Score is article 001's score at now: success_ewma x 1/(1 + latency_ewma

@@ -68,7 +68,7 @@ func TestDemoTable(t *testing.T) {
 		if n := len([]rune(line)); n > 100 {
 			t.Errorf("line %d is %d columns: %q", i+1, n, line)
 		}
-		if strings.Contains(line, "0 req") || strings.Count(line, "|    -      -") == 2 {
+		if strings.Contains(line, " 0 req ") || strings.Count(line, "|    -      -") == 2 {
 			t.Errorf("line %d reports a second where nothing happened: %q", i+1, line)
 		}
 	}
