@@ -203,15 +203,17 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 		t.Fatal("the flaky route got nothing while healthy")
 	}
 	// Failing, the route's weight falls with its success rate, so it is
-	// tried less and less; every try fails, and the third opens its
-	// breaker.
+	// tried less and less (until its latency fades toward the best: the
+	// clock moves 50 ms a request); every try fails, and the third opens
+	// its breaker.
 	bad.set(true)
 	st := tr.Pool().Snapshot.Get("flaky").State
 	for i := 0; st.Breaker(clock.Now()) != health.Open; i++ {
-		if i == 200 {
-			t.Fatalf("flaky's breaker is %v after 200 requests with it failing", st.Breaker(clock.Now()))
+		if i == 400 {
+			t.Fatalf("flaky's breaker is %v after 400 requests with it failing", st.Breaker(clock.Now()))
 		}
 		fetch()
+		clock.Advance(50 * time.Millisecond)
 	}
 	before := bad.count()
 	for range 30 {
