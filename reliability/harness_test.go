@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // rotorBin is the rotor binary the suite runs, built once.
@@ -72,29 +74,12 @@ func figure(t *testing.T, name, format string, args ...any) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one rotor process.
 type proc struct {
 	t     *testing.T
 	cmd   *exec.Cmd
 	path  string
-	logs  *syncBuffer
+	logs  *testtool.Buffer
 	addrs map[string]string
 	done  chan error
 }
@@ -108,7 +93,7 @@ var (
 // with env added, and waits until it listens.
 func start(t *testing.T, cfg string, env ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, path: filepath.Join(t.TempDir(), "rotor.yaml"), logs: &syncBuffer{}, addrs: map[string]string{}, done: make(chan error, 1)}
+	p := &proc{t: t, path: filepath.Join(t.TempDir(), "rotor.yaml"), logs: &testtool.Buffer{}, addrs: map[string]string{}, done: make(chan error, 1)}
 	p.rewrite(cfg)
 	p.cmd = exec.Command(rotorBin, "serve", "--config", p.path)
 	p.cmd.Env = append(os.Environ(), env...)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/server"
 )
 
@@ -40,7 +41,7 @@ func FuzzRawHTTP1(f *testing.F) {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testtool.Buffer{}
 	s, err := server.New(path, func(string) string { return "" }, logs)
 	if err != nil {
 		f.Fatal(err)

@@ -9,11 +9,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/server"
 )
 
@@ -97,24 +97,7 @@ func freePort(t *testing.T) string {
 type rotor struct {
 	*server.Server
 	path string
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testtool.Buffer
 }
 
 func startRotorB(b *testing.B, cfg string) *rotor {
@@ -130,7 +113,7 @@ func startRotorB(b *testing.B, cfg string) *rotor {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return &rotor{Server: s, path: path, logs: &syncBuffer{}}
+	return &rotor{Server: s, path: path, logs: &testtool.Buffer{}}
 }
 
 func startRotor(t *testing.T, cfg string, env map[string]string) *rotor {
@@ -139,7 +122,7 @@ func startRotor(t *testing.T, cfg string, env map[string]string) *rotor {
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testtool.Buffer{}
 	s, err := server.New(path, func(k string) string { return env[k] }, logs)
 	if err != nil {
 		t.Fatal(err)
