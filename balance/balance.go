@@ -86,11 +86,15 @@ func (ep *Endpoint) costed(score float64) float64 {
 
 // PeakLatency is the state's peak-EWMA latency under the endpoint's tuning.
 func (ep *Endpoint) PeakLatency(now time.Time) (sec float64, measured bool) {
-	tau := health.DefaultPeakDecay
+	return ep.State.PeakLatency(now, ep.peakDecay())
+}
+
+// peakDecay is the time constant latency evidence fades with.
+func (ep *Endpoint) peakDecay() time.Duration {
 	if ep.tuning != nil {
-		tau = ep.tuning.PeakDecay
+		return ep.tuning.PeakDecay
 	}
-	return ep.State.PeakLatency(now, tau)
+	return health.DefaultPeakDecay
 }
 
 // Snapshot is the state's snapshot with the endpoint's score and peak

@@ -5,8 +5,6 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
-
-	"github.com/rotor-lb/rotor/health"
 )
 
 // Scored is article 001's health-weighted choice: each available endpoint
@@ -113,12 +111,17 @@ func (p *scoredPicker) Done(ep *Endpoint) {
 	if e.Outcomes == 1 && !p.settled.Load() {
 		p.dirty.Store(true)
 	}
-	if e.Measured == 0 {
-		return
+	if e.Measured != 0 {
+		storeIf(&p.best, e.Latency, func(v, old float64) bool { return v < old })
 	}
+}
+
+// storeIf stores v as a's float64 when better(v, current), retrying
+// against concurrent stores.
+func storeIf(a *atomic.Uint64, v float64, better func(v, old float64) bool) {
 	for {
-		old := p.best.Load()
-		if e.Latency >= math.Float64frombits(old) || p.best.CompareAndSwap(old, math.Float64bits(e.Latency)) {
+		old := a.Load()
+		if !better(v, math.Float64frombits(old)) || a.CompareAndSwap(old, math.Float64bits(v)) {
 			return
 		}
 	}
@@ -163,20 +166,10 @@ func (p *scoredPicker) reference(now int64) (best, top float64) {
 	return best, top
 }
 
-// raiseTop records a weight above the largest known.
-func (p *scoredPicker) raiseTop(w float64) {
-	for {
-		old := p.top.Load()
-		if w <= math.Float64frombits(old) || p.top.CompareAndSwap(old, math.Float64bits(w)) {
-			return
-		}
-	}
-}
-
 // weight is (success x relative latency x cost factor)^gamma, at most 1.
 func (p *scoredPicker) weight(ep *Endpoint, now int64, best float64) float64 {
-	e := ep.State.Estimates()
-	if e.Outcomes == 0 && ep.State.Inflight() > 0 {
+	e, inflight := ep.State.Estimates(), ep.State.Inflight()
+	if e.Outcomes == 0 && inflight > 0 {
 		return 0 // unknown, and its first request is out
 	}
 	w := e.Success
@@ -186,10 +179,7 @@ func (p *scoredPicker) weight(ep *Endpoint, now int64, best float64) float64 {
 	if e.Measured != 0 && !math.IsInf(best, 1) {
 		lat := e.Latency
 		if excess := lat - best; excess > 0 {
-			tau := health.DefaultPeakDecay
-			if ep.tuning != nil {
-				tau = ep.tuning.PeakDecay
-			}
+			tau := ep.peakDecay()
 			// Under a hundredth of tau the fading is under 1%: not worth
 			// an exponential on every pick of a busy endpoint.
 			if age := time.Duration(now - e.Measured); tau > 0 && age > tau/100 {
@@ -199,7 +189,7 @@ func (p *scoredPicker) weight(ep *Endpoint, now int64, best float64) float64 {
 		// The requests already waiting on it will be answered first: a
 		// request sent now expects its latency once for each, and once
 		// for itself (as peak_ewma weighs it).
-		lat *= float64(ep.State.Inflight() + 1)
+		lat *= float64(inflight + 1)
 		w *= min((best+latencyFloor)/(lat+latencyFloor), 1)
 	}
 	switch p.gamma {
@@ -240,7 +230,7 @@ func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
 			}
 			w := p.weight(s.endpoints[i], now, best)
 			if w >= top {
-				p.raiseTop(w)
+				storeIf(&p.top, w, func(v, old float64) bool { return v > old })
 				return s.endpoints[i], nil
 			}
 			if float(s.rand)*top < w {

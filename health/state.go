@@ -96,8 +96,7 @@ type State struct {
 	// flags gathers everything that can make the endpoint unavailable, so
 	// that the common case, a healthy endpoint, is one atomic load.
 	flags     atomic.Uint32 // flag* bits
-	rawScore  atomic.Uint64 // float64 bits of the score ignoring the breaker; written under mu; next to flags, as scored reads both
-	success   atomic.Uint64 // float64 bits of successEWMA; written under mu
+	success   atomic.Uint64 // float64 bits of successEWMA; written under mu; next to flags, as scored reads both
 	latency   atomic.Uint64 // float64 bits of latencyEWMA, seconds; written under mu
 	inflight  atomic.Int64  // Admit, Ticket.Release
 	breaker   atomic.Int32  // BreakerState, written under mu
@@ -386,10 +385,9 @@ func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, meas
 	return v * math.Exp(-dt/float64(tau)), true
 }
 
-// publish recomputes the score readers see. Called with mu held (or before
-// the state is shared).
+// publish stores the estimates readers see. Called with mu held (or
+// before the state is shared).
 func (s *State) publish() {
-	s.rawScore.Store(math.Float64bits(s.successEWMA / (1 + s.latencyEWMA)))
 	s.success.Store(math.Float64bits(s.successEWMA))
 	s.latency.Store(math.Float64bits(s.latencyEWMA))
 }
@@ -424,13 +422,16 @@ func (s *State) Score(now time.Time) float64 {
 	if BreakerState(s.breaker.Load()) == Open && now.UnixNano() < s.openUntil.Load() {
 		return 0
 	}
-	return math.Float64frombits(s.rawScore.Load())
+	return s.ScoreIgnoringBreaker()
 }
 
 // ScoreIgnoringBreaker is the score as if the breaker were closed: what
 // makes one endpoint less bad than another when every breaker is open.
+// It reads the two estimates one after the other, without the lock: an
+// outcome landing between the reads mixes one old and one new estimate,
+// which a score read while outcomes arrive cannot tell from either.
 func (s *State) ScoreIgnoringBreaker() float64 {
-	return math.Float64frombits(s.rawScore.Load())
+	return math.Float64frombits(s.success.Load()) / (1 + math.Float64frombits(s.latency.Load()))
 }
 
 // Snapshot is a consistent copy of a state, for status pages and metrics.

@@ -56,11 +56,16 @@ var DefaultRotation = []RotationVariant{
 // (1.5 s) never fails; "flaky" (400 ms) answers 503 for 10 s in every 60.
 func RotationRoutes(d time.Duration) []Server {
 	return []Server{
-		{Name: "fast", Latency: 200 * time.Millisecond,
-			Windows: []Window{{From: d / 3, To: 2 * d / 3, Status: 403, Latency: 50 * time.Millisecond}}},
+		{Name: "fast", Latency: 200 * time.Millisecond, Windows: []Window{Block(d/3, 2*d/3)}},
 		{Name: "slow", Latency: 1500 * time.Millisecond},
 		{Name: "flaky", Latency: 400 * time.Millisecond, Windows: Bursts(20*time.Second, 10*time.Second, 60*time.Second, d)},
 	}
+}
+
+// Block is a window in which a route refuses with 403 ("access denied"),
+// quickly, as a blocked proxy route does.
+func Block(from, to time.Duration) Window {
+	return Window{From: from, To: to, Status: 403, Latency: 50 * time.Millisecond}
 }
 
 // Bursts are 503 windows of length span every period, the first at

@@ -287,28 +287,31 @@ func parseSlow(s string) (int, sim.Slowdown, error) {
 	}
 	sd := sim.Slowdown{Factor: x}
 	if windowed {
-		from, to, ok := strings.Cut(span, "-")
-		f, err1 := time.ParseDuration(from)
-		t, err2 := time.ParseDuration(to)
-		if !ok || err1 != nil || err2 != nil || f < 0 || t <= f {
+		var ok bool
+		if sd.From, sd.To, ok = parseSpan(span); !ok {
 			return 0, sim.Slowdown{}, bad
 		}
-		sd.From, sd.To = f, t
 	}
 	return n, sd, nil
+}
+
+// parseSpan parses FROM-TO, two durations with 0 <= FROM < TO: 10s-20s.
+func parseSpan(s string) (from, to time.Duration, ok bool) {
+	a, b, cut := strings.Cut(s, "-")
+	f, err1 := time.ParseDuration(a)
+	t, err2 := time.ParseDuration(b)
+	if !cut || err1 != nil || err2 != nil || f < 0 || t <= f {
+		return 0, 0, false
+	}
+	return f, t, true
 }
 
 // parseDown parses SERVER=FROM-TO, e.g. 0=10s-20s.
 func parseDown(s string) (int, sim.Window, error) {
 	i, span, ok := strings.Cut(s, "=")
-	from, to, ok2 := strings.Cut(span, "-")
 	n, err := strconv.Atoi(i)
+	f, t, ok2 := parseSpan(span)
 	if !ok || !ok2 || err != nil || n < 0 {
-		return 0, sim.Window{}, fmt.Errorf("bad")
-	}
-	f, err1 := time.ParseDuration(from)
-	t, err2 := time.ParseDuration(to)
-	if err1 != nil || err2 != nil || f < 0 || t <= f {
 		return 0, sim.Window{}, fmt.Errorf("bad")
 	}
 	return n, sim.Window{From: f, To: t}, nil
@@ -636,12 +639,11 @@ func parseRoute(spec string, d time.Duration) (sim.Server, error) {
 			}
 			r.ErrorRate = x
 		case "block":
-			_, w, err := parseDown("0=" + val)
-			if err != nil {
+			from, to, ok := parseSpan(val)
+			if !ok {
 				return bad("block must be FROM-TO, e.g. 60s-120s")
 			}
-			w.Status, w.Latency = 403, 50*time.Millisecond
-			r.Windows = append(r.Windows, w)
+			r.Windows = append(r.Windows, sim.Block(from, to))
 		case "bursts":
 			span, period, ok := strings.Cut(val, "/")
 			sp, err1 := time.ParseDuration(span)

@@ -199,6 +199,19 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 	f := t.pool.Start(proxy.Request{Key: key, Idempotent: true, Hold: true})
 	defer f.End()
 	defer func() { record.Attempts = f.Attempts() }()
+	// refuseTarget ends a try that the target, not the route, stopped:
+	// 403 for an address that is not allowed, 502 for a name that did not
+	// resolve (so could not be checked, so is not carried).
+	refuseTarget := func(err error, forbidden bool) {
+		f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
+		if forbidden {
+			h.log.Warn("target refused", "listener", h.name, "host", host, "error", err)
+			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
+			return
+		}
+		h.log.Warn("target not resolved", "listener", h.name, "host", host, "error", err)
+		h.refuse(w, record, http.StatusBadGateway, "resolve", http.StatusText(http.StatusBadGateway))
+	}
 	var conn net.Conn
 	for {
 		ep, err := f.Next()
@@ -211,15 +224,7 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		record.Endpoint = ep.Name
 		route := t.routes[ep.Name]
 		if err := route.CheckTarget(r.Context(), host, true); err != nil {
-			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
-			if !errors.Is(err, ErrForbiddenTarget) {
-				// Not resolved here, so not checked: not carried.
-				h.log.Warn("target not resolved", "listener", h.name, "host", host, "error", err)
-				h.refuse(w, record, http.StatusBadGateway, "resolve", http.StatusText(http.StatusBadGateway))
-				return
-			}
-			h.log.Warn("target refused", "listener", h.name, "host", host, "error", err)
-			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
+			refuseTarget(err, errors.Is(err, ErrForbiddenTarget))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -233,15 +238,8 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 			o.Status = http.StatusOK
 		case errors.As(err, &se):
 			o = health.Outcome{Status: se.Status, Latency: o.Latency}
-		case errors.Is(err, ErrForbiddenTarget):
-			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
-			h.log.Warn("target refused", "listener", h.name, "host", host, "error", err)
-			h.refuse(w, record, http.StatusForbidden, "target_forbidden", "target not allowed")
-			return
-		case isResolveError(err):
-			f.Done(proxy.Result{Outcome: health.Outcome{Err: health.Local}})
-			h.log.Warn("target not resolved", "listener", h.name, "host", host, "error", err)
-			h.refuse(w, record, http.StatusBadGateway, "resolve", http.StatusText(http.StatusBadGateway))
+		case errors.Is(err, ErrForbiddenTarget), isResolveError(err):
+			refuseTarget(err, errors.Is(err, ErrForbiddenTarget))
 			return
 		}
 		retry := f.Done(proxy.Result{Outcome: o, Unsent: true})
