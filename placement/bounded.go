@@ -294,6 +294,9 @@ func (b *Bounded) AppendOwners(dst []string, key string, n int) ([]string, error
 // Nodes returns a copy of the node set.
 func (b *Bounded) Nodes() []Node { return b.ring.Nodes() }
 
+// Circle returns the points of the ring the bounds are kept on.
+func (b *Bounded) Circle() []Point { return b.ring.Circle() }
+
 // Epsilon returns the load slack.
 func (b *Bounded) Epsilon() float64 { return b.eps }
 

@@ -27,11 +27,11 @@ type Explanation struct {
 // Step is one thing a placer looked at while placing a key: a ring point, a
 // node's score, a jump, a table slot.
 type Step struct {
-	Label string  // what was looked at, e.g. "b#17" or "slot 4411"
-	Hash  uint64  // its hash or position, when it has one
-	Score float64 // its score, for placers that score (rendezvous)
-	Node  string  // the node it belongs to
-	Note  string  // what the walk made of it
+	Label string  `json:"label,omitempty"` // what was looked at, e.g. "b#17" or "slot 4411"
+	Hash  uint64  `json:"hash,omitempty"`  // its hash or position, when it has one
+	Score float64 `json:"score,omitempty"` // its score, for placers that score (rendezvous)
+	Node  string  `json:"node,omitempty"`  // the node it belongs to
+	Note  string  `json:"note,omitempty"`  // what the walk made of it
 }
 
 // WriteTo prints the explanation for people, one step a line.

@@ -4,6 +4,7 @@ import (
 	"crypto/md5"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -81,4 +82,10 @@ func (h Hash) bits() uint {
 		return 32
 	}
 	return 64
+}
+
+// Turn places a hash of h on a circle: the fraction of a turn, in [0, 1),
+// that it lies clockwise from zero.
+func (h Hash) Turn(sum uint64) float64 {
+	return float64(sum) / math.Exp2(float64(h.bits()))
 }

@@ -103,10 +103,15 @@ func Compare(before, after Placer, keys []string) (Movement, error) {
 	if err != nil {
 		return Movement{}, fmt.Errorf("after: %w", err)
 	}
-	nb, na := before.Nodes(), after.Nodes()
+	return CompareOwners(before.Nodes(), after.Nodes(), ob, oa), nil
+}
+
+// CompareOwners measures a change of membership from the owners of the
+// same keys, in the same order, before (on nodes nb) and after (on na).
+func CompareOwners(nb, na []Node, ob, oa []string) Movement {
 	changed := changedNodes(nb, na)
-	m := Movement{Keys: len(keys), Ideal: IdealMovement(nb, na), Before: SpreadOf(nb, ob), After: SpreadOf(na, oa)}
-	for i := range keys {
+	m := Movement{Keys: len(ob), Ideal: IdealMovement(nb, na), Before: SpreadOf(nb, ob), After: SpreadOf(na, oa)}
+	for i := range ob {
 		if ob[i] == oa[i] {
 			continue
 		}
@@ -115,11 +120,11 @@ func Compare(before, after Placer, keys []string) (Movement, error) {
 			m.Stray++
 		}
 	}
-	if len(keys) > 0 {
-		m.Fraction = float64(m.Moved) / float64(len(keys))
+	if len(ob) > 0 {
+		m.Fraction = float64(m.Moved) / float64(len(ob))
 	}
 	m.OnlyChanged = m.Stray == 0
-	return m, nil
+	return m
 }
 
 // IdealMovement is the fraction of keys that must move when the node set

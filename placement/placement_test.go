@@ -552,3 +552,39 @@ func TestJumpNumbersInNaturalOrder(t *testing.T) {
 		t.Errorf("n0..n9 -> n0..n10 moved %.4f (stray %d), want about 1/11 and none stray", m.Fraction, m.Stray)
 	}
 }
+
+// The circle a ring draws is the one it looks keys up on: each key's owner
+// is the node of the first point clockwise past the key's hash.
+func TestRingCircle(t *testing.T) {
+	for _, h := range []placement.Hash{placement.XXHash, placement.MD5} {
+		r, err := placement.NewRing([]placement.Node{{Name: "a"}, {Name: "b", Weight: 2}, {Name: "c"}}, placement.RingOptions{VNodes: 7, Hash: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pts := r.Circle()
+		if len(pts) != 28 || len(pts) != r.Points() {
+			t.Fatalf("%v: %d points, want 28", h, len(pts))
+		}
+		for i, p := range pts {
+			if p.At < 0 || p.At >= 1 || (i > 0 && p.Hash < pts[i-1].Hash) || (i > 0 && p.At < pts[i-1].At) {
+				t.Fatalf("%v: point %d %+v out of order or off the circle", h, i, p)
+			}
+			if !strings.HasPrefix(p.Label, p.Node+"#") {
+				t.Fatalf("%v: point %+v: label is not its node's", h, p)
+			}
+		}
+		for _, key := range placement.Keys(1000) {
+			kh := h.Sum(key)
+			want := pts[0].Node
+			for _, p := range pts {
+				if p.Hash > kh {
+					want = p.Node
+					break
+				}
+			}
+			if got, _ := r.Owner(key); got != want {
+				t.Fatalf("%v: %s: owner %s, the circle says %s", h, key, got, want)
+			}
+		}
+	}
+}

@@ -337,3 +337,25 @@ func (r *Ring) Explain(key string, n int) (Explanation, error) {
 func (s *ringSnap) pointName(i int) string {
 	return s.nodes[s.owners[i]].Name + "#" + strconv.Itoa(int(s.vnodes[i]))
 }
+
+// Point is one virtual node on a ring: where on the circle it sits and
+// whose it is.
+type Point struct {
+	Label string `json:"label"` // "name#i"
+	Node  string `json:"node"`
+	Hash  uint64 `json:"hash"`
+	// At is the point's place on the circle as a fraction of a turn
+	// clockwise from the top, in [0, 1).
+	At float64 `json:"at"`
+}
+
+// Circle returns the ring's points in clockwise order: what article 000
+// draws on its clock face.
+func (r *Ring) Circle() []Point {
+	s := r.snap.Load()
+	out := make([]Point, len(s.hashes))
+	for i, h := range s.hashes {
+		out[i] = Point{Label: s.pointName(i), Node: s.nodes[s.owners[i]].Name, Hash: h, At: r.opts.Hash.Turn(h)}
+	}
+	return out
+}
