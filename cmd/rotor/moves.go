@@ -90,30 +90,14 @@ Nodes may be given as numbered runs: n{0..999} is n0 .. n999.
 			keySet := placement.Keys(keys)
 			var rows []movesRow
 			for _, algo := range algos {
-				row := movesRow{Algo: algo, From: len(before), To: len(after), Keys: keys, Spread: measure}
-				pb, err := f.newPlacer(algo, h, before, "--from")
-				if err == nil {
-					var pa placement.Placer
-					if pa, err = f.newPlacer(algo, h, after, "--to"); err == nil {
-						var m placement.Movement
-						if m, err = placement.Compare(pb, pa, keySet); err == nil {
-							row.Moved, row.Fraction, row.Ideal = m.Moved, m.Fraction, m.Ideal
-							row.Stray, row.OnlyChanged = m.Stray, m.OnlyChanged
-							if measure == "keys" {
-								row.Before, row.After = spreadOf(m.Before), spreadOf(m.After)
-							} else {
-								row.Before, row.After = spaceSpread(pb), spaceSpread(pa)
-							}
-						}
-					}
-				}
+				c, err := f.change(algo, h, before, after, keySet, measure)
 				if err != nil {
 					if len(algos) == 1 {
 						return err
 					}
-					row.Error = err.Error()
+					c.row.Error = err.Error()
 				}
-				rows = append(rows, row)
+				rows = append(rows, c.row)
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), rows)
@@ -128,6 +112,44 @@ Nodes may be given as numbered runs: n{0..999} is n0 .. n999.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON rows instead of a table")
 	cmd.Flags().StringVar(&measure, "spread", "keys", "what the spread columns measure: keys (sampled) or space (exact key-space shares)")
 	return cmd
+}
+
+// change is one algorithm's answer to a change of membership: its moves
+// row, and each key's owner before and after.
+type change struct {
+	row           movesRow
+	before, after placement.Placer
+	// ownersBefore[i] and ownersAfter[i] own keys[i].
+	ownersBefore, ownersAfter []string
+}
+
+// change places keys on before and on after with algo and measures the
+// movement, the spread measured by "keys" or "space". On an error the row
+// still names the algorithm and the sizes.
+func (f *placerFlags) change(algo string, h placement.Hash, before, after []placement.Node, keys []string, measure string) (change, error) {
+	c := change{row: movesRow{Algo: algo, From: len(before), To: len(after), Keys: len(keys), Spread: measure}}
+	var err error
+	if c.before, err = f.newPlacer(algo, h, before, "--from"); err != nil {
+		return c, err
+	}
+	if c.after, err = f.newPlacer(algo, h, after, "--to"); err != nil {
+		return c, err
+	}
+	if c.ownersBefore, err = placement.Assign(c.before, keys); err != nil {
+		return c, fmt.Errorf("before: %w", err)
+	}
+	if c.ownersAfter, err = placement.Assign(c.after, keys); err != nil {
+		return c, fmt.Errorf("after: %w", err)
+	}
+	m := placement.CompareOwners(c.before.Nodes(), c.after.Nodes(), c.ownersBefore, c.ownersAfter)
+	r := &c.row
+	r.Moved, r.Fraction, r.Ideal, r.Stray, r.OnlyChanged = m.Moved, m.Fraction, m.Ideal, m.Stray, m.OnlyChanged
+	if measure == "keys" {
+		r.Before, r.After = spreadOf(m.Before), spreadOf(m.After)
+	} else {
+		r.Before, r.After = spaceSpread(c.before), spaceSpread(c.after)
+	}
+	return c, nil
 }
 
 func spreadOf(sp placement.Spread) *spread {
