@@ -1,20 +1,24 @@
 package admin
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/webui"
 )
 
 // Control is what the admin listener may ask of the server.
 type Control interface {
 	Pools() []PoolView
+	Listeners() []ListenerView
 	// Reload loads the config file again; a bad one changes nothing.
 	Reload() error
 	// ReloadStatus says how the last reload went.
@@ -31,9 +35,40 @@ type ReloadStatus struct {
 // ErrUnknown means no such pool or endpoint.
 var ErrUnknown = errors.New("no such pool or endpoint")
 
-// Handler returns the admin mux.
-func Handler(c Control, m *Metrics) http.Handler {
+// ListenerView is one bound listener, as /status shows it.
+type ListenerView struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Addr string `json:"addr"`
+}
+
+// Options configure the admin handler.
+type Options struct {
+	// Token, when set, must come with every change (drain, undrain,
+	// reload) as "Authorization: Bearer TOKEN".
+	Token string
+	// Loopback says the admin listener is bound to a loopback address.
+	// Without a token, changes are accepted only there.
+	Loopback bool
+	// History, when set, is served at /ui/history for the live page.
+	History *History
+}
+
+// Handler returns the admin mux: /metrics, /healthz, /status, the live
+// page at /ui, and the changes, which are POSTs refused across sites
+// (Sec-Fetch-Site and Origin, net/http's CrossOriginProtection) and
+// guarded by the token when one is set.
+func Handler(c Control, m *Metrics, o Options) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /ui", webui.Page("live.html"))
+	mux.Handle("GET /ui/assets/", http.StripPrefix("/ui/assets/", webui.Assets()))
+	mux.HandleFunc("GET /ui/history", func(w http.ResponseWriter, r *http.Request) {
+		if o.History == nil {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no history is kept"})
+			return
+		}
+		writeJSON(w, http.StatusOK, o.History.Doc())
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -42,14 +77,14 @@ func Handler(c Control, m *Metrics) http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, status(c))
 	})
-	mux.HandleFunc("POST /admin/reload", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /admin/reload", o.guard(func(w http.ResponseWriter, r *http.Request) {
 		if err := c.Reload(); err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, c.ReloadStatus())
-	})
-	mux.HandleFunc("POST /admin/endpoints/{pool}/{name}/{action}", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.Handle("POST /admin/endpoints/{pool}/{name}/{action}", o.guard(func(w http.ResponseWriter, r *http.Request) {
 		action := r.PathValue("action")
 		if action != "drain" && action != "undrain" {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "action must be drain or undrain"})
@@ -62,8 +97,32 @@ func Handler(c Control, m *Metrics) http.Handler {
 		}
 		ep.State.SetDraining(action == "drain")
 		writeJSON(w, http.StatusOK, ep.Snapshot(time.Now()))
-	})
+	}))
 	return mux
+}
+
+// guard lets a change through only from this site, and only with the
+// token when one is set; without one, only on a loopback listener.
+func (o Options) guard(next http.HandlerFunc) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused: changes come from the admin listener's own pages or from tools"})
+	}))
+	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case o.Token != "":
+			scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(o.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="rotor admin"`)
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "this change needs the admin token (Authorization: Bearer TOKEN)"})
+				return
+			}
+		case !o.Loopback:
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "changes are refused: admin.listen is not a loopback address and admin.token is not set"})
+			return
+		}
+		next(w, r)
+	}))
 }
 
 func find(c Control, pool, name string) *balance.Endpoint {
@@ -77,8 +136,9 @@ func find(c Control, pool, name string) *balance.Endpoint {
 
 // StatusDoc is the /status document.
 type StatusDoc struct {
-	Reload ReloadStatus `json:"reload"`
-	Pools  []PoolStatus `json:"pools"`
+	Reload    ReloadStatus   `json:"reload"`
+	Listeners []ListenerView `json:"listeners"`
+	Pools     []PoolStatus   `json:"pools"`
 }
 
 // PoolStatus is one pool in /status.
@@ -98,7 +158,7 @@ type EndpointStatus struct {
 }
 
 func status(c Control) StatusDoc {
-	doc := StatusDoc{Reload: c.ReloadStatus()}
+	doc := StatusDoc{Reload: c.ReloadStatus(), Listeners: c.Listeners()}
 	now := time.Now()
 	for _, pv := range c.Pools() {
 		ps := PoolStatus{Name: pv.Name, Policy: pv.Snapshot.Policy(), Stats: pv.Snapshot.Pool().Stats()}

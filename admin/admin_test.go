@@ -26,6 +26,10 @@ func (c *control) Pools() []admin.PoolView {
 	return []admin.PoolView{{Name: "app", Snapshot: c.pool.Snapshot()}}
 }
 
+func (c *control) Listeners() []admin.ListenerView {
+	return []admin.ListenerView{{Name: "web", Kind: "http", Addr: "127.0.0.1:8080"}}
+}
+
 func (c *control) Reload() error {
 	if c.fail {
 		return errors.New("rotor.yaml:3: pools.app.policy: bad")
@@ -44,7 +48,7 @@ func setup(t *testing.T) (*control, http.Handler) {
 		t.Fatal(err)
 	}
 	c := &control{pool: p}
-	return c, admin.Handler(c, admin.NewMetrics(c.Pools))
+	return c, admin.Handler(c, admin.NewMetrics(c.Pools), admin.Options{Loopback: true})
 }
 
 func do(h http.Handler, method, path string) *httptest.ResponseRecorder {
@@ -78,6 +82,9 @@ func TestAdminAPI(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
+	if len(doc.Listeners) != 1 || doc.Listeners[0].Kind != "http" {
+		t.Fatalf("status listeners %+v", doc.Listeners)
+	}
 	if len(doc.Pools) != 1 || len(doc.Pools[0].Endpoints) != 2 || !doc.Pools[0].Endpoints[1].Draining || doc.Pools[0].Policy != "round_robin" {
 		t.Fatalf("status %+v", doc)
 	}
@@ -108,7 +115,7 @@ func TestStickyAndRecordMetrics(t *testing.T) {
 	m.Served(&proxy.Record{Listener: "web", Kind: proxy.KindHTTP, Pool: "s", Endpoint: "a", Status: 101, Attempts: 2})
 	m.Served(&proxy.Record{Listener: "out", Kind: proxy.KindConnect, Pool: "s", Status: 403, Reason: "port_forbidden"})
 	c := &control{pool: p}
-	body := do(admin.Handler(c, m), "GET", "/metrics").Body.String()
+	body := do(admin.Handler(c, m, admin.Options{}), "GET", "/metrics").Body.String()
 	for _, want := range []string{
 		`rotor_sticky_total{event="pinned",pool="s"} 1`, `rotor_sticky_total{event="hit",pool="s"} 2`, `rotor_sticky_entries{pool="s"} 1`,
 		`rotor_bytes_total{direction="in",listener="db"} 1000`, `rotor_bytes_total{direction="out",listener="db"} 3096`,
@@ -121,5 +128,100 @@ func TestStickyAndRecordMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// Changes are POSTs that another site cannot make through a browser, that
+// need the token when one is set, and that a listener off loopback refuses
+// without one. Reading is open.
+func TestAdminChangesAreGuarded(t *testing.T) {
+	const token = "0123456789abcdef-secret"
+	c, _ := setup(t)
+	m := admin.NewMetrics(c.Pools)
+	drain := func(h http.Handler, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/admin/endpoints/app/a/drain", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	open := admin.Handler(c, m, admin.Options{Loopback: true})
+	locked := admin.Handler(c, m, admin.Options{Loopback: true, Token: token})
+	exposed := admin.Handler(c, m, admin.Options{Loopback: false})
+	exposedWithToken := admin.Handler(c, m, admin.Options{Loopback: false, Token: token})
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+		hdr  map[string]string
+		want int
+	}{
+		{"loopback, a tool", open, nil, 200},
+		{"loopback, same origin page", open, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://example.com"}, 200},
+		{"loopback, another site", open, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.test"}, 403},
+		{"loopback, another origin, old browser", open, map[string]string{"Origin": "http://evil.test"}, 403},
+		{"token, none given", locked, nil, 401},
+		{"token, wrong", locked, map[string]string{"Authorization": "Bearer nope"}, 401},
+		{"token, right", locked, map[string]string{"Authorization": "Bearer " + token}, 200},
+		{"token, right, another site", locked, map[string]string{"Authorization": "Bearer " + token, "Sec-Fetch-Site": "cross-site"}, 403},
+		{"not loopback, no token", exposed, nil, 403},
+		{"not loopback, token", exposedWithToken, map[string]string{"Authorization": "bearer " + token}, 200},
+	} {
+		rec := drain(tc.h, tc.hdr)
+		if rec.Code != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, rec.Body, tc.want)
+		}
+		if strings.Contains(rec.Body.String(), token) {
+			t.Errorf("%s: the answer shows the token", tc.name)
+		}
+	}
+	for _, path := range []string{"/status", "/ui", "/ui/assets/live.js", "/metrics"} {
+		if rec := do(exposed, "GET", path); rec.Code != 200 {
+			t.Errorf("GET %s off loopback: %d", path, rec.Code)
+		}
+	}
+	rec := do(open, "GET", "/ui")
+	if h := rec.Header(); !strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Errorf("/ui headers %v", h)
+	}
+}
+
+func TestHistory(t *testing.T) {
+	c, _ := setup(t)
+	h := admin.NewHistory(c.Pools, time.Second, 3)
+	now := time.Unix(1000, 0)
+	for i := range 5 {
+		for range i { // i picks of a in sample i
+			pk, err := c.pool.Pick(balance.Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pk.Done(health.Outcome{Status: 200, Latency: 20 * time.Millisecond})
+		}
+		h.Sample(now.Add(time.Duration(i) * time.Second))
+	}
+	doc := h.Doc()
+	if len(doc.Pools) != 1 || len(doc.Pools[0].Endpoints) != 2 {
+		t.Fatalf("history %+v", doc)
+	}
+	a, b := doc.Pools[0].Endpoints[0], doc.Pools[0].Endpoints[1]
+	if a.Name != "a" || len(a.T) != 3 || a.T[0] != 1002000 || a.T[2] != 1004000 {
+		t.Fatalf("a's times %v, want the last three", a.T)
+	}
+	// Round robin splits 2, 3 and 4 picks between a and b.
+	if got := a.Picks[0] + a.Picks[1] + a.Picks[2] + b.Picks[0] + b.Picks[1] + b.Picks[2]; got != 9 {
+		t.Fatalf("picks a %v b %v, want 9 in all", a.Picks, b.Picks)
+	}
+	if a.LatencyMS[2] < 19 || a.LatencyMS[2] > 21 || a.Success[2] != 1 {
+		t.Fatalf("a's latency %v success %v", a.LatencyMS, a.Success)
+	}
+	// An endpoint a reload removed is forgotten.
+	if err := c.pool.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.Sample(now.Add(10 * time.Second))
+	if doc := h.Doc(); len(doc.Pools[0].Endpoints) != 1 {
+		t.Fatalf("after removing b: %+v", doc.Pools[0].Endpoints)
 	}
 }

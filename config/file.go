@@ -18,6 +18,10 @@ type File struct {
 // Admin is the admin listener: metrics, status, drain, reload.
 type Admin struct {
 	Listen string `yaml:"listen"` // default 127.0.0.1:9901; "off" disables it
+	// Token, usually ${VAR}, is required with every change made through
+	// the admin listener (drain, undrain, reload). Without one, changes are
+	// accepted only when Listen is a loopback address.
+	Token string `yaml:"token"`
 }
 
 // Log configures logging.

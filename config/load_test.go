@@ -85,6 +85,9 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"check timeout", edit(14, "      check: {path: /healthz, interval: 1s, timeout: 2s}"), "rotor.yaml:14: pools.app.health.check.timeout: must be positive and at most the interval 1s (got 2s)"},
 		{"tcp pool with url", edit(23, "    endpoints: [{name: pg1, url: http://127.0.0.1:5432}]"), "rotor.yaml:23: pools.pg.endpoints.pg1.address: required for a tcp pool"},
 		{"yaml syntax", edit(5, "pools: [oops"), "rotor.yaml: "},
+		{"short admin token", edit(1, "admin: {listen: 127.0.0.1:9901, token: hunter2}"), "rotor.yaml:1: admin.token: must be at least 16 characters with no spaces (it was 7 long)"},
+		{"admin token with a space", edit(1, "admin: {listen: 127.0.0.1:9901, token: 'hunter2 hunter2 hunter2'}"), "rotor.yaml:1: admin.token: must be at least 16 characters with no spaces"},
+		{"admin token", edit(1, "admin: {listen: 0.0.0.0:9901, token: hunter2hunter2hunter2}"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // Defaults documented in docs/CONFIG.md.
 const (
 	DefaultAdminListen    = "127.0.0.1:9901"
+	MinAdminToken         = 16
 	DefaultReadHeader     = 10 * time.Second
 	DefaultBodyTimeout    = 60 * time.Second
 	DefaultStreams        = 128
@@ -197,6 +198,9 @@ func (f *File) validate() []pathError {
 		if err := checkHostPort(f.Admin.Listen); err != nil {
 			add(errAt("admin.listen", "%v", err))
 		}
+	}
+	if t := f.Admin.Token; t != "" && (len(t) < MinAdminToken || strings.TrimSpace(t) != t || strings.ContainsAny(t, " \t\r\n")) {
+		add(errAt("admin.token", "must be at least %d characters with no spaces (it was %d long)", MinAdminToken, len(t)))
 	}
 	if !slices.Contains([]string{"text", "json"}, f.Log.Format) {
 		add(errAt("log.format", "%q is not text or json", f.Log.Format))

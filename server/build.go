@@ -500,8 +500,8 @@ func sameListeners(a, b *config.File) string {
 			return "listener " + y.Name + " changed its name, kind, address or tls"
 		}
 	}
-	if a.Admin.Listen != b.Admin.Listen {
-		return "admin.listen changed"
+	if a.Admin != b.Admin {
+		return "admin.listen or admin.token changed"
 	}
 	return ""
 }

@@ -49,6 +49,7 @@ type Server struct {
 	listeners []*listener      // guarded by mu; bound by Start
 	checkers  []*check.Checker // guarded by mu
 	admin     *http.Server     // guarded by mu
+	history   *admin.History   // guarded by mu; sampled while the admin listener runs
 	adminAddr net.Addr         // guarded by mu
 	stopping  bool             // guarded by mu
 
@@ -133,6 +134,23 @@ func (s *Server) Addr(name string) net.Addr {
 // Pools returns the admin's view of the pools, from the runtime in force.
 func (s *Server) Pools() []admin.PoolView { return s.rt.Load().views }
 
+// Listeners returns the bound listeners, for /status.
+func (s *Server) Listeners() []admin.ListenerView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]admin.ListenerView, len(s.listeners))
+	for i, li := range s.listeners {
+		out[i] = admin.ListenerView{Name: li.cfg.Name, Kind: li.cfg.Kind, Addr: li.addr.String()}
+	}
+	return out
+}
+
+// The live page's history: a sample every 2 s, the last 5 minutes.
+const (
+	historyEvery = 2 * time.Second
+	historyKeep  = 150
+)
+
 // ReloadStatus says how the last reload went.
 func (s *Server) ReloadStatus() admin.ReloadStatus { return *s.reload.Load() }
 
@@ -212,7 +230,11 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
 	}
 	if adminLn != nil {
-		s.admin = &http.Server{Handler: admin.Handler(s, s.metrics), ReadHeaderTimeout: 10 * time.Second}
+		s.history = admin.NewHistory(s.Pools, historyEvery, historyKeep)
+		s.history.Start()
+		tcpAddr, _ := adminLn.Addr().(*net.TCPAddr)
+		opts := admin.Options{Token: cfg.Admin.Token, Loopback: tcpAddr != nil && tcpAddr.IP.IsLoopback(), History: s.history}
+		s.admin = &http.Server{Handler: admin.Handler(s, s.metrics, opts), ReadHeaderTimeout: 10 * time.Second}
 		s.adminAddr = adminLn.Addr()
 		go s.serve("admin", func() error { return s.admin.Serve(adminLn) })
 		s.log.Info("admin listening", "addr", adminLn.Addr().String())
@@ -318,7 +340,7 @@ func levelOf(s string) slog.Level {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true
-	listeners, adminSrv := s.listeners, s.admin
+	listeners, adminSrv, history := s.listeners, s.admin, s.history
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(listeners))
@@ -338,6 +360,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_ = adminSrv.Shutdown(actx)
 		cancel()
+		history.Stop()
 	}
 	s.mu.Lock()
 	for _, c := range s.checkers {
