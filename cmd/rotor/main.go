@@ -40,7 +40,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("rotor {{.Version}}\n")
-	root.AddCommand(newDemoCmd(), newPlaceCmd(), newMovesCmd(), newSimCmd(), newServeCmd(), newCheckConfigCmd(), newFetchCmd(), newBenchCmd())
+	root.AddCommand(newDemoCmd(), newPlaceCmd(), newMovesCmd(), newSimCmd(), newServeCmd(), newCheckConfigCmd(), newFetchCmd(), newBenchCmd(), newWebCmd())
 	return root
 }
 
