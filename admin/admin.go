@@ -23,6 +23,20 @@ type Control interface {
 	Reload() error
 	// ReloadStatus says how the last reload went.
 	ReloadStatus() ReloadStatus
+	// State says which state store is in use and how it is.
+	State() StateStatus
+}
+
+// StateStatus is the state store's health: memory, or Redis shared by
+// several instances (degraded while out of reach, each then serving on
+// its local state).
+type StateStatus struct {
+	Store      string           `json:"store"` // memory or redis
+	Healthy    bool             `json:"healthy"`
+	Since      time.Time        `json:"since,omitzero"` // of the last change of Healthy
+	Error      string           `json:"error,omitempty"`
+	Operations map[string]int64 `json:"operations,omitempty"`
+	Dropped    int64            `json:"dropped_outcomes,omitempty"`
 }
 
 // ReloadStatus is the outcome of the last reload.
@@ -137,6 +151,7 @@ func find(c Control, pool, name string) *balance.Endpoint {
 // StatusDoc is the /status document.
 type StatusDoc struct {
 	Reload    ReloadStatus   `json:"reload"`
+	State     StateStatus    `json:"state"`
 	Listeners []ListenerView `json:"listeners"`
 	Pools     []PoolStatus   `json:"pools"`
 }
@@ -158,7 +173,7 @@ type EndpointStatus struct {
 }
 
 func status(c Control) StatusDoc {
-	doc := StatusDoc{Reload: c.ReloadStatus(), Listeners: c.Listeners()}
+	doc := StatusDoc{Reload: c.ReloadStatus(), State: c.State(), Listeners: c.Listeners()}
 	now := time.Now()
 	for _, pv := range c.Pools() {
 		ps := PoolStatus{Name: pv.Name, Policy: pv.Snapshot.Policy(), Stats: pv.Snapshot.Pool().Stats()}

@@ -30,6 +30,8 @@ func (c *control) Listeners() []admin.ListenerView {
 	return []admin.ListenerView{{Name: "web", Kind: "http", Addr: "127.0.0.1:8080"}}
 }
 
+func (c *control) State() admin.StateStatus { return admin.StateStatus{Store: "memory", Healthy: true} }
+
 func (c *control) Reload() error {
 	if c.fail {
 		return errors.New("rotor.yaml:3: pools.app.policy: bad")

@@ -116,7 +116,7 @@ var (
 	descPanic    = prometheus.NewDesc("rotor_pool_panic_picks_total", "Picks in panic mode: too few primaries healthy, spread over all.", []string{"pool"}, nil)
 	descBackup   = prometheus.NewDesc("rotor_pool_backup_picks_total", "Picks of a backup endpoint, no primary being available.", []string{"pool"}, nil)
 	descNoEP     = prometheus.NewDesc("rotor_pool_unavailable_total", "Picks that found no endpoint at all.", []string{"pool"}, nil)
-	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed, evicted.", []string{"pool", "event"}, nil)
+	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed, evicted, adopted (a key new here sent where another instance pinned it).", []string{"pool", "event"}, nil)
 	descStickyN  = prometheus.NewDesc("rotor_sticky_entries", "Keys in the sticky table.", []string{"pool"}, nil)
 )
 
@@ -167,12 +167,42 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if pv.Sticky != nil {
 			st := pv.Sticky.Stats()
 			for event, v := range map[string]int64{"pinned": st.Pinned, "hit": st.Hits, "repinned": st.Repinned,
-				"broken": st.Broken, "rejected": st.Rejected, "unkeyed": st.Unkeyed, "evicted": st.Evicted} {
+				"broken": st.Broken, "rejected": st.Rejected, "unkeyed": st.Unkeyed, "evicted": st.Evicted, "adopted": st.Adopted} {
 				ch <- prometheus.MustNewConstMetric(descSticky, prometheus.CounterValue, float64(v), pv.Name, event)
 			}
 			ch <- prometheus.MustNewConstMetric(descStickyN, prometheus.GaugeValue, float64(st.Entries), pv.Name)
 		}
 	}
+}
+
+// WatchState reports the state store at each scrape:
+// rotor_state_degraded (1 while a shared store is out of reach and this
+// instance serves on its local state), rotor_state_operations_total by
+// kind, and rotor_state_dropped_outcomes_total.
+func (m *Metrics) WatchState(state func() StateStatus) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rotor_state_degraded", Help: "1 while the shared state store is out of reach and this instance serves on its local state.",
+	}, func() float64 { return b2f(!state().Healthy) }), &stateCollector{state})
+}
+
+var (
+	descStateOps     = prometheus.NewDesc("rotor_state_operations_total", "Operations sent to the shared state store, by kind: outcome, read, claim, touch.", []string{"op"}, nil)
+	descStateDropped = prometheus.NewDesc("rotor_state_dropped_outcomes_total", "Outcomes that never reached the shared state store (out of reach, or the queue full).", nil, nil)
+)
+
+type stateCollector struct{ state func() StateStatus }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descStateOps
+	ch <- descStateDropped
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.state()
+	for op, n := range st.Operations {
+		ch <- prometheus.MustNewConstMetric(descStateOps, prometheus.CounterValue, float64(n), op)
+	}
+	ch <- prometheus.MustNewConstMetric(descStateDropped, prometheus.CounterValue, float64(st.Dropped))
 }
 
 func b2f(b bool) float64 {

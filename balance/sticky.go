@@ -68,8 +68,9 @@ type StickyOptions struct {
 type Sticky struct {
 	opts   StickyOptions        // immutable after NewSticky
 	shards [stickyShards]*shard // table mode
+	share  StickyShare          // set before first use; nil: this process alone
 
-	pinned, hits, repinned, broken, rejected, unkeyed, evicted atomic.Int64
+	pinned, hits, repinned, broken, rejected, unkeyed, evicted, adopted atomic.Int64
 }
 
 const stickyShards = 32
@@ -82,7 +83,25 @@ type shard struct {
 type pin struct {
 	name    string
 	expires int64 // unix ns
+	touched int64 // unix ns the shared pin was last kept alive
 }
+
+// StickyShare is a sticky table several instances share (a Redis store):
+// a key pinned through one lands on the same endpoint through the others.
+type StickyShare interface {
+	// Claim pins key to name, unless another instance pinned it first
+	// (or, with replace, in any case), and returns the pin in force. It
+	// may wait on the network, boundedly; on an error the instance
+	// decides alone.
+	Claim(key, name string, ttl time.Duration, replace bool) (string, error)
+	// Touch keeps key's pin alive for ttl, without waiting.
+	Touch(key, name string, ttl time.Duration)
+}
+
+// ShareWith makes the table shared: a key new to this instance is claimed
+// in the shared table (the pin another instance made wins), and pins in
+// use are kept alive there. Call it before the policy is first used.
+func (st *Sticky) ShareWith(s StickyShare) { st.share = s }
 
 var _ Policy = (*Sticky)(nil)
 
@@ -200,8 +219,15 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 		ep := p.set.Get(pn.name)
 		switch {
 		case ep != nil && p.set.Available(ep):
-			sh.pins.Add(r.Key, pin{name: pn.name, expires: now + int64(st.opts.TTL)})
+			touch := st.share != nil && now-pn.touched > int64(st.opts.TTL)/4
+			if touch {
+				pn.touched = now
+			}
+			sh.pins.Add(r.Key, pin{name: pn.name, expires: now + int64(st.opts.TTL), touched: pn.touched})
 			sh.mu.Unlock()
+			if touch {
+				st.share.Touch(r.Key, pn.name, st.opts.TTL)
+			}
 			st.hits.Add(1)
 			return ep, nil
 		case ep != nil && p.onlyFull(ep):
@@ -222,8 +248,11 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.share != nil {
+		ep = p.claim(r.Key, ep)
+	}
 	sh.mu.Lock()
-	if sh.pins.Add(r.Key, pin{name: ep.Name, expires: now + int64(st.opts.TTL)}) {
+	if sh.pins.Add(r.Key, pin{name: ep.Name, expires: now + int64(st.opts.TTL), touched: now}) {
 		st.evicted.Add(1)
 	}
 	// Drop expired keys met at the old end: at most two, so a pick's cost
@@ -243,6 +272,23 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	return ep, nil
 }
 
+// claim asks the shared table where key goes, offering ep: the pin
+// another instance made wins while its endpoint is available here; one
+// whose endpoint is not is replaced by ep. Without an answer, ep.
+func (p *stickyPicker) claim(key string, ep *Endpoint) *Endpoint {
+	st := p.policy
+	owner, err := st.share.Claim(key, ep.Name, st.opts.TTL, false)
+	if err != nil || owner == ep.Name {
+		return ep
+	}
+	if o := p.set.Get(owner); o != nil && p.set.Available(o) {
+		st.adopted.Add(1)
+		return o
+	}
+	_, _ = st.share.Claim(key, ep.Name, st.opts.TTL, true)
+	return ep
+}
+
 // Done forwards to the inner picker when it keeps accounts of its own.
 func (p *stickyPicker) Done(ep *Endpoint) {
 	if p.innerObs != nil {
@@ -259,6 +305,7 @@ type StickyStats struct {
 	Rejected int64 `json:"rejected"` // requests refused as their endpoint was full
 	Unkeyed  int64 `json:"unkeyed"`  // requests with no key
 	Evicted  int64 `json:"evicted"`  // keys forgotten as the table was full
+	Adopted  int64 `json:"adopted"`  // keys new here, sent where another instance pinned them (shared table)
 	Entries  int   `json:"entries"`  // keys in the table (table mode)
 }
 
@@ -267,6 +314,7 @@ func (st *Sticky) Stats() StickyStats {
 	s := StickyStats{
 		Pinned: st.pinned.Load(), Hits: st.hits.Load(), Repinned: st.repinned.Load(),
 		Broken: st.broken.Load(), Rejected: st.rejected.Load(), Unkeyed: st.unkeyed.Load(), Evicted: st.evicted.Load(),
+		Adopted: st.adopted.Load(),
 	}
 	for _, sh := range st.shards {
 		if sh == nil {

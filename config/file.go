@@ -13,6 +13,38 @@ type File struct {
 	Log       Log        `yaml:"log"`
 	Listeners []Listener `yaml:"listeners"`
 	Pools     []Pool     `yaml:"pools"`
+	State     State      `yaml:"state"`
+}
+
+// State says where endpoint health (EWMAs, counters, breakers) and sticky
+// pins live: in this process (memory, the default), or in Redis, shared
+// by every rotor that names the same server and prefix.
+type State struct {
+	Store string `yaml:"store"` // memory (default) or redis
+	// Address is one Redis server, host:port; Addresses several: a Redis
+	// Cluster's seed nodes, or Sentinels when MasterName is set.
+	Address    string   `yaml:"address"`
+	Addresses  []string `yaml:"addresses"`
+	MasterName string   `yaml:"master_name"` // Sentinel: the master's name
+	Username   string   `yaml:"username"`
+	Password   string   `yaml:"password"` // usually ${REDIS_PASSWORD}
+	DB         int      `yaml:"db"`
+	Prefix     string   `yaml:"prefix"` // default "rotor:"
+	// Staleness is how often the shared copy is read back (default
+	// 100ms); picks never wait on Redis, they read the local copy.
+	Staleness time.Duration `yaml:"staleness"`
+	// Timeout bounds every Redis operation (default 50ms); past it the
+	// instance serves on its local state.
+	Timeout time.Duration `yaml:"timeout"`
+	TLS     *StateTLS     `yaml:"tls"`
+}
+
+// StateTLS connects to Redis over TLS.
+type StateTLS struct {
+	CA         string `yaml:"ca"`   // PEM file of the CAs to trust; default the system's
+	Cert       string `yaml:"cert"` // client certificate, with Key
+	Key        string `yaml:"key"`
+	ServerName string `yaml:"server_name"`
 }
 
 // Admin is the admin listener: metrics, status, drain, reload.

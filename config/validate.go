@@ -38,6 +38,9 @@ const (
 	DefaultFall           = 3
 	DefaultStickyCookie   = "rotor_sticky"
 	DefaultStickyTTL      = time.Hour
+	DefaultStatePrefix    = "rotor:"
+	DefaultStaleness      = 100 * time.Millisecond
+	DefaultStateTimeout   = 50 * time.Millisecond
 )
 
 // KeyedPolicies need a request key.
@@ -49,6 +52,20 @@ func (f *File) applyDefaults() {
 	}
 	if f.Log.Format == "" {
 		f.Log.Format = "text"
+	}
+	if f.State.Store == "" {
+		f.State.Store = "memory"
+	}
+	if f.State.Store == "redis" {
+		if f.State.Prefix == "" {
+			f.State.Prefix = DefaultStatePrefix
+		}
+		if f.State.Staleness == 0 {
+			f.State.Staleness = DefaultStaleness
+		}
+		if f.State.Timeout == 0 {
+			f.State.Timeout = DefaultStateTimeout
+		}
 	}
 	if f.Log.Level == "" {
 		f.Log.Level = "info"
@@ -165,6 +182,11 @@ func (f *File) resolvePaths(dir string) {
 			abs(&t.Key)
 		}
 	}
+	if t := f.State.TLS; t != nil {
+		abs(&t.CA)
+		abs(&t.Cert)
+		abs(&t.Key)
+	}
 }
 
 type pathError struct{ path, msg string }
@@ -202,6 +224,7 @@ func (f *File) validate() []pathError {
 	if t := f.Admin.Token; t != "" && (len(t) < MinAdminToken || strings.TrimSpace(t) != t || strings.ContainsAny(t, " \t\r\n")) {
 		add(errAt("admin.token", "must be at least %d characters with no spaces (it was %d long)", MinAdminToken, len(t)))
 	}
+	errs = append(errs, f.State.validate()...)
 	if !slices.Contains([]string{"text", "json"}, f.Log.Format) {
 		add(errAt("log.format", "%q is not text or json", f.Log.Format))
 	}
@@ -547,4 +570,55 @@ func ParseBackendURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("%s://%s: credentials in a backend URL are not sent; remove them", u.Scheme, u.Host)
 	}
 	return u, nil
+}
+
+func (st *State) validate() []pathError {
+	var errs []pathError
+	add := func(e pathError) { errs = append(errs, e) }
+	switch st.Store {
+	case "memory":
+		if st.Address != "" || len(st.Addresses) > 0 || st.Password != "" || st.TLS != nil || st.MasterName != "" {
+			add(errAt("state.store", "the Redis settings need store: redis (got memory)"))
+		}
+		return errs
+	case "redis":
+	default:
+		add(errAt("state.store", "%q is not memory or redis", st.Store))
+		return errs
+	}
+	switch {
+	case st.Address == "" && len(st.Addresses) == 0:
+		add(errAt("state.address", "required with store: redis (host:port), or addresses for a cluster or Sentinels"))
+	case st.Address != "" && len(st.Addresses) > 0:
+		add(errAt("state.addresses", "give address or addresses, not both"))
+	}
+	if st.Address != "" {
+		if err := checkHostPort(st.Address); err != nil {
+			add(errAt("state.address", "%v", err))
+		}
+	}
+	for i, a := range st.Addresses {
+		if err := checkHostPort(a); err != nil {
+			add(errAt(fmt.Sprintf("state.addresses[%d]", i), "%v", err))
+		}
+	}
+	if st.DB < 0 || st.DB > 15 {
+		add(errAt("state.db", "must be between 0 and 15 (got %d)", st.DB))
+	}
+	if st.DB != 0 && len(st.Addresses) > 1 && st.MasterName == "" {
+		add(errAt("state.db", "a Redis Cluster has only db 0 (got %d)", st.DB))
+	}
+	if st.Staleness < 10*time.Millisecond || st.Staleness > time.Minute {
+		add(errAt("state.staleness", "must be between 10ms and 1m (got %v)", st.Staleness))
+	}
+	if st.Timeout < time.Millisecond || st.Timeout > 10*time.Second {
+		add(errAt("state.timeout", "must be between 1ms and 10s (got %v)", st.Timeout))
+	}
+	if strings.ContainsAny(st.Prefix, " \t\r\n{}") {
+		add(errAt("state.prefix", "must not contain spaces or braces (got %q)", st.Prefix))
+	}
+	if t := st.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
+		add(errAt("state.tls", "cert and key go together"))
+	}
+	return errs
 }

@@ -107,6 +107,9 @@ type State struct {
 	peakStamp atomic.Int64  // unix ns of the last peak update, 0 before any; written under mu
 	upSince   atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
+	reporter atomic.Pointer[Reporter] // SetReporter; nil for a local state
+	shared   atomic.Bool               // Adopt, Unshare
+
 	// Counters for metrics.
 	requests                     atomic.Int64 // admitted requests
 	successes, failures, ignored atomic.Int64
@@ -118,6 +121,7 @@ type State struct {
 	samples     int64   // guarded by mu; outcomes that fed the EWMAs
 	timed       bool    // guarded by mu; latencyEWMA holds a measure
 	consecutive int     // guarded by mu; consecutive failures in this generation
+	sharedGen   uint64  // guarded by mu; the shared breaker's last transition adopted
 }
 
 // NewState returns the state of a new endpoint: optimistic (success 1,
@@ -305,6 +309,10 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 		s.step(ok, t, now, cfg)
 	}
 	s.publish()
+	if r := s.reporter.Load(); r != nil {
+		(*r)(Report{Name: s.name, OK: ok, Latency: latency, At: now, Probe: t.probe || t.fallback,
+			SuccessDecay: cfg.SuccessDecay, LatencyDecay: cfg.LatencyDecay, Threshold: cfg.Threshold, Cooldown: cfg.Cooldown})
+	}
 }
 
 // step moves the breaker on an outcome of the current generation.
@@ -453,6 +461,9 @@ type Snapshot struct {
 	Failures            int64        `json:"failures"`
 	Ignored             int64        `json:"ignored"`
 	Opens               int64        `json:"breaker_opens"`
+	// Source says where the estimates and breaker came from: "local", or
+	// "shared" when a shared store's copy was last adopted.
+	Source string `json:"state_source"`
 }
 
 // Snapshot returns the state at now.
@@ -478,5 +489,9 @@ func (s *State) Snapshot(now time.Time) Snapshot {
 	snap.Failures = s.failures.Load()
 	snap.Ignored = s.ignored.Load()
 	snap.Opens = s.opens.Load()
+	snap.Source = "local"
+	if s.shared.Load() {
+		snap.Source = "shared"
+	}
 	return snap
 }

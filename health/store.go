@@ -77,3 +77,13 @@ func (m *MemoryStore) Names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// Each calls f with every state held, in no order, under the store's lock:
+// f must be quick and must not call the store.
+func (m *MemoryStore) Each(f func(name string, st *State)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, h := range m.states {
+		f(name, h.st)
+	}
+}

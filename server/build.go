@@ -169,7 +169,7 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 	pr := &poolRuntime{home: s.homes[pc.Name], newRoutes: map[routeKey]*forward.Route{}}
 	h := pr.home
 	if h == nil {
-		h = &home{balance: balance.NewPool(pc.Name, balance.Options{})}
+		h = &home{balance: balance.NewPool(pc.Name, balance.Options{Store: s.store(pc.Name)})}
 	}
 	pr.next = *h
 	pr.next.routes = nil // the forward listeners fill it
@@ -179,6 +179,7 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", pc.Name, err)
 		}
+		s.share(pc.Name, pol, params.StickyEntries)
 		pr.next.policy, pr.next.policyKey = pol, key
 	}
 	classes, err := health.NewClassifier(pc.FailStatuses)
@@ -502,6 +503,9 @@ func sameListeners(a, b *config.File) string {
 	}
 	if a.Admin != b.Admin {
 		return "admin.listen or admin.token changed"
+	}
+	if !sameState(a.State, b.State) {
+		return "state (the store of shared health) changed"
 	}
 	return ""
 }

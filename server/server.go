@@ -31,6 +31,7 @@ import (
 	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 	"github.com/rotor-lb/rotor/proxy/tcp"
+	"github.com/rotor-lb/rotor/shared"
 )
 
 // Server is one running rotor.
@@ -40,6 +41,7 @@ type Server struct {
 	log     *slog.Logger
 	level   *slog.LevelVar
 	metrics *admin.Metrics
+	shared  *shared.Client // the Redis state store; nil: in memory
 
 	// rt is the runtime every listener serves with; swapped whole.
 	rt atomic.Pointer[runtime]
@@ -76,8 +78,17 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 	s := &Server{path: path, getenv: getenv, level: new(slog.LevelVar), homes: map[string]*home{}, serveErr: make(chan error, 8)}
 	s.setLog(cfg.Log, logOut)
 	s.metrics = admin.NewMetrics(s.Pools)
+	if cfg.State.Store == "redis" {
+		if s.shared, err = newShared(cfg.State, s.log); err != nil {
+			return nil, err
+		}
+	}
+	s.metrics.WatchState(s.State)
 	rt, err := s.build(cfg)
 	if err != nil {
+		if s.shared != nil {
+			s.shared.Close()
+		}
 		return nil, err
 	}
 	s.swapIn(rt)
@@ -94,6 +105,13 @@ func Check(path string, getenv func(string) string) error {
 		return err
 	}
 	s := &Server{path: path, getenv: getenv, log: slog.New(slog.DiscardHandler), homes: map[string]*home{}}
+	if cfg.State.Store == "redis" {
+		c, err := newShared(cfg.State, s.log)
+		if err != nil {
+			return err
+		}
+		c.Close()
+	}
 	rt, err := s.build(cfg)
 	if err != nil {
 		return err
@@ -240,6 +258,9 @@ func (s *Server) Start() error {
 		s.log.Info("admin listening", "addr", adminLn.Addr().String())
 	}
 	s.startChecks(rt)
+	if s.shared != nil {
+		s.shared.Start()
+	}
 	return nil
 }
 
@@ -277,6 +298,9 @@ func (s *Server) startChecks(rt *runtime) {
 		c.Stop()
 	}
 	s.checkers = nil
+	if s.shared != nil {
+		s.shared.Close()
+	}
 	for _, cs := range rt.checks {
 		s.checkers = append(s.checkers, check.Start(cs.spec, cs.targets, s.log.With("pool", cs.pool)))
 	}
@@ -367,6 +391,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.Stop()
 	}
 	s.checkers = nil
+	if s.shared != nil {
+		s.shared.Close()
+	}
 	for _, h := range s.homes {
 		if h.transport != nil {
 			h.transport.CloseIdleConnections()

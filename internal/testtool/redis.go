@@ -1,0 +1,60 @@
+package testtool
+
+import (
+	"fmt"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// RedisServer is Debian's redis-server on a loopback port, without
+// persistence, for one test; it can be killed and started again on the
+// same port.
+type RedisServer struct {
+	Addr string
+	t    testing.TB
+	bin  string
+	port int
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // guarded by mu; nil while killed
+}
+
+// Redis starts a redis-server until the test ends.
+func Redis(t testing.TB) *RedisServer {
+	t.Helper()
+	r := &RedisServer{t: t, bin: Require(t, "redis-server"), port: FreePort(t)}
+	r.Addr = fmt.Sprintf("127.0.0.1:%d", r.port)
+	r.Start()
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// Start runs the server (again) and waits until it accepts connections.
+func (r *RedisServer) Start() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return
+	}
+	cmd := exec.Command(r.bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--save", "", "--appendonly", "no",
+		"--protected-mode", "yes", "--loglevel", "warning", "--dir", r.t.TempDir())
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.cmd = cmd
+	WaitListening(r.t, r.Addr, "redis-server")
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (r *RedisServer) Kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
+}
