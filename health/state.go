@@ -108,7 +108,7 @@ type State struct {
 	upSince   atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
 	reporter atomic.Pointer[Reporter] // SetReporter; nil for a local state
-	shared   atomic.Bool               // Adopt, Unshare
+	shared   atomic.Bool              // Adopt, Unshare
 
 	// Counters for metrics.
 	requests                     atomic.Int64 // admitted requests

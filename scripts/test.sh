@@ -17,6 +17,7 @@ need python3 python3    # the reference ring of article 000 (placement tests)
 need c++ g++            # the jump hash paper's C++ code (placement tests)
 need tinyproxy tinyproxy   # an HTTP proxy as a route (forward proxy tests)
 need microsocks microsocks # a SOCKS5 proxy as a route (forward proxy tests)
+need redis-server redis-server # the shared state store (shared, reliability tests)
 need chromium chromium     # a real browser for the web pages (rotor web, the admin's /ui)
 
 if ((${#missing[@]})); then

@@ -298,9 +298,6 @@ func (s *Server) startChecks(rt *runtime) {
 		c.Stop()
 	}
 	s.checkers = nil
-	if s.shared != nil {
-		s.shared.Close()
-	}
 	for _, cs := range rt.checks {
 		s.checkers = append(s.checkers, check.Start(cs.spec, cs.targets, s.log.With("pool", cs.pool)))
 	}

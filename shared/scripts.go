@@ -13,27 +13,21 @@ import (
 	"github.com/rotor-lb/rotor/balance"
 )
 
-// outcomeScript applies one outcome to an endpoint's shared state, all of
-// it in one atomic step: the EWMAs (as health.State learns), the counters,
-// and the breaker's transition. Closed: a failure counts, and the
-// threshold-th in a row opens it until now + cooldown; a success resets
-// the count. Open: only a probe's outcome (or a request let past because
-// nothing was available) moves it: success closes, failure reopens once
-// the cooldown is over. Each transition bumps gen, which is how the other
-// instances know to adopt it. An endpoint not heard of for a day is
-// forgotten.
+// outcomeScript applies outcomes to an endpoint's shared state, in order
+// and all in one atomic step: the EWMAs (as health.State learns), the
+// counters, and the breaker's transitions. Closed: a failure counts, and
+// the threshold-th in a row opens it until now + cooldown; a success
+// resets the count. Open: only a probe's outcome (or a request let past
+// because nothing was available) moves it: success closes, failure
+// reopens once the cooldown is over. Each transition bumps gen, which is
+// how the other instances know to adopt it. An endpoint not heard of for
+// a day is forgotten.
 //
-// KEYS[1] the endpoint's hash. ARGV: ok (1/0), latency in seconds, now in
-// Unix ms, success decay, latency decay, threshold, cooldown in ms, probe
-// (1/0).
+// KEYS[1] the endpoint's hash. ARGV: eight values per outcome: ok (1/0),
+// latency in seconds, now in Unix ms, success decay, latency decay,
+// threshold, cooldown in ms, probe (1/0).
 var outcomeScript = redis.NewScript(`
 local k = KEYS[1]
-local ok = ARGV[1] == '1'
-local lat = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local sd, ld = tonumber(ARGV[4]), tonumber(ARGV[5])
-local thr, cool = tonumber(ARGV[6]), tonumber(ARGV[7])
-local probe = ARGV[8] == '1'
 local h = redis.call('HMGET', k, 'success', 'latency', 'timed', 'consecutive', 'breaker', 'open_until', 'gen')
 local success = tonumber(h[1]) or 1
 local latency = tonumber(h[2]) or 0
@@ -42,30 +36,38 @@ local consecutive = tonumber(h[4]) or 0
 local open = h[5] == '1'
 local open_until = tonumber(h[6]) or 0
 local gen = tonumber(h[7]) or 0
-local x = 0
-if ok then x = 1 end
-success = sd * x + (1 - sd) * success
-if ok then
-  if timed then latency = ld * lat + (1 - ld) * latency else latency = lat; timed = true end
-  redis.call('HINCRBY', k, 'successes', 1)
-else
-  redis.call('HINCRBY', k, 'failures', 1)
-end
-if not open then
+local succ, fail, opens = 0, 0, 0
+for i = 1, #ARGV, 8 do
+  local ok = ARGV[i] == '1'
+  local lat, now = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local sd, ld = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
+  local thr, cool = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+  local probe = ARGV[i + 7] == '1'
+  local x = 0
+  if ok then x = 1 end
+  success = sd * x + (1 - sd) * success
   if ok then
-    consecutive = 0
+    if timed then latency = ld * lat + (1 - ld) * latency else latency = lat; timed = true end
+    succ = succ + 1
   else
-    consecutive = consecutive + 1
-    if consecutive >= thr then
-      open, open_until, gen, consecutive = true, now + cool, gen + 1, 0
-      redis.call('HINCRBY', k, 'opens', 1)
-    end
+    fail = fail + 1
   end
-elseif probe then
-  if ok then
-    open, consecutive, gen = false, 0, gen + 1
-  elseif now >= open_until then
-    open_until, gen = now + cool, gen + 1
+  if not open then
+    if ok then
+      consecutive = 0
+    else
+      consecutive = consecutive + 1
+      if consecutive >= thr then
+        open, open_until, gen, consecutive = true, now + cool, gen + 1, 0
+        opens = opens + 1
+      end
+    end
+  elseif probe then
+    if ok then
+      open, consecutive, gen = false, 0, gen + 1
+    elseif now >= open_until then
+      open_until, gen = now + cool, gen + 1
+    end
   end
 end
 local b = '0'
@@ -74,7 +76,10 @@ local t = '0'
 if timed then t = '1' end
 redis.call('HSET', k, 'success', string.format('%.17g', success), 'latency', string.format('%.17g', latency),
   'timed', t, 'consecutive', consecutive, 'breaker', b, 'open_until', open_until, 'gen', gen)
-redis.call('HINCRBY', k, 'samples', 1)
+redis.call('HINCRBY', k, 'samples', succ + fail)
+if succ > 0 then redis.call('HINCRBY', k, 'successes', succ) end
+if fail > 0 then redis.call('HINCRBY', k, 'failures', fail) end
+if opens > 0 then redis.call('HINCRBY', k, 'opens', opens) end
 redis.call('PEXPIRE', k, 86400000)
 return gen
 `)

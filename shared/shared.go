@@ -57,7 +57,7 @@ type Options struct {
 // The queue of outcomes waiting to be sent, and the most sent at once.
 const (
 	queueSize  = 16384
-	batchSize  = 256
+	batchSize  = 1024
 	maxBackoff = time.Second
 )
 
@@ -76,7 +76,7 @@ type Client struct {
 	since    atomic.Int64 // unix ns of the last transition
 	lastErr  atomic.Pointer[string]
 
-	outcomes, reads, claims, touches, dropped atomic.Int64
+	outcomes, scripts, reads, claims, touches, dropped atomic.Int64
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -160,9 +160,10 @@ type Status struct {
 	Healthy bool      `json:"healthy"`
 	Since   time.Time `json:"since"` // of the last change of Healthy
 	Error   string    `json:"error,omitempty"`
-	// Operations counts what was sent, by kind: outcomes (one script
-	// each), reads (one per endpoint per Staleness), claims (a sticky key
-	// new to this instance) and touches (a sticky pin kept alive).
+	// Operations counts what was sent, by kind: outcomes, reads (one per
+	// endpoint per Staleness), claims (a sticky key new to this instance)
+	// and touches (a sticky pin kept alive); Scripts counts the outcome
+	// scripts run (one per endpoint per batch of queued outcomes).
 	Operations map[string]int64 `json:"operations"`
 	// Dropped counts outcomes that never reached Redis (it was out of
 	// reach, or the queue was full): they taught this instance only.
@@ -173,7 +174,7 @@ type Status struct {
 func (c *Client) Status() Status {
 	st := Status{Store: "redis", Healthy: !c.degraded.Load(), Since: time.Unix(0, c.since.Load()),
 		Dropped: c.dropped.Load(), Operations: map[string]int64{
-			"outcome": c.outcomes.Load(), "read": c.reads.Load(), "claim": c.claims.Load(), "touch": c.touches.Load(),
+			"outcome": c.outcomes.Load(), "outcome_script": c.scripts.Load(), "read": c.reads.Load(), "claim": c.claims.Load(), "touch": c.touches.Load(),
 		}}
 	if e := c.lastErr.Load(); e != nil && !st.Healthy {
 		st.Error = *e
@@ -315,22 +316,23 @@ func (c *Client) send(batch []op) {
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout*time.Duration(1+len(batch)/64))
 		pipe := c.rdb.Pipeline()
+		// One script per endpoint: its outcomes in order, in one call.
+		args := map[string][]any{}
+		var order []string
 		for _, o := range batch {
 			if o.touch != nil {
 				claimScript.EvalSha(ctx, pipe, []string{o.key, o.touch.index}, o.touch.name, o.touch.ttl.Milliseconds(), nowMS(), o.touch.max, 0)
 				continue
 			}
 			r := o.report
-			okArg := 0
-			if r.OK {
-				okArg = 1
+			if _, ok := args[o.key]; !ok {
+				order = append(order, o.key)
 			}
-			probe := 0
-			if r.Probe {
-				probe = 1
-			}
-			outcomeScript.EvalSha(ctx, pipe, []string{o.key}, okArg, r.Latency.Seconds(), r.At.UnixMilli(),
-				r.SuccessDecay, r.LatencyDecay, r.Threshold, r.Cooldown.Milliseconds(), probe)
+			args[o.key] = append(args[o.key], b01(r.OK), r.Latency.Seconds(), r.At.UnixMilli(),
+				r.SuccessDecay, r.LatencyDecay, r.Threshold, r.Cooldown.Milliseconds(), b01(r.Probe))
+		}
+		for _, key := range order {
+			outcomeScript.EvalSha(ctx, pipe, []string{key}, args[key]...)
 		}
 		_, err := pipe.Exec(ctx)
 		cancel()
@@ -351,6 +353,7 @@ func (c *Client) send(batch []op) {
 				c.outcomes.Add(1)
 			}
 		}
+		c.scripts.Add(int64(len(order)))
 		return
 	}
 }
@@ -362,6 +365,13 @@ func (c *Client) count(batch []op, n *atomic.Int64) {
 			n.Add(1)
 		}
 	}
+}
+
+func b01(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
