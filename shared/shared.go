@@ -126,9 +126,12 @@ func New(o Options) (*Client, error) {
 		ReadTimeout:           o.Timeout,
 		WriteTimeout:          o.Timeout,
 		ContextTimeoutEnabled: true,
-		MaxRetries:            -1, // fail fast: the local state is the fallback
-		PoolSize:              8,
-		DisableIdentity:       true,
+		// One retry: a pooled connection that Redis closed (a restart)
+		// fails once, and that is not an outage. Every retry stays within
+		// the operation's context.
+		MaxRetries:      1,
+		PoolSize:        8,
+		DisableIdentity: true,
 	})
 	c := &Client{rdb: rdb, o: o, log: o.Log, queue: make(chan op, queueSize), stores: map[string]*Store{}, stop: make(chan struct{})}
 	c.since.Store(time.Now().UnixNano())
@@ -307,55 +310,80 @@ func (c *Client) sendLoop() {
 }
 
 // send applies a batch in one pipeline; after a Redis restart (its
-// script cache empty) it loads the scripts and sends once more.
+// script cache empty) it loads the scripts and sends again. The sender is
+// not on any request's path, so it waits longer than Timeout (at least
+// senderTimeout) and tries a failed batch twice: a slow moment does not
+// lose outcomes. The reader is what notices an outage quickly.
 func (c *Client) send(batch []op) {
-	if c.degraded.Load() {
-		c.count(batch, &c.dropped)
-		return
-	}
-	for try := 0; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), c.o.Timeout*time.Duration(1+len(batch)/64))
-		pipe := c.rdb.Pipeline()
-		// One script per endpoint: its outcomes in order, in one call.
-		args := map[string][]any{}
-		var order []string
-		for _, o := range batch {
-			if o.touch != nil {
-				claimScript.EvalSha(ctx, pipe, []string{o.key, o.touch.index}, o.touch.name, o.touch.ttl.Milliseconds(), nowMS(), o.touch.max, 0)
-				continue
-			}
-			r := o.report
-			if _, ok := args[o.key]; !ok {
-				order = append(order, o.key)
-			}
-			args[o.key] = append(args[o.key], b01(r.OK), r.Latency.Seconds(), r.At.UnixMilli(),
-				r.SuccessDecay, r.LatencyDecay, r.Threshold, r.Cooldown.Milliseconds(), b01(r.Probe))
+	for try := 0; try < 3; try++ {
+		if c.degraded.Load() {
+			break
 		}
-		for _, key := range order {
-			outcomeScript.EvalSha(ctx, pipe, []string{key}, args[key]...)
+		err := c.sendOnce(batch)
+		if err == nil {
+			return
 		}
-		_, err := pipe.Exec(ctx)
-		cancel()
-		if err != nil && try == 0 && isNoScript(err) {
+		if isNoScript(err) {
 			if err = c.loadScripts(); err == nil {
 				continue
 			}
 		}
-		if err != nil {
+		if try == 1 || c.stopped() {
 			c.fail(err)
-			c.count(batch, &c.dropped)
-			return
+			break
 		}
-		for _, o := range batch {
-			if o.touch != nil {
-				c.touches.Add(1)
-			} else {
-				c.outcomes.Add(1)
-			}
-		}
-		c.scripts.Add(int64(len(order)))
-		return
+		time.Sleep(10 * time.Millisecond)
 	}
+	c.count(batch, &c.dropped)
+}
+
+// senderTimeout is the least a batch may take: outcomes are worth waiting
+// for off the request path.
+const senderTimeout = 250 * time.Millisecond
+
+func (c *Client) stopped() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) sendOnce(batch []op) error {
+	ctx, cancel := context.WithTimeout(context.Background(), max(c.o.Timeout, senderTimeout)*time.Duration(1+len(batch)/256))
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	// One script per endpoint: its outcomes in order, in one call.
+	args := map[string][]any{}
+	var order []string
+	for _, o := range batch {
+		if o.touch != nil {
+			claimScript.EvalSha(ctx, pipe, []string{o.key, o.touch.index}, o.touch.name, o.touch.ttl.Milliseconds(), nowMS(), o.touch.max, 0)
+			continue
+		}
+		r := o.report
+		if _, ok := args[o.key]; !ok {
+			order = append(order, o.key)
+		}
+		args[o.key] = append(args[o.key], b01(r.OK), r.Latency.Seconds(), r.At.UnixMilli(),
+			r.SuccessDecay, r.LatencyDecay, r.Threshold, r.Cooldown.Milliseconds(), b01(r.Probe))
+	}
+	for _, key := range order {
+		outcomeScript.EvalSha(ctx, pipe, []string{key}, args[key]...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for _, o := range batch {
+		if o.touch != nil {
+			c.touches.Add(1)
+		} else {
+			c.outcomes.Add(1)
+		}
+	}
+	c.scripts.Add(int64(len(order)))
+	return nil
 }
 
 // count adds the outcomes (not the touches) of batch to n.
