@@ -189,10 +189,17 @@ func (p *Pool) Build(c Config) (*Snapshot, error) {
 		all: make([]*Endpoint, len(c.Endpoints)), byName: make(map[string]*Endpoint, len(c.Endpoints)),
 	}
 	var prim, back []*Endpoint
+	// An endpoint new to a pool that already serves (a reload, a DNS
+	// change) warms up like one that came back; the first endpoints do
+	// not, as there is no one to share their load with.
+	warmNew := c.SlowStart > 0 && len(p.cur.Load().all) > 0
 	for i, ec := range c.Endpoints {
 		st, created := p.store.Acquire(ec.Name)
-		if created && c.StartDown {
+		switch {
+		case created && c.StartDown:
 			st.SetDown(true, p.clock.Now()) // new: nobody else holds it yet
+		case created && warmNew:
+			st.Arrived(p.clock.Now())
 		}
 		ep := &Endpoint{
 			Name: ec.Name, Addr: ec.Addr, Weight: max(ec.Weight, 1), Cost: ec.Cost, MaxInflight: ec.MaxInflight,

@@ -234,6 +234,31 @@ func TestSlowStartRamps(t *testing.T) {
 	}
 }
 
+// An endpoint added to a pool that already serves (a reload, DNS) warms
+// up like one that came back; the pool's first endpoints do not.
+func TestSlowStartForNewEndpoints(t *testing.T) {
+	p, clock := testPool(t, &balance.RoundRobin{})
+	cfg := balance.Config{Policy: &balance.RoundRobin{}, SlowStart: time.Minute,
+		Endpoints: []balance.EndpointConfig{{Name: "old"}}}
+	if err := p.Configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !state(p, "old").UpSince().IsZero() {
+		t.Fatal("a pool's first endpoint warms up")
+	}
+	cfg.Endpoints = append(cfg.Endpoints, balance.EndpointConfig{Name: "new"})
+	if err := p.Configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := counts(t, p, 2000, nil)["new"]; n < 100 || n > 260 {
+		t.Fatalf("new, just added: %d of 2000, want about 180 (the 10%% floor)", n)
+	}
+	clock.Advance(time.Minute)
+	if n := counts(t, p, 2000, nil)["new"]; n != 1000 {
+		t.Fatalf("after the window: new got %d of 2000, want 1000", n)
+	}
+}
+
 // A pin goes to its endpoint while it is available, past the policy; a
 // tried endpoint is avoided while another can take the request.
 func TestPinAndTried(t *testing.T) {

@@ -160,8 +160,12 @@ func (s *State) SetDown(v bool, now time.Time) {
 	}
 }
 
+// Arrived marks an endpoint new to a pool that already serves: it warms
+// up (slow start) as one that came back would.
+func (s *State) Arrived(now time.Time) { s.upSince.Store(now.UnixNano()) }
+
 // UpSince returns when the endpoint last came back, from down or from an
-// open breaker; zero if it never went away.
+// open breaker, or arrived in a serving pool; zero if none of these.
 func (s *State) UpSince() time.Time {
 	if ns := s.upSince.Load(); ns != 0 {
 		return time.Unix(0, ns)
