@@ -159,6 +159,7 @@ type StatusDoc struct {
 // PoolStatus is one pool in /status.
 type PoolStatus struct {
 	Name      string           `json:"name"`
+	DNS       *DNSStatus       `json:"dns,omitempty"`
 	Policy    string           `json:"policy"`
 	Stats     balance.Stats    `json:"stats"`
 	Endpoints []EndpointStatus `json:"endpoints"`
@@ -177,6 +178,9 @@ func status(c Control) StatusDoc {
 	now := time.Now()
 	for _, pv := range c.Pools() {
 		ps := PoolStatus{Name: pv.Name, Policy: pv.Snapshot.Policy(), Stats: pv.Snapshot.Pool().Stats()}
+		if pv.DNS != nil {
+			ps.DNS = pv.DNS()
+		}
 		for _, ep := range pv.Snapshot.Endpoints() {
 			ps.Endpoints = append(ps.Endpoints, EndpointStatus{
 				Address: ep.Addr, Weight: ep.Weight, Backup: ep.Backup, Snapshot: ep.Snapshot(now),

@@ -22,6 +22,20 @@ type PoolView struct {
 	Snapshot *balance.Snapshot
 	// Sticky is the pool's sticky policy, when it has one.
 	Sticky *balance.Sticky
+	// DNS, when the pool takes endpoints from DNS, reports its lookups.
+	DNS func() *DNSStatus
+}
+
+// DNSStatus is a pool's DNS lookups, as /status shows them.
+type DNSStatus struct {
+	Name      string    `json:"name"`
+	Type      string    `json:"type"`
+	Addresses []string  `json:"addresses"` // the last good answer, in force
+	LastOK    time.Time `json:"last_ok,omitzero"`
+	// Error is the last lookup's error while it fails: the last good
+	// answer still serves.
+	Error    string `json:"error,omitempty"`
+	Failures int64  `json:"failures"`
 }
 
 // Metrics counts requests for Prometheus and reads endpoint health at
@@ -118,11 +132,14 @@ var (
 	descNoEP     = prometheus.NewDesc("rotor_pool_unavailable_total", "Picks that found no endpoint at all.", []string{"pool"}, nil)
 	descSticky   = prometheus.NewDesc("rotor_sticky_total", "Sticky policy decisions: pinned, hit, repinned, broken, rejected, unkeyed, evicted, adopted (a key new here sent where another instance pinned it).", []string{"pool", "event"}, nil)
 	descStickyN  = prometheus.NewDesc("rotor_sticky_entries", "Keys in the sticky table.", []string{"pool"}, nil)
+	descDNSN     = prometheus.NewDesc("rotor_dns_endpoints", "Endpoints the pool's last good DNS answer gave.", []string{"pool"}, nil)
+	descDNSFail  = prometheus.NewDesc("rotor_dns_failures_total", "DNS lookups of the pool's name that failed (the last good answer kept serving).", []string{"pool"}, nil)
+	descDNSOK    = prometheus.NewDesc("rotor_dns_healthy", "1 while the pool's last DNS lookup succeeded.", []string{"pool"}, nil)
 )
 
 // Describe sends the descriptors of the health metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descPanic, descBackup, descNoEP, descSticky, descStickyN} {
+	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descPanic, descBackup, descNoEP, descSticky, descStickyN, descDNSN, descDNSFail, descDNSOK} {
 		ch <- d
 	}
 }
@@ -171,6 +188,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descSticky, prometheus.CounterValue, float64(v), pv.Name, event)
 			}
 			ch <- prometheus.MustNewConstMetric(descStickyN, prometheus.GaugeValue, float64(st.Entries), pv.Name)
+		}
+		if pv.DNS != nil {
+			d := pv.DNS()
+			ch <- prometheus.MustNewConstMetric(descDNSN, prometheus.GaugeValue, float64(len(d.Addresses)), pv.Name)
+			ch <- prometheus.MustNewConstMetric(descDNSFail, prometheus.CounterValue, float64(d.Failures), pv.Name)
+			ch <- prometheus.MustNewConstMetric(descDNSOK, prometheus.GaugeValue, b2f(d.Error == ""), pv.Name)
 		}
 	}
 }

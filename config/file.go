@@ -150,6 +150,10 @@ type Pool struct {
 	// StickyCookie, when set, pins each client to an endpoint with a
 	// cookie rotor sets and signs.
 	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
+	// EndpointsFrom finds endpoints in DNS, beside (or instead of) those
+	// listed: nginx's resolve, HAProxy's server-template, Envoy's
+	// STRICT_DNS.
+	EndpointsFrom *EndpointsFrom `yaml:"endpoints_from"`
 	// BlockedBody, on a route pool, is a regular expression: a 2xx answer
 	// whose first 64 KiB match it is the route's failure ("access denied").
 	BlockedBody string `yaml:"blocked_body"`
@@ -197,6 +201,28 @@ type Endpoint struct {
 	// InsecureSkipVerify, on a route, accepts any certificate from targets
 	// reached over it (proxies that terminate TLS); logged as a warning.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// EndpointsFrom is a DNS name whose records are a pool's endpoints, read
+// again every Refresh. Each change goes through the reload path: endpoints
+// that stay keep their state, new ones warm up (slow_start), removed ones
+// drain. A failing lookup keeps the last good set.
+type EndpointsFrom struct {
+	DNS  string `yaml:"dns"`  // the name to look up
+	Type string `yaml:"type"` // A (default), AAAA or SRV
+	// Port is the endpoints' port for A and AAAA records (SRV records
+	// carry their own).
+	Port    int           `yaml:"port"`
+	Refresh time.Duration `yaml:"refresh"` // default 10s
+	// Resolver is a DNS server, host:port, to ask instead of the system's.
+	Resolver string `yaml:"resolver"`
+	// Scheme is an http pool's endpoints' scheme: http (default) or https.
+	Scheme string `yaml:"scheme"`
+	// The fields every endpoint found takes, as a listed endpoint's.
+	Weight      int     `yaml:"weight"`
+	Backup      bool    `yaml:"backup"`
+	Cost        float64 `yaml:"cost"`
+	MaxInflight int64   `yaml:"max_inflight"`
 }
 
 // Health tunes the health model and active checks.

@@ -88,6 +88,19 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"short admin token", edit(1, "admin: {listen: 127.0.0.1:9901, token: hunter2}"), "rotor.yaml:1: admin.token: must be at least 16 characters with no spaces (it was 7 long)"},
 		{"admin token with a space", edit(1, "admin: {listen: 127.0.0.1:9901, token: 'hunter2 hunter2 hunter2'}"), "rotor.yaml:1: admin.token: must be at least 16 characters with no spaces"},
 		{"admin token", edit(1, "admin: {listen: 0.0.0.0:9901, token: hunter2hunter2hunter2}"), ""},
+		{"state store", contract + "state: {store: etcd}\n", `state.store: "etcd" is not memory or redis`},
+		{"redis without an address", contract + "state: {store: redis}\n", "state.address: required with store: redis"},
+		{"redis settings without redis", contract + "state: {address: 127.0.0.1:6379}\n", "state.store: the Redis settings need store: redis (got memory)"},
+		{"redis staleness", contract + "state: {store: redis, address: 127.0.0.1:6379, staleness: 1ms}\n", "state.staleness: must be between 10ms and 1m (got 1ms)"},
+		{"redis address", contract + "state: {store: redis, address: redis}\n", `state.address: "redis" is not host:port`},
+		{"redis", contract + "state: {store: redis, addresses: [10.0.0.1:6379, 10.0.0.2:6379], password: hunter2}\n", ""},
+		{"dns type", edit(8, "    endpoints_from: {dns: app.internal, type: MX, port: 80}"), `pools.app.endpoints_from.type: "MX" is not A, AAAA or SRV`},
+		{"dns port", edit(8, "    endpoints_from: {dns: app.internal}"), "pools.app.endpoints_from.port: required for A records: 1 to 65535 (got 0)"},
+		{"srv port", edit(8, "    endpoints_from: {dns: _http._tcp.app.internal, type: SRV, port: 80}"), "pools.app.endpoints_from.port: SRV records carry their ports"},
+		{"dns scheme", edit(8, "    endpoints_from: {dns: app.internal, port: 80, scheme: ftp}"), `pools.app.endpoints_from.scheme: must be http or https (got "ftp")`},
+		{"dns refresh", edit(8, "    endpoints_from: {dns: app.internal, port: 80, refresh: 1ms}"), "pools.app.endpoints_from.refresh: must be between 100ms and 24h (got 1ms)"},
+		{"dns name", edit(8, "    endpoints_from: {dns: 'http://app', port: 80}"), `pools.app.endpoints_from.dns: must be a DNS name (got "http://app")`},
+		{"dns", edit(8, "    endpoints_from: {dns: app.internal, port: 80, resolver: 127.0.0.1:53, weight: 2}"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -41,6 +41,7 @@ const (
 	DefaultStatePrefix    = "rotor:"
 	DefaultStaleness      = 100 * time.Millisecond
 	DefaultStateTimeout   = 50 * time.Millisecond
+	DefaultDNSRefresh     = 10 * time.Second
 )
 
 // KeyedPolicies need a request key.
@@ -104,6 +105,17 @@ func (f *File) applyDefaults() {
 	}
 	for i := range f.Pools {
 		p := &f.Pools[i]
+		if ef := p.EndpointsFrom; ef != nil {
+			if ef.Type == "" {
+				ef.Type = "A"
+			}
+			if ef.Refresh == 0 {
+				ef.Refresh = DefaultDNSRefresh
+			}
+			if ef.Scheme == "" {
+				ef.Scheme = "http"
+			}
+		}
 		if p.Policy == "" {
 			p.Policy = "round_robin"
 			if forwardPools[p.Name] {
@@ -396,8 +408,10 @@ func (p *Pool) validate(path, kind string) []pathError {
 	if keys == 0 && kind != "tcp" && slices.Contains(KeyedPolicies, p.Policy) {
 		add(errAt(path+".key", "required by policy %s (header, cookie, query, client_ip or path)", p.Policy))
 	}
-	if len(p.Endpoints) == 0 {
-		add(errAt(path+".endpoints", "at least one endpoint is required"))
+	if ef := p.EndpointsFrom; ef != nil {
+		errs = append(errs, ef.validate(path+".endpoints_from", kind)...)
+	} else if len(p.Endpoints) == 0 {
+		add(errAt(path+".endpoints", "at least one endpoint is required (or endpoints_from)"))
 	}
 	seen := map[string]bool{}
 	primaries := 0
@@ -619,6 +633,51 @@ func (st *State) validate() []pathError {
 	}
 	if t := st.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
 		add(errAt("state.tls", "cert and key go together"))
+	}
+	return errs
+}
+
+func (ef *EndpointsFrom) validate(path, kind string) []pathError {
+	var errs []pathError
+	add := func(e pathError) { errs = append(errs, e) }
+	if kind == "forward" {
+		add(errAt(path, "a route pool lists its routes; endpoints_from is for http and tcp pools"))
+	}
+	name := strings.TrimSuffix(ef.DNS, ".")
+	if name == "" || len(name) > 253 || strings.ContainsAny(name, " /:@") {
+		add(errAt(path+".dns", "must be a DNS name (got %q)", ef.DNS))
+	}
+	switch ef.Type {
+	case "A", "AAAA":
+		if ef.Port < 1 || ef.Port > 65535 {
+			add(errAt(path+".port", "required for %s records: 1 to 65535 (got %d)", ef.Type, ef.Port))
+		}
+	case "SRV":
+		if ef.Port != 0 {
+			add(errAt(path+".port", "SRV records carry their ports; leave it out"))
+		}
+	default:
+		add(errAt(path+".type", "%q is not A, AAAA or SRV", ef.Type))
+	}
+	if ef.Refresh < 100*time.Millisecond || ef.Refresh > 24*time.Hour {
+		add(errAt(path+".refresh", "must be between 100ms and 24h (got %v)", ef.Refresh))
+	}
+	if ef.Resolver != "" {
+		if err := checkHostPort(ef.Resolver); err != nil {
+			add(errAt(path+".resolver", "%v", err))
+		}
+	}
+	if kind != "tcp" && ef.Scheme != "http" && ef.Scheme != "https" {
+		add(errAt(path+".scheme", "must be http or https (got %q)", ef.Scheme))
+	}
+	if ef.Weight < 0 {
+		add(errAt(path+".weight", "must be at least 1 (got %d)", ef.Weight))
+	}
+	if ef.Cost < 0 {
+		add(errAt(path+".cost", "must be zero or positive (got %v)", ef.Cost))
+	}
+	if ef.MaxInflight < 0 {
+		add(errAt(path+".max_inflight", "must be zero or positive (got %d)", ef.MaxInflight))
 	}
 	return errs
 }

@@ -59,6 +59,7 @@ type routeKey struct {
 // health checks. It is immutable once built, and swapped in whole.
 type runtime struct {
 	cfg       *config.File
+	found     found // the endpoints DNS gave, by pool
 	pools     map[string]*poolRuntime
 	listeners map[string]*listenerRuntime
 	views     []admin.PoolView
@@ -95,8 +96,12 @@ type checkSpec struct {
 // anything the running one uses: homes are only read, and whatever the
 // build makes (snapshots, transports, routes) is given back when any step
 // fails. What validates builds: check-config runs this same code.
-func (s *Server) build(cfg *config.File) (_ *runtime, err error) {
-	rt := &runtime{cfg: cfg, pools: map[string]*poolRuntime{}, listeners: map[string]*listenerRuntime{}}
+func (s *Server) build(cfg *config.File) (*runtime, error) { return s.buildWith(cfg, nil, nil) }
+
+// buildWith builds with the endpoints DNS gave (f), reporting each pool's
+// lookups (ds) in /status.
+func (s *Server) buildWith(cfg *config.File, f found, ds map[string]*discoverer) (_ *runtime, err error) {
+	rt := &runtime{cfg: cfg, found: f, pools: map[string]*poolRuntime{}, listeners: map[string]*listenerRuntime{}}
 	defer func() {
 		if err != nil {
 			rt.discard()
@@ -110,12 +115,16 @@ func (s *Server) build(cfg *config.File) (_ *runtime, err error) {
 		}
 	}
 	for _, pc := range cfg.Pools {
+		pc = withFound(pc, f)
 		pr, err := s.buildPool(pc, kinds[pc.Name])
 		if err != nil {
 			return nil, err
 		}
 		rt.pools[pc.Name] = pr
 		view := admin.PoolView{Name: pc.Name, Snapshot: pr.snap}
+		if d := ds[pc.Name]; d != nil {
+			view.DNS = d.status
+		}
 		view.Sticky, _ = pr.next.policy.(*balance.Sticky)
 		rt.views = append(rt.views, view)
 		if c := pc.Health.Check; c != nil {

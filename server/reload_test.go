@@ -73,6 +73,7 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
 		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
 		{"a listener moves", strings.Replace(good, web, freePort(t), 1), "restart rotor"},
+		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
 		{"the admin token changes", strings.Replace(good, `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "a-new-token-0123456789"}`, 1), "admin.listen or admin.token changed"},
 		{"a certificate that does not load", good, "listeners.secure.tls"},
 		{"a new endpoint, then a certificate that does not load", withC, "listeners.secure.tls"},

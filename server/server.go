@@ -46,14 +46,16 @@ type Server struct {
 	// rt is the runtime every listener serves with; swapped whole.
 	rt atomic.Pointer[runtime]
 
-	mu        sync.Mutex       // serialises Start, reloads and shutdown's bookkeeping; never held while draining
-	homes     map[string]*home // guarded by mu: what outlives runtimes, by pool name
-	listeners []*listener      // guarded by mu; bound by Start
-	checkers  []*check.Checker // guarded by mu
-	admin     *http.Server     // guarded by mu
-	history   *admin.History   // guarded by mu; sampled while the admin listener runs
-	adminAddr net.Addr         // guarded by mu
-	stopping  bool             // guarded by mu
+	mu    sync.Mutex       // serialises Start, reloads and shutdown's bookkeeping; never held while draining
+	homes map[string]*home // guarded by mu: what outlives runtimes, by pool name
+	// discoverers look up the pools whose endpoints come from DNS.
+	discoverers map[string]*discoverer // guarded by mu
+	listeners   []*listener            // guarded by mu; bound by Start
+	checkers    []*check.Checker       // guarded by mu
+	admin       *http.Server           // guarded by mu
+	history     *admin.History         // guarded by mu; sampled while the admin listener runs
+	adminAddr   net.Addr               // guarded by mu
+	stopping    bool                   // guarded by mu
 
 	reload   atomic.Pointer[admin.ReloadStatus]
 	serveErr chan error
@@ -84,7 +86,8 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 		}
 	}
 	s.metrics.WatchState(s.State)
-	rt, err := s.build(cfg)
+	f, ds := s.discover(cfg)
+	rt, err := s.buildWith(cfg, f, ds)
 	if err != nil {
 		if s.shared != nil {
 			s.shared.Close()
@@ -92,6 +95,7 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 		return nil, err
 	}
 	s.swapIn(rt)
+	s.discoverers = ds
 	s.reload.Store(&admin.ReloadStatus{Generation: 1, At: time.Now()})
 	return s, nil
 }
@@ -258,6 +262,7 @@ func (s *Server) Start() error {
 		s.log.Info("admin listening", "addr", adminLn.Addr().String())
 	}
 	s.startChecks(rt)
+	s.startDiscovery()
 	if s.shared != nil {
 		s.shared.Start()
 	}
@@ -332,11 +337,13 @@ func (s *Server) reloadOnce() error {
 	if why := sameListeners(s.rt.Load().cfg, cfg); why != "" {
 		return fmt.Errorf("%s: %s; restart rotor to apply it", s.path, why)
 	}
-	rt, err := s.build(cfg)
+	f, ds := s.discover(cfg)
+	rt, err := s.buildWith(cfg, f, ds)
 	if err != nil {
 		return err
 	}
 	s.swapIn(rt)
+	s.commitDiscovery(ds)
 	s.level.Set(levelOf(cfg.Log.Level))
 	if s.listeners != nil {
 		s.startChecks(rt)
@@ -388,6 +395,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.Stop()
 	}
 	s.checkers = nil
+	stopped := s.stopDiscovery()
 	if s.shared != nil {
 		s.shared.Close()
 	}
@@ -400,6 +408,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
+	for _, d := range stopped {
+		d.wait()
+	}
 	close(errs)
 	var all []error
 	for err := range errs {
