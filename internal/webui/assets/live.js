@@ -68,7 +68,8 @@ function drawPool(pool, history) {
 		const succ = h ? h.success : [];
 		const lat = h ? h.latency_ms : [];
 		return el("tr", {"data-endpoint": e.name, "data-draining": e.draining ? "true" : "false"},
-			el("th", {scope: "row"}, e.name, el("div", {class: "caption mono"}, e.address)),
+			el("th", {scope: "row"}, e.name, el("div", {class: "caption mono"}, e.address),
+				e.state_source === "shared" ? el("div", {class: "caption"}, "state shared") : null),
 			el("td", {}, ...states),
 			el("td", {class: "num"}, e.score.toFixed(3)),
 			el("td", {class: "num"}, String(e.inflight)),
@@ -84,6 +85,9 @@ function drawPool(pool, history) {
 		el("h3", {}, pool.name + " ", el("span", {class: "caption"}, pool.policy)),
 		el("p", {class: "caption"}, "fallbacks " + s.fallbacks + " · panic picks " + s.panics + " · backup picks " + s.backups +
 			" · no endpoint " + s.unavailable),
+		pool.dns ? el("p", {class: "caption" + (pool.dns.error ? " error" : ""), "data-dns": pool.dns.name},
+			"Endpoints from DNS: " + pool.dns.type + " " + pool.dns.name + ", " + pool.dns.addresses.length + " found" +
+			(pool.dns.error ? "; the last lookup failed (" + pool.dns.error + "), the last good answer serves" : "")) : null,
 		el("div", {class: "table-wrap"}, el("table", {},
 			el("thead", {}, el("tr", {}, ...["endpoint", "breaker", "score", "in flight", "share of picks", "success", "latency", "action"].map(
 				(t) => el("th", {scope: "col"}, t)))),
@@ -99,8 +103,12 @@ async function refresh() {
 		const [status, history] = await Promise.all([getJSON("/status"), getJSON("/ui/history").catch(() => null)]);
 		const r = status.reload;
 		const reload = document.getElementById("reload");
+		const st = status.state || {store: "memory", healthy: true};
 		reload.replaceChildren("Config generation " + r.generation + ", loaded " + new Date(r.at).toLocaleString() + ".",
-			r.error ? el("span", {class: "error"}, " The last reload was refused: " + r.error) : "");
+			r.error ? el("span", {class: "error"}, " The last reload was refused: " + r.error) : "",
+			" State: " + st.store + (st.store === "memory" ? "." : ""),
+			st.store !== "memory" ? el("span", {class: st.healthy ? "state-closed" : "error", id: "state-health"},
+				st.healthy ? " shared." : " out of reach, serving on local state (" + (st.error || "") + ").") : "");
 		document.querySelector("#listeners tbody").replaceChildren(...(status.listeners || []).map((l) =>
 			el("tr", {}, el("td", {}, l.name), el("td", {}, l.kind), el("td", {class: "mono"}, l.addr))));
 		const hp = {};
