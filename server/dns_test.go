@@ -186,3 +186,42 @@ state: {store: redis, address: "127.0.0.1:6379", tls: {ca: missing-ca.pem}}
 		t.Fatalf("a redis state with nothing listening is still a valid config: %v", err)
 	}
 }
+
+// The Redis password comes from the environment and appears nowhere: not
+// in the log, not in /status, not in an error, whether it is right or
+// wrong.
+func TestStatePasswordStaysSecret(t *testing.T) {
+	const pass = "redis-secret-0123456789"
+	rd := testtool.Redis(t, "--requirepass", pass)
+	b := newBackend(t, "a")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+state: {store: redis, address: %q, password: "${REDIS_PASSWORD}", staleness: 20ms}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools: [{name: app, endpoints: [{name: a, url: %q}]}]
+`, rd.Addr, b.url())
+	for _, tc := range []struct {
+		pass    string
+		healthy bool
+	}{{pass, true}, {"wrong-" + pass, false}} {
+		r := startRotor(t, cfg, map[string]string{"REDIS_PASSWORD": tc.pass})
+		get(t, r.url("web"))
+		eventually(t, 3*time.Second, "the state store's health", func() bool {
+			st := r.State()
+			return st.Healthy == tc.healthy && (tc.healthy || st.Error != "")
+		})
+		resp, err := http.Get("http://" + r.Addr("admin").String() + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for where, text := range map[string]string{"log": r.logs.String(), "/status": string(body)} {
+			if strings.Contains(text, pass) {
+				t.Fatalf("password %s: it is in the %s:\n%s", map[bool]string{true: "right", false: "wrong"}[tc.healthy], where, text)
+			}
+		}
+		if !tc.healthy && !strings.Contains(string(body), "WRONGPASS") {
+			t.Fatalf("a wrong password is not reported in /status: %s", body)
+		}
+	}
+}

@@ -15,15 +15,17 @@ type RedisServer struct {
 	t    testing.TB
 	bin  string
 	port int
+	args []string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu; nil while killed
 }
 
-// Redis starts a redis-server until the test ends.
-func Redis(t testing.TB) *RedisServer {
+// Redis starts a redis-server until the test ends; args are more of its
+// options ("--requirepass", "secret").
+func Redis(t testing.TB, args ...string) *RedisServer {
 	t.Helper()
-	r := &RedisServer{t: t, bin: Require(t, "redis-server"), port: FreePort(t)}
+	r := &RedisServer{t: t, bin: Require(t, "redis-server"), port: FreePort(t), args: args}
 	r.Addr = fmt.Sprintf("127.0.0.1:%d", r.port)
 	r.Start()
 	t.Cleanup(r.Kill)
@@ -38,8 +40,9 @@ func (r *RedisServer) Start() {
 	if r.cmd != nil {
 		return
 	}
-	cmd := exec.Command(r.bin, "--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--save", "", "--appendonly", "no",
-		"--protected-mode", "yes", "--loglevel", "warning", "--dir", r.t.TempDir())
+	args := append([]string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--save", "", "--appendonly", "no",
+		"--protected-mode", "yes", "--loglevel", "warning", "--dir", r.t.TempDir()}, r.args...)
+	cmd := exec.Command(r.bin, args...)
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
