@@ -19,12 +19,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // instances are n clients of one Redis, as n rotor processes would be,
 // each with the pool "app" holding endpoint "a".
-func instances(t *testing.T, addr string, n int, prefix string) ([]*shared.Client, []*health.State) {
+func instances(t *testing.T, addrs []string, n int, prefix string) ([]*shared.Client, []*health.State) {
 	t.Helper()
 	var cs []*shared.Client
 	var sts []*health.State
+	master := ""
+	if len(addrs) == 2 && addrs[0] == "sentinel" {
+		master, addrs = "rotor", addrs[1:]
+	}
 	for range n {
-		c, err := shared.New(shared.Options{Addrs: []string{addr}, Prefix: prefix, Staleness: 50 * time.Millisecond, Timeout: 100 * time.Millisecond})
+		c, err := shared.New(shared.Options{Addrs: addrs, MasterName: master, Prefix: prefix, Staleness: 50 * time.Millisecond, Timeout: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,6 +39,14 @@ func instances(t *testing.T, addr string, n int, prefix string) ([]*shared.Clien
 		sts = append(sts, st)
 	}
 	return cs, sts
+}
+
+// eachRedis runs f on one redis-server, on a Redis Cluster of three, and
+// through a Sentinel (addrs "sentinel", then the Sentinel's address).
+func eachRedis(t *testing.T, f func(t *testing.T, addrs []string)) {
+	t.Run("server", func(t *testing.T) { f(t, []string{testtool.Redis(t).Addr}) })
+	t.Run("cluster", func(t *testing.T) { f(t, testtool.RedisCluster(t)) })
+	t.Run("sentinel", func(t *testing.T) { f(t, []string{"sentinel", testtool.RedisSentinel(t)}) })
 }
 
 func shared1(t *testing.T, c *shared.Client) health.Shared {
@@ -60,9 +72,10 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 
 // 1,000 failures reported at once from many goroutines of three instances
 // count exactly 1,000 in the shared copy, and open its breaker once.
-func TestConcurrentFailuresCountExactly(t *testing.T) {
-	r := testtool.Redis(t)
-	cs, sts := instances(t, r.Addr, 3, "count:")
+func TestConcurrentFailuresCountExactly(t *testing.T) { eachRedis(t, concurrentFailures) }
+
+func concurrentFailures(t *testing.T, addrs []string) {
+	cs, sts := instances(t, addrs, 3, "count:")
 	cfg := health.Config{}.Normalize()
 	var wg sync.WaitGroup
 	for g := range 30 {
@@ -98,9 +111,10 @@ func TestConcurrentFailuresCountExactly(t *testing.T) {
 
 // A breaker opened through one instance is honoured by the others within
 // a second; the probe that closes it through another closes it for all.
-func TestBreakerIsShared(t *testing.T) {
-	r := testtool.Redis(t)
-	cs, sts := instances(t, r.Addr, 3, "breaker:")
+func TestBreakerIsShared(t *testing.T) { eachRedis(t, breakerShared) }
+
+func breakerShared(t *testing.T, addrs []string) {
+	cs, sts := instances(t, addrs, 3, "breaker:")
 	cfg := health.Config{Cooldown: 400 * time.Millisecond}.Normalize()
 	clock := health.SystemClock{}
 	for range cfg.Threshold {
@@ -142,9 +156,10 @@ func TestBreakerIsShared(t *testing.T) {
 
 // A sticky key claimed through one instance is the others' too; the pins
 // are bounded like the local table.
-func TestStickyClaims(t *testing.T) {
-	r := testtool.Redis(t)
-	cs, _ := instances(t, r.Addr, 2, "sticky:")
+func TestStickyClaims(t *testing.T) { eachRedis(t, stickyClaims) }
+
+func stickyClaims(t *testing.T, addrs []string) {
+	cs, _ := instances(t, addrs, 2, "sticky:")
 	a, b := cs[0].Sticky("app", 5), cs[1].Sticky("app", 5)
 	if got, err := a.Claim("user:1", "e1", time.Minute, false); err != nil || got != "e1" {
 		t.Fatalf("first claim: %q %v", got, err)
@@ -187,7 +202,7 @@ func TestStickyClaims(t *testing.T) {
 // back: the client recovers and the states are shared again.
 func TestRedisDownFailsOpen(t *testing.T) {
 	r := testtool.Redis(t)
-	cs, sts := instances(t, r.Addr, 1, "down:")
+	cs, sts := instances(t, []string{r.Addr}, 1, "down:")
 	c, st := cs[0], sts[0]
 	waitFor(t, time.Second, "the state shared", st.IsShared)
 	r.Kill()

@@ -2,9 +2,12 @@ package testtool
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // RedisServer is Debian's redis-server on a loopback port, without
@@ -60,4 +63,51 @@ func (r *RedisServer) Kill() {
 	_ = r.cmd.Process.Kill()
 	_ = r.cmd.Wait()
 	r.cmd = nil
+}
+
+// RedisCluster starts a Redis Cluster of three masters (slots split
+// between them, no replicas) until the test ends, and returns the nodes'
+// addresses.
+func RedisCluster(t testing.TB) []string {
+	t.Helper()
+	cli := Require(t, "redis-cli")
+	var addrs []string
+	for range 3 {
+		r := Redis(t, "--cluster-enabled", "yes", "--cluster-config-file", t.TempDir()+"/nodes.conf",
+			"--cluster-node-timeout", "2000")
+		addrs = append(addrs, r.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	// The nodes agree on the slots a moment after the command returns.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.Command(cli, "-h", "127.0.0.1", "-p", addrs[0][strings.LastIndexByte(addrs[0], ':')+1:], "cluster", "info").Output()
+		if strings.Contains(string(out), "cluster_state:ok") {
+			return addrs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster is not ok after 10 s:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// RedisSentinel starts a redis-server and a Sentinel watching it as
+// master "rotor" until the test ends, and returns the Sentinel's address.
+func RedisSentinel(t testing.TB) string {
+	t.Helper()
+	master := Redis(t)
+	bin := Require(t, "redis-server")
+	port := FreePort(t)
+	conf := t.TempDir() + "/sentinel.conf"
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor rotor 127.0.0.1 %d 1\nsentinel down-after-milliseconds rotor 2000\n",
+		port, master.port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return run(t, fmt.Sprintf("127.0.0.1:%d", port), bin, conf, "--sentinel", "--loglevel", "warning")
 }
