@@ -62,6 +62,26 @@ func TestSmoothWeightedStaysSmooth(t *testing.T) {
 	}
 }
 
+// An endpoint that was out takes its turns again within a cycle of its
+// return; weights too large for a cycle are scaled, each keeping a turn.
+func TestSmoothWeightedReturnsAndScales(t *testing.T) {
+	p, _ := testPool(t, &balance.SmoothWeighted{}, "a=2", "b=1", "c=1")
+	state(p, "c").SetDraining(true)
+	if got := sequence(t, p, 12); strings.Contains(got, "c") || strings.Count(got, "a") != 8 {
+		t.Fatalf("with c out: %s, want a:b at 2:1", got)
+	}
+	state(p, "c").SetDraining(false)
+	sequence(t, p, 4) // the rest of a cycle
+	if got := sequence(t, p, 40); strings.Count(got, "c") != 10 || strings.Count(got, "a") != 20 {
+		t.Fatalf("c back: %s, want a:b:c at 2:1:1", got)
+	}
+	p, _ = testPool(t, &balance.SmoothWeighted{}, "big=1000000", "small=1", "mid=500000")
+	c := counts(t, p, 3*65536, nil)
+	if c["small"] < 1 || c["small"] > 6 || c["big"] < 2*c["mid"]-200 || c["big"] > 2*c["mid"]+200 {
+		t.Fatalf("1000000:500000:1 over %d picks: %v", 3*65536, c)
+	}
+}
+
 func TestRoundRobin(t *testing.T) {
 	p, _ := testPool(t, &balance.RoundRobin{}, "a", "b", "c", "d")
 	if got := sequence(t, p, 8); got != "abcdabcd" {
