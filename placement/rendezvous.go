@@ -109,16 +109,7 @@ func (r *Rendezvous) Owner(key string) (string, error) {
 	kh := XXHash.Sum(key)
 	best := 0
 	if s.uniform {
-		// The hot loop of the common case: no log, no float, no call.
-		// Compared as score does, on the top 53 bits, so that Owner and
-		// AppendOwners agree even on a near tie.
-		bestHash := mix64(kh^s.seeds[0]) >> 11
-		for i := 1; i < len(s.seeds); i++ {
-			if h := mix64(kh^s.seeds[i]) >> 11; h > bestHash || h == bestHash && s.nodes[i].Name < s.nodes[best].Name {
-				best, bestHash = i, h
-			}
-		}
-		return s.nodes[best].Name, nil
+		return s.nodes[s.uniformOwner(kh)].Name, nil
 	}
 	bestScore := s.score(kh, 0)
 	for i := 1; i < len(s.nodes); i++ {
@@ -195,4 +186,53 @@ func (r *Rendezvous) Explain(key string, n int) (Explanation, error) {
 		e.Steps = append(e.Steps, st)
 	}
 	return e, nil
+}
+
+// uniformOwner is the index of the node with the highest hash for kh,
+// all weights equal: the hot loop of the common case, with no log, no
+// float and no call. The order is score's (the top 53 bits of mix64,
+// ties by name), so that Owner and AppendOwners agree even on a near tie,
+// but computed more cheaply: mix64's last step, x ^= x>>33, leaves the
+// top 33 bits as they were, so the loop compares those (top33) and works
+// the full order out only on a tie of them, about one key in 2^33/N.
+// Four nodes a step: their hashes are independent, so the processor
+// computes them side by side, and they are held against the best one by
+// one only when one of them might beat it.
+func (s *hrwSnap) uniformOwner(kh uint64) int {
+	seeds := s.seeds
+	best, bestTop := 0, top33(kh^seeds[0])
+	i := 1
+	for ; i+4 <= len(seeds); i += 4 {
+		q := seeds[i : i+4 : i+4]
+		t0, t1, t2, t3 := top33(kh^q[0]), top33(kh^q[1]), top33(kh^q[2]), top33(kh^q[3])
+		if t0 < bestTop && t1 < bestTop && t2 < bestTop && t3 < bestTop {
+			continue
+		}
+		for j, t := range [4]uint64{t0, t1, t2, t3} {
+			if t > bestTop || t == bestTop && s.beats(kh, i+j, best) {
+				best, bestTop = i+j, t
+			}
+		}
+	}
+	for ; i < len(seeds); i++ {
+		if t := top33(kh ^ seeds[i]); t > bestTop || t == bestTop && s.beats(kh, i, best) {
+			best, bestTop = i, t
+		}
+	}
+	return best
+}
+
+// top33 is the top 33 bits of mix64(x), which its last step leaves alone.
+func top33(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x >> 31
+}
+
+// beats reports whether node i ranks above node j for kh in score's
+// order: on the tie of top33 that calls it.
+func (s *hrwSnap) beats(kh uint64, i, j int) bool {
+	return s.better(s.score(kh, i), i, s.score(kh, j), j)
 }
