@@ -427,15 +427,7 @@ func (p *Pool) validate(path, kind string) []pathError {
 		if !e.Backup {
 			primaries++
 		}
-		if e.Weight < 0 {
-			add(errAt(ep+".weight", "must be at least 1 (got %d)", e.Weight))
-		}
-		if e.Cost < 0 {
-			add(errAt(ep+".cost", "must be zero or positive (got %v)", e.Cost))
-		}
-		if e.MaxInflight < 0 {
-			add(errAt(ep+".max_inflight", "must be zero or positive (got %d)", e.MaxInflight))
-		}
+		errs = append(errs, checkEndpointFields(ep, e.Weight, e.Cost, e.MaxInflight)...)
 		switch {
 		case e.URL != "" && e.Address != "":
 			add(errAt(ep, "give url or address, not both"))
@@ -670,14 +662,21 @@ func (ef *EndpointsFrom) validate(path, kind string) []pathError {
 	if kind != "tcp" && ef.Scheme != "http" && ef.Scheme != "https" {
 		add(errAt(path+".scheme", "must be http or https (got %q)", ef.Scheme))
 	}
-	if ef.Weight < 0 {
-		add(errAt(path+".weight", "must be at least 1 (got %d)", ef.Weight))
+	return append(errs, checkEndpointFields(path, ef.Weight, ef.Cost, ef.MaxInflight)...)
+}
+
+// checkEndpointFields checks the fields a listed endpoint and an
+// endpoints_from template share.
+func checkEndpointFields(path string, weight int, cost float64, maxInflight int64) []pathError {
+	var errs []pathError
+	if weight < 0 {
+		errs = append(errs, errAt(path+".weight", "must be at least 1 (got %d)", weight))
 	}
-	if ef.Cost < 0 {
-		add(errAt(path+".cost", "must be zero or positive (got %v)", ef.Cost))
+	if cost < 0 {
+		errs = append(errs, errAt(path+".cost", "must be zero or positive (got %v)", cost))
 	}
-	if ef.MaxInflight < 0 {
-		add(errAt(path+".max_inflight", "must be zero or positive (got %d)", ef.MaxInflight))
+	if maxInflight < 0 {
+		errs = append(errs, errAt(path+".max_inflight", "must be zero or positive (got %d)", maxInflight))
 	}
 	return errs
 }

@@ -95,18 +95,6 @@ func getBody(t *testing.T, url string, header ...string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func within(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // Three rotor serve processes on one redis-server agree: a breaker opened
 // through one is honoured by the others, a sticky key lands on the same
 // endpoint through each, failures from all three count exactly, and
@@ -136,7 +124,7 @@ func TestSharedStateAcrossInstances(t *testing.T) {
 				t.Fatalf("through rotor 0: %d (a retry should reach b)", code)
 			}
 		}
-		took := within(t, time.Second, "rotors 1 and 2 see a's breaker open", func() bool {
+		took := eventually(t, time.Second, "rotors 1 and 2 see a's breaker open", func() bool {
 			b1, s1 := rotors[1].endpoint("app", "a")
 			b2, s2 := rotors[2].endpoint("app", "a")
 			return b1 == "open" && b2 == "open" && s1 == "shared" && s2 == "shared"
@@ -193,7 +181,7 @@ func TestSharedStateAcrossInstances(t *testing.T) {
 		rc := redis.NewClient(&redis.Options{Addr: rd.Addr})
 		defer rc.Close()
 		var failures int64
-		within(t, 5*time.Second, "1,000 failures counted in Redis", func() bool {
+		eventually(t, 5*time.Second, "1,000 failures counted in Redis", func() bool {
 			failures, _ = rc.HGet(context.Background(), "it:ep:count/a", "failures").Int64()
 			return failures >= 1000
 		})
@@ -240,13 +228,13 @@ func TestSharedStateAcrossInstances(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		rd.Kill()
 		for i, p := range rotors {
-			within(t, 3*time.Second, fmt.Sprintf("rotor %d degraded", i), func() bool { return p.metric("rotor_state_degraded") == 1 })
+			eventually(t, 3*time.Second, fmt.Sprintf("rotor %d degraded", i), func() bool { return p.metric("rotor_state_degraded") == 1 })
 		}
 		time.Sleep(500 * time.Millisecond)
 		rd.Start()
 		took := time.Duration(0)
 		for i, p := range rotors {
-			took = max(took, within(t, 5*time.Second, fmt.Sprintf("rotor %d back", i), func() bool {
+			took = max(took, eventually(t, 5*time.Second, fmt.Sprintf("rotor %d back", i), func() bool {
 				if p.metric("rotor_state_degraded") != 0 {
 					return false
 				}

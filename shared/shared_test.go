@@ -58,18 +58,6 @@ func shared1(t *testing.T, c *shared.Client) health.Shared {
 	return sh
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // 1,000 failures reported at once from many goroutines of three instances
 // count exactly 1,000 in the shared copy, and open its breaker once.
 func TestConcurrentFailuresCountExactly(t *testing.T) { eachRedis(t, concurrentFailures) }
@@ -91,7 +79,7 @@ func concurrentFailures(t *testing.T, addrs []string) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, 5*time.Second, "1,000 failures in Redis", func() bool { return shared1(t, cs[0]).Failures >= 1000 })
+	testtool.Eventually(t, 5*time.Second, "1,000 failures in Redis", func() bool { return shared1(t, cs[0]).Failures >= 1000 })
 	time.Sleep(200 * time.Millisecond) // and no more
 	sh := shared1(t, cs[0])
 	if sh.Failures != 1000 || sh.Samples != 1000 || sh.Successes != 0 {
@@ -128,7 +116,7 @@ func breakerShared(t *testing.T, addrs []string) {
 	if sts[0].Breaker(time.Now()) != health.Open {
 		t.Fatal("three failures did not open the local breaker")
 	}
-	took := waitFor(t, time.Second, "B and C see the breaker open", func() bool {
+	took := testtool.Eventually(t, time.Second, "B and C see the breaker open", func() bool {
 		return sts[1].Breaker(time.Now()) == health.Open && sts[2].Breaker(time.Now()) == health.Open
 	})
 	t.Logf("B and C saw the open breaker after %v", took)
@@ -146,7 +134,7 @@ func breakerShared(t *testing.T, addrs []string) {
 	}
 	tk.Observe(health.Success, time.Millisecond, time.Now())
 	tk.Release()
-	waitFor(t, time.Second, "A and C see the breaker closed", func() bool {
+	testtool.Eventually(t, time.Second, "A and C see the breaker closed", func() bool {
 		return sts[0].Breaker(time.Now()) == health.Closed && sts[2].Breaker(time.Now()) == health.Closed
 	})
 	if sh := shared1(t, cs[0]); sh.Open || sh.Opens != 1 {
@@ -204,9 +192,9 @@ func TestRedisDownFailsOpen(t *testing.T) {
 	r := testtool.Redis(t)
 	cs, sts := instances(t, []string{r.Addr}, 1, "down:")
 	c, st := cs[0], sts[0]
-	waitFor(t, time.Second, "the state shared", st.IsShared)
+	testtool.Eventually(t, time.Second, "the state shared", st.IsShared)
 	r.Kill()
-	waitFor(t, 2*time.Second, "degraded", c.Degraded)
+	testtool.Eventually(t, 2*time.Second, "degraded", c.Degraded)
 	if st.IsShared() || st.Snapshot(time.Now()).Source != "local" {
 		t.Fatal("a state still says shared with Redis down")
 	}
@@ -225,5 +213,5 @@ func TestRedisDownFailsOpen(t *testing.T) {
 		t.Fatalf("status while down: %+v", got)
 	}
 	r.Start()
-	waitFor(t, 3*time.Second, "recovered", func() bool { return !c.Degraded() && st.IsShared() })
+	testtool.Eventually(t, 3*time.Second, "recovered", func() bool { return !c.Degraded() && st.IsShared() })
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // Require returns the path of the first of names found on PATH.
@@ -25,4 +26,18 @@ func Require(t testing.TB, names ...string) string {
 	}
 	t.Skipf("SKIPPED: none of %v is installed; this test runs in CI", names)
 	return ""
+}
+
+// Eventually polls cond every 5 ms until it holds, failing the test after
+// within, and returns how long it took.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
 }
