@@ -132,3 +132,26 @@ func runSingleAndParallel(b *testing.B, name string, op func(i int)) {
 		})
 	})
 }
+
+// BenchmarkLeastConnBusy: least_conn's picker when every endpoint has a
+// request in flight: no idle one ends the scan early, its worst case.
+func BenchmarkLeastConnBusy(b *testing.B) {
+	for _, n := range []int{64, 1024} {
+		eps := make([]*balance.Endpoint, n)
+		cfg := health.Config{}.Normalize()
+		for j := range eps {
+			st := health.NewState("e" + strconv.Itoa(j))
+			st.AdmitFallback(&cfg) // one request in flight on each, never released
+			eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1, State: st}
+		}
+		pk := balance.LeastConn{}.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
+		b.Run("n="+strconv.Itoa(n)+"/all busy", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := pk.Pick(balance.Request{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

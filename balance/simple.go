@@ -72,7 +72,9 @@ func (p randomPicker) Pick(Request) (*Endpoint, error) {
 // first would pile every quiet-time request onto endpoint 0: the scan
 // starts at a random endpoint and keeps the first least loaded it meets,
 // one random draw a pick (where drawing for each tie would cost a draw per
-// endpoint when all are idle). O(N) a pick.
+// endpoint when all are idle). The scan stops at the first idle endpoint,
+// which nothing can beat: O(1) expected while some endpoints are idle,
+// O(N) when every one is busy.
 type LeastConn struct{}
 
 var _ Policy = LeastConn{}
@@ -95,7 +97,14 @@ func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
 	var bestLoad int64
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
 		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			if load := st.Inflight(); best < 0 || load < bestLoad {
+			load := st.Inflight()
+			if load == 0 {
+				// Nothing is less loaded than idle: the scan stops at the
+				// first idle endpoint from its random start, so a pick is
+				// O(1) while some endpoint is idle.
+				return s.endpoints[i], nil
+			}
+			if best < 0 || load < bestLoad {
 				best, bestLoad = i, load
 			}
 		}
