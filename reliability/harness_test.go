@@ -363,14 +363,7 @@ func p99(rs []result) time.Duration {
 // how long it took.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testtool.Eventually(t, within, what, cond)
 }
 
 // hostPort is the host:port of a test server's URL.
