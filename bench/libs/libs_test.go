@@ -6,7 +6,9 @@
 //
 // (bash bench/libs.sh runs both and writes bench/out/libs.txt.) Not
 // reachable here, so not measured: dgryski/go-maglev (not served by the
-// module proxy this project uses).
+// module proxy this project uses). stathat's ring is its GitHub path,
+// whose own tests import its stathat.com path, which that proxy does not
+// serve either: go mod tidy here needs -e.
 package libs
 
 import (
