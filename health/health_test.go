@@ -403,3 +403,32 @@ func TestStoreCountsHolders(t *testing.T) {
 		t.Fatalf("names %v", got)
 	}
 }
+
+// A shared copy that is missing (Redis restarted empty) does not close a
+// breaker this instance opened; a transition of the shared breaker does.
+func TestAdoptKeepsLocalBreakerWithoutSharedRecord(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := health.NewManualClock(now)
+	st := health.NewState("a")
+	cfg := health.Config{}.Normalize()
+	st.Adopt(health.Shared{Samples: 5, Success: 0.9, Gen: 4}, now) // known, closed
+	for range cfg.Threshold {
+		tk, _ := st.Admit(clock, &cfg)
+		tk.Observe(health.Failure, time.Millisecond, now)
+		tk.Release()
+	}
+	if st.Breaker(now) != health.Open {
+		t.Fatal("three failures did not open the breaker")
+	}
+	st.Adopt(health.Shared{}, now) // Redis restarted: no record
+	if st.Breaker(now) != health.Open {
+		t.Fatal("an empty shared copy closed a breaker this instance opened")
+	}
+	st.Adopt(health.Shared{Samples: 9, Success: 0.9, Gen: 5}, now) // another instance's probe closed it
+	if st.Breaker(now) != health.Closed {
+		t.Fatal("a shared transition to closed was not adopted")
+	}
+	if !st.IsShared() || st.Estimates().Success != 0.9 {
+		t.Fatalf("estimates not adopted: %+v", st.Estimates())
+	}
+}

@@ -67,7 +67,9 @@ func (s *State) Adopt(sh Shared, now time.Time) {
 		}
 		s.publish()
 	}
-	if sh.Gen == s.sharedGen {
+	if sh.Samples == 0 || sh.Gen == s.sharedGen {
+		// No shared record (none yet, or Redis restarted empty): nothing
+		// to adopt, and a breaker this instance opened stays open.
 		return
 	}
 	s.sharedGen = sh.Gen
