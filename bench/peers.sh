@@ -7,8 +7,11 @@
 #        HAProxy, Caddy), to HTTP/1.1 backends
 # Each proxy gets one core (taskset -c 0, one worker or thread,
 # GOMAXPROCS=1); the load generator and the backends share the other.
+# CORES=2 gives each proxy both cores (two workers or threads,
+# GOMAXPROCS=2), shared with the load, to show how each scales.
 # HTTP/1.1 is bench/serve.sh's. Installs what is missing (Debian).
 # Usage: bash bench/peers.sh > bench/out/peers.txt
+#        CORES=2 bash bench/peers.sh > bench/out/peers-2.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +30,12 @@ if ((${#need[@]})); then
 fi
 
 REQUESTS=${REQUESTS:-200000}
+CORES=${CORES:-1}
+case "$CORES" in
+1) pin=0 load=1 ;;
+2) pin=0,1 load=0,1 ;;
+*) echo "CORES must be 1 or 2" >&2; exit 1 ;;
+esac
 out=bench/out/peers
 rm -rf "$out" && mkdir -p "$out"
 go build -o "$out/rotor" ./cmd/rotor
@@ -45,8 +54,8 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "s
 	-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
 cat "$out/cert.pem" "$out/key.pem" > "$out/both.pem"
 
-taskset -c 1 redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
-taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
+taskset -c $load redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
 cat > "$out/rotor.yaml" <<YAML
 admin: {listen: "off"}
@@ -61,11 +70,11 @@ pools:
       - {name: b, url: "http://127.0.0.1:19302"}
       - {name: c, url: "http://127.0.0.1:19303"}
 YAML
-GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 
 cat > "$out/nginx.conf" <<NGINX
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;
-worker_processes 1;
+worker_processes $CORES;
 daemon off;
 pid $PWD/$out/nginx.pid;
 error_log $PWD/$out/nginx.err warn;
@@ -85,11 +94,11 @@ http {
   }
 }
 NGINX
-taskset -c 0 nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
+taskset -c $pin nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
 
 cat > "$out/haproxy.cfg" <<HAPROXY
 global
-  nbthread 1
+  nbthread $CORES
 defaults
   timeout connect 2s
   timeout client 30s
@@ -113,7 +122,7 @@ backend app
   server b 127.0.0.1:19302
   server c 127.0.0.1:19303
 HAPROXY
-taskset -c 0 haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+taskset -c $pin haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
 
 cat > "$out/Caddyfile" <<CADDY
 {
@@ -127,29 +136,29 @@ https://127.0.0.1:18446 {
 	}
 }
 CADDY
-GOMAXPROCS=1 taskset -c 0 caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
+GOMAXPROCS=$CORES taskset -c $pin caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
 
 for port in 19379 19301 18379 18380 18381 18443 18444 18445 18446; do wait_port "$port"; done
 
-echo "# rotor beside its peers, one core each; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
+echo "# rotor beside its peers, $CORES core(s) each (taskset -c $pin; load on $load); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
 echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1-3); caddy $(caddy version | cut -d' ' -f1); $(redis-server --version | cut -d' ' -f1-3)"
 echo
 # rps runs redis-benchmark -q and prints its SET and GET requests/s.
 rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }
-echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), pinned to core 1"
+echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load"
 printf "%-10s %12s %12s %14s %14s\n" target SET GET "SET -P 16" "GET -P 16"
 for target in direct=19379 rotor=18379 nginx=18380 haproxy=18381; do
 	port=${target#*=}
-	plain=$(rps taskset -c 1 redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)
-	piped=$(rps taskset -c 1 redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)
+	plain=$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)
+	piped=$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)
 	printf "%-10s %12s %12s %14s %14s\n" "${target%=*}" $plain $piped
 done
 echo
-echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, pinned to core 1"
+echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load"
 printf "%-10s %12s %10s %10s\n" target "requests/s" "mean" "max"
 for target in rotor=18443 nginx=18444 haproxy=18445 caddy=18446; do
 	port=${target#*=}
-	taskset -c 1 h2load -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$out/h2load-$port.txt" 2>&1 || true
+	taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$out/h2load-$port.txt" 2>&1 || true
 	rps=$(awk '/^finished in/ {print $4}' "$out/h2load-$port.txt")
 	lat=$(awk '/^time for request:/ {print $6, $5}' "$out/h2load-$port.txt")
 	ok=$(awk '/^status codes:/ {print $3, $4}' "$out/h2load-$port.txt")
