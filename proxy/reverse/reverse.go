@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
@@ -378,11 +377,11 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return cc, brw, nil
 }
 
-// bufferPool lends ReverseProxy its copy buffers, which it would otherwise
-// allocate, 32 KiB each, for every response.
+// bufferPool lends ReverseProxy its copy buffers (proxy.CopyBuffer
+// bytes), which it would otherwise allocate, 32 KiB each, for every
+// response. Their size matters most for a response of unknown length,
+// which ReverseProxy flushes after every buffer it copies.
 type bufferPool struct{}
 
-var buffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
-
-func (bufferPool) Get() []byte  { return buffers.Get().(*[32 << 10]byte)[:] }
-func (bufferPool) Put(b []byte) { buffers.Put((*[32 << 10]byte)(b[:32<<10])) }
+func (bufferPool) Get() []byte  { return proxy.GetBuffer() }
+func (bufferPool) Put(b []byte) { proxy.PutBuffer(b) }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Large bodies through rotor against the backend direct, one run: a 1 GiB
+# download with a Content-Length and chunked, and a 1 GiB upload with a
+# Content-Length and chunked, each with curl (MB/s, the best of ROUNDS).
+# rotor gets one core (taskset -c 0, GOMAXPROCS=1); curl and the backend
+# share the other.
+# Needs: curl, taskset. Usage: bash bench/bodies.sh > bench/out/bodies.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in curl taskset; do
+	command -v "$tool" >/dev/null || { echo "bench/bodies.sh needs $tool" >&2; exit 1; }
+done
+SIZE=${SIZE:-1073741824}
+ROUNDS=${ROUNDS:-3}
+out=bench/out/bodies
+rm -rf "$out" && mkdir -p "$out"
+go build -o "$out/rotor" ./cmd/rotor
+go build -o "$out/upstream" ./bench/upstream
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$upload"; }
+upload=$(mktemp -p /dev/shm rotor-upload.XXXXXX 2>/dev/null || mktemp)
+trap cleanup EXIT
+head -c "$SIZE" /dev/zero > "$upload"
+
+taskset -c 1 "$out/upstream" 127.0.0.1:19401 & pids+=($!)
+cat > "$out/rotor.yaml" <<YAML
+admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:18400", pool: app}]
+pools: [{name: app, endpoints: [{name: a, url: "http://127.0.0.1:19401"}], timeouts: {try: 10m, total: 10m}}]
+YAML
+GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+for port in 19401 18400; do
+	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.05; done
+done
+
+# best prints the best of ROUNDS runs of curl's speed, in MB/s.
+best() {
+	local b=0
+	for _ in $(seq "$ROUNDS"); do
+		s=$(taskset -c 1 curl -sS -o /dev/null -w '%{speed_download} %{speed_upload}\n' "$@" | awk '{print ($1 > $2 ? $1 : $2) / 1e6}')
+		b=$(awk -v a="$b" -v s="$s" 'BEGIN {print (s > a ? s : a)}')
+	done
+	printf "%.0f" "$b"
+}
+
+echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
+printf "%-26s %10s %10s %8s\n" body direct rotor ratio
+row() {
+	local name=$1 path=$2
+	shift 2
+	d=$(best "$@" "http://127.0.0.1:19401$path")
+	r=$(best "$@" "http://127.0.0.1:18400$path")
+	printf "%-26s %10s %10s %8s\n" "$name" "$d" "$r" "$(awk -v d="$d" -v r="$r" 'BEGIN {printf "%.2fx", r / d}')"
+}
+row "download, Content-Length" "/bytes/$SIZE"
+row "download, chunked" "/bytes/$SIZE?chunked=1"
+row "upload, Content-Length" /sink -X POST -T "$upload"
+row "upload, chunked" /sink -X POST -T "$upload" -H "Transfer-Encoding: chunked"

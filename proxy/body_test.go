@@ -1,0 +1,52 @@
+package proxy_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// countingWriter records the size of every write it is given.
+type countingWriter struct {
+	bytes.Buffer
+	writes []int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, len(p))
+	return w.Buffer.Write(p)
+}
+
+// A lent body copies itself out in large writes, counts what it read, and
+// keeps a read error as the client's.
+func TestLentBodyWritesLarge(t *testing.T) {
+	const size = 3*proxy.CopyBuffer + 17
+	b := proxy.NewBody(io.NopCloser(io.LimitReader(zeros{}, size)))
+	var w countingWriter
+	n, err := io.Copy(&w, b.Lend())
+	if err != nil || n != size || w.Len() != size || b.Len() != size || !b.Spent() {
+		t.Fatalf("copied %d (%v), wrote %d, counted %d; want %d", n, err, w.Len(), b.Len(), size)
+	}
+	if len(w.writes) > 4 {
+		t.Fatalf("%d writes for %d bytes (%v): the body went out in small pieces", len(w.writes), size, w.writes)
+	}
+	cut := errors.New("unexpected EOF in a chunk")
+	b = proxy.NewBody(io.NopCloser(io.MultiReader(io.LimitReader(zeros{}, 100), failing{cut})))
+	if _, err := io.Copy(io.Discard, b.Lend()); !errors.Is(err, cut) || !errors.Is(b.Err(), cut) || b.Len() != 100 {
+		t.Fatalf("a body cut short: copy %v, Err %v, Len %d", err, b.Err(), b.Len())
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+type failing struct{ err error }
+
+func (f failing) Read([]byte) (int, error) { return 0, f.err }
