@@ -12,15 +12,11 @@ for tool in curl taskset; do
 done
 SIZE=${SIZE:-1073741824}
 ROUNDS=${ROUNDS:-3}
-out=bench/out/bodies
-rm -rf "$out" && mkdir -p "$out"
-go build -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
+. bench/setup.sh
+setup bodies
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$upload"; }
 upload=$(mktemp -p /dev/shm rotor-upload.XXXXXX 2>/dev/null || mktemp)
-trap cleanup EXIT
+tmpfiles+=("$upload")
 head -c "$SIZE" /dev/zero > "$upload"
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19401 & pids+=($!)

@@ -11,14 +11,9 @@ for tool in wrk tinyproxy taskset; do
 done
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-out=bench/out/forward
-rm -rf "$out" && mkdir -p "$out"
+. bench/setup.sh
+setup forward
 chmod 777 "$out"
-go build -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 & pids+=($!)
 cat > "$out/rotor.yaml" <<YAML

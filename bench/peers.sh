@@ -36,14 +36,9 @@ case "$CORES" in
 2) pin=0,1 load=0,1 ;;
 *) echo "CORES must be 1 or 2" >&2; exit 1 ;;
 esac
-out=bench/out/peers
-rm -rf "$out" && mkdir -p "$out"
-go build -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
+. bench/setup.sh
+setup peers
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 wait_port() {
 	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
 	echo "nothing listens on $1" >&2

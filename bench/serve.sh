@@ -12,14 +12,9 @@ for tool in wrk nginx haproxy caddy taskset; do
 done
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-out=bench/out/serve
-rm -rf "$out" && mkdir -p "$out"
-go build -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
+. bench/setup.sh
+setup serve
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 & pids+=($!)
 

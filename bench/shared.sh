@@ -13,14 +13,9 @@ for tool in wrk redis-server taskset curl; do
 done
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-out=bench/out/shared
-rm -rf "$out" && mkdir -p "$out"
-go build -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
+. bench/setup.sh
+setup shared
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
 taskset -c 1 redis-server --bind 127.0.0.1 --port 19279 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
