@@ -74,6 +74,11 @@ pools:
 		time.Sleep(200 * time.Millisecond)
 	}
 	tab.Screenshot("web-live.png")
+	tab.Do("phone width", chromedp.EmulateViewport(390, 844))
+	if w := browser.Get(tab, "page width", chromedp.Evaluate[int](`document.documentElement.scrollWidth`)); w > 390 {
+		t.Errorf("at 390 px the live page is %d px wide", w)
+	}
+	tab.Do("laptop width", chromedp.EmulateViewport(1280, 900))
 
 	tab.Do("undrain b", chromedp.Click(`button[aria-label="Undrain b in app"]`))
 	wait("b back", `document.querySelector('tr[data-endpoint="b"]').dataset.draining === "false"`)
