@@ -225,3 +225,38 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 		}
 	}
 }
+
+// A reload that waits on DNS (a new pool's name, a slow resolver) does not
+// hold /status up.
+func TestStatusAnswersDuringASlowLookup(t *testing.T) {
+	d := testtool.NewDNS(t)
+	d.SetIPs("slow.test", "127.0.0.2")
+	b := newBackend(t, "a")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+`, b.url())
+	r := startRotor(t, cfg, nil)
+	status := "http://" + r.Addr("admin").String() + "/status"
+	r.rewrite(t, cfg+fmt.Sprintf("  - {name: found, endpoints_from: {dns: slow.test., port: 80, resolver: %q}}\n", d.Addr))
+	d.Delay(time.Second)
+	done := make(chan error, 1)
+	go func() { done <- r.Reload() }()
+	time.Sleep(100 * time.Millisecond) // the reload is waiting on DNS
+	start := time.Now()
+	resp, err := http.Get(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); took > 500*time.Millisecond || resp.StatusCode != 200 {
+		t.Fatalf("/status took %v (%d) during a reload waiting on DNS", took, resp.StatusCode)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := dnsStatus(t, r, "found"); len(st.Addresses) != 1 {
+		t.Fatalf("after the slow lookup: %+v", st)
+	}
+}

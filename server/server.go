@@ -57,8 +57,11 @@ type Server struct {
 	adminAddr   net.Addr               // guarded by mu
 	stopping    bool                   // guarded by mu
 
-	reload   atomic.Pointer[admin.ReloadStatus]
-	serveErr chan error
+	reload atomic.Pointer[admin.ReloadStatus]
+	// listenerViews are the bound listeners, as /status shows them; set
+	// by Start.
+	listenerViews atomic.Pointer[[]admin.ListenerView]
+	serveErr      chan error
 }
 
 // listener is one bound listener and what serves it.
@@ -156,15 +159,13 @@ func (s *Server) Addr(name string) net.Addr {
 // Pools returns the admin's view of the pools, from the runtime in force.
 func (s *Server) Pools() []admin.PoolView { return s.rt.Load().views }
 
-// Listeners returns the bound listeners, for /status.
+// Listeners returns the bound listeners, for /status. It takes no lock: a
+// reload that waits on DNS does not hold /status up.
 func (s *Server) Listeners() []admin.ListenerView {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]admin.ListenerView, len(s.listeners))
-	for i, li := range s.listeners {
-		out[i] = admin.ListenerView{Name: li.cfg.Name, Kind: li.cfg.Kind, Addr: li.addr.String()}
+	if v := s.listenerViews.Load(); v != nil {
+		return *v
 	}
-	return out
+	return nil
 }
 
 // The live page's history: a sample every 2 s, the last 5 minutes.
@@ -251,6 +252,11 @@ func (s *Server) Start() error {
 		s.listeners = append(s.listeners, li)
 		s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
 	}
+	views := make([]admin.ListenerView, len(s.listeners))
+	for i, li := range s.listeners {
+		views[i] = admin.ListenerView{Name: li.cfg.Name, Kind: li.cfg.Kind, Addr: li.addr.String()}
+	}
+	s.listenerViews.Store(&views)
 	if adminLn != nil {
 		s.history = admin.NewHistory(s.Pools, historyEvery, historyKeep)
 		s.history.Start()

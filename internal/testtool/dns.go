@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -22,6 +23,7 @@ type DNS struct {
 	ttl uint32
 
 	failing atomic.Bool
+	delay   atomic.Int64 // ns each answer waits
 	queries atomic.Int64
 }
 
@@ -72,6 +74,9 @@ func (d *DNS) SetSRV(name string, targets ...string) {
 	d.srv[dns.Fqdn(name)] = list
 }
 
+// Delay makes every answer wait d first.
+func (d *DNS) Delay(wait time.Duration) { d.delay.Store(int64(wait)) }
+
 // Fail makes every answer SERVFAIL while on.
 func (d *DNS) Fail(on bool) { d.failing.Store(on) }
 
@@ -80,6 +85,7 @@ func (d *DNS) Queries() int64 { return d.queries.Load() }
 
 func (d *DNS) answer(w dns.ResponseWriter, req *dns.Msg) {
 	d.queries.Add(1)
+	time.Sleep(time.Duration(d.delay.Load()))
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
