@@ -223,63 +223,14 @@ func (p *proc) fds() int {
 	return len(e)
 }
 
-// backend is a loopback HTTP server the suite controls.
-type backend struct {
-	*httptest.Server
-	name string
-	mu   sync.Mutex
-	hits int
-	// status, delay and hang change how it answers.
-	status int
-	delay  time.Duration
-	hang   bool
-}
+// backend is testtool's controllable backend, with the helpers the
+// suite calls.
+type backend struct{ *testtool.Backend }
 
-func newBackend(t *testing.T, name string) *backend {
-	b := &backend{name: name}
-	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.mu.Lock()
-		b.hits++
-		status, delay, hang := b.status, b.delay, b.hang
-		b.mu.Unlock()
-		if r.URL.Path == "/healthz" {
-			if status >= 500 {
-				w.WriteHeader(status)
-			}
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		if hang {
-			<-r.Context().Done()
-			return
-		}
-		if delay > 0 {
-			select {
-			case <-time.After(delay):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if status != 0 {
-			w.WriteHeader(status)
-		}
-		fmt.Fprint(w, name)
-	}))
-	t.Cleanup(b.Close)
-	return b
-}
+func newBackend(t *testing.T, name string) *backend { return &backend{testtool.NewBackend(t, name)} }
 
-func (b *backend) set(status int, delay time.Duration, hang bool) {
-	b.mu.Lock()
-	b.status, b.delay, b.hang = status, delay, hang
-	b.mu.Unlock()
-}
-
-func (b *backend) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.hits
-}
+func (b *backend) set(status int, delay time.Duration, hang bool) { b.Set(status, delay, hang) }
+func (b *backend) count() int                                     { return b.Count() }
 
 // result is one request of a load.
 type result struct {

@@ -15,7 +15,7 @@ import (
 func webConfig(pool string, bs ...*backend) string {
 	var eps strings.Builder
 	for _, b := range bs {
-		fmt.Fprintf(&eps, "      - {name: %s, url: %q}\n", b.name, b.URL)
+		fmt.Fprintf(&eps, "      - {name: %s, url: %q}\n", b.Name, b.URL)
 	}
 	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 log: {level: info}

@@ -12,9 +12,9 @@ import (
 func BenchmarkProxyGET(b *testing.B) {
 	t := &testing.T{}
 	a, bb, c := newBackend(t, "a"), newBackend(t, "b"), newBackend(t, "c")
-	defer a.srv.Close()
-	defer bb.srv.Close()
-	defer c.srv.Close()
+	defer a.Close()
+	defer bb.Close()
+	defer c.Close()
 	r := startRotorB(b, webConfig("round_robin", a, bb, c))
 	url := r.url("web")
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}

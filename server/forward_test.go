@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/testtool"
-	"github.com/rotor-lb/rotor/server"
 )
 
 // A forward listener from the config file: Basic auth for clients, a route
@@ -86,18 +84,7 @@ func TestRoutesLocalExample(t *testing.T) {
 		"TINYPROXY": testtool.Tinyproxy(t, "", ""), "MICROSOCKS": testtool.Microsocks(t, "", ""),
 		"ROTOR_LISTEN": "127.0.0.1:0", "ROTOR_ADMIN": "127.0.0.1:0",
 	}
-	s, err := server.New("../examples/routes-local.yaml", func(k string) string { return env[k] }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := serve(t, "../examples/routes-local.yaml", env, io.Discard)
 	pu, _ := url.Parse("http://" + s.Addr("out").String())
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
 	for range 60 {

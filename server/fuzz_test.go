@@ -1,18 +1,14 @@
 package server_test
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/testtool"
-	"github.com/rotor-lb/rotor/server"
 )
 
 // FuzzRawHTTP1 writes raw bytes into a listener, as a client may: rotor
@@ -34,26 +30,10 @@ func FuzzRawHTTP1(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	a := newBackend(f, "a")
-	dir := f.TempDir()
-	path := filepath.Join(dir, "rotor.yaml")
 	cfg := strings.Replace(webConfig("round_robin", a), `listen: "127.0.0.1:0", routes:`,
 		`listen: "127.0.0.1:0", max_header_bytes: 4096, max_body_bytes: 65536, timeouts: {body: 200ms, read_header: 500ms}, routes:`, 1)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		f.Fatal(err)
-	}
 	logs := &testtool.Buffer{}
-	s, err := server.New(path, func(string) string { return "" }, logs)
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := serve(f, writeConfig(f, cfg), nil, logs)
 	addr := s.Addr("web").String()
 	client := &http.Client{Timeout: 5 * time.Second}
 	f.Fuzz(func(t *testing.T, raw []byte) {

@@ -64,24 +64,34 @@ pools:
 	}
 }
 
-// rawStatus sends req on a new connection to addr and returns the
-// answer's status.
-func rawStatus(t *testing.T, addr, req string) int {
+// rawSend sends req on a new connection to addr and reads the answer's
+// head; the caller closes the connection.
+func rawSend(t *testing.T, addr, req string) (net.Conn, *bufio.Reader, *http.Response) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, req); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
-	method := strings.Fields(req)[0]
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: strings.Fields(req)[0]})
 	if err != nil {
+		c.Close()
 		t.Fatalf("%q: %v", req, err)
 	}
+	return c, br, resp
+}
+
+// rawStatus sends req on a new connection to addr and returns the
+// answer's status.
+func rawStatus(t *testing.T, addr, req string) int {
+	t.Helper()
+	c, _, resp := rawSend(t, addr, req)
+	defer c.Close()
 	resp.Body.Close()
 	return resp.StatusCode
 }
@@ -90,24 +100,12 @@ func rawStatus(t *testing.T, addr, req string) int {
 // whether the server closed the connection after it.
 func rawExchange(t *testing.T, addr, req string) (*http.Response, string, bool) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, br, resp := rawSend(t, addr, req)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("%q: %v", req, err)
-	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, err = br.ReadByte()
+	_, err := br.ReadByte()
 	closed := err == io.EOF
 	return resp, string(body), closed
 }

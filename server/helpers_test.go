@@ -2,14 +2,11 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,69 +14,16 @@ import (
 	"github.com/rotor-lb/rotor/server"
 )
 
-// backend is a real HTTP server on 127.0.0.1 that answers with its name.
-type backend struct {
-	name string
-	srv  *httptest.Server
-	mu   sync.Mutex
-	hits int
-	// status, when set, is answered instead of 200.
-	status int
-	delay  time.Duration
-	last   *http.Request
-}
+// backend is testtool's controllable backend, with the helpers this
+// package's tests call.
+type backend struct{ *testtool.Backend }
 
-func newBackend(t testing.TB, name string) *backend {
-	b := &backend{name: name}
-	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.mu.Lock()
-		b.hits++
-		status, delay := b.status, b.delay
-		b.last = r.Clone(context.Background())
-		b.mu.Unlock()
-		if r.URL.Path == "/healthz" {
-			if status >= 500 {
-				w.WriteHeader(status)
-			}
-			return
-		}
-		if delay > 0 {
-			select {
-			case <-time.After(delay):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if status != 0 {
-			w.WriteHeader(status)
-		}
-		fmt.Fprint(w, name)
-	}))
-	if _, ok := t.(*testing.T); ok && t.(*testing.T) != nil {
-		t.Cleanup(b.srv.Close)
-	}
-	return b
-}
+func newBackend(t testing.TB, name string) *backend { return &backend{testtool.NewBackend(t, name)} }
 
-func (b *backend) url() string { return b.srv.URL }
-
-func (b *backend) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.hits
-}
-
-func (b *backend) set(status int, delay time.Duration) {
-	b.mu.Lock()
-	b.status, b.delay = status, delay
-	b.mu.Unlock()
-}
-
-func (b *backend) lastRequest() *http.Request {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.last
-}
+func (b *backend) url() string                         { return b.URL }
+func (b *backend) count() int                          { return b.Count() }
+func (b *backend) set(status int, delay time.Duration) { b.Set(status, delay, false) }
+func (b *backend) lastRequest() *http.Request          { return b.Last() }
 
 // freePort returns a loopback address with a port free right now.
 func freePort(t *testing.T) string {
@@ -100,42 +44,45 @@ type rotor struct {
 	logs *testtool.Buffer
 }
 
-func startRotorB(b *testing.B, cfg string) *rotor {
-	path := filepath.Join(b.TempDir(), "rotor.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	s, err := server.New(path, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return &rotor{Server: s, path: path, logs: &testtool.Buffer{}}
-}
-
-func startRotor(t *testing.T, cfg string, env map[string]string) *rotor {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "rotor.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logs := &testtool.Buffer{}
+// serve builds the server of the config at path (env stands for the
+// environment), starts it, and shuts it down when the test ends.
+func serve(tb testing.TB, path string, env map[string]string, logs io.Writer) *server.Server {
+	tb.Helper()
 	s, err := server.New(path, func(k string) string { return env[k] }, logs)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})
-	return &rotor{Server: s, path: path, logs: logs}
+	return s
+}
+
+// writeConfig writes cfg to a rotor.yaml of the test's and returns its path.
+func writeConfig(tb testing.TB, cfg string) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "rotor.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+func startRotorB(b *testing.B, cfg string) *rotor {
+	path := writeConfig(b, cfg)
+	return &rotor{Server: serve(b, path, nil, io.Discard), path: path, logs: &testtool.Buffer{}}
+}
+
+func startRotor(t *testing.T, cfg string, env map[string]string) *rotor {
+	t.Helper()
+	path := writeConfig(t, cfg)
+	logs := &testtool.Buffer{}
+	return &rotor{Server: serve(t, path, env, logs), path: path, logs: logs}
 }
 
 func (r *rotor) url(listener string) string { return "http://" + r.Addr(listener).String() }

@@ -445,7 +445,7 @@ func TestAcceptEncodingPassedAsItCame(t *testing.T) {
 		_, _ = io.WriteString(w, body)
 	}))
 	t.Cleanup(be.Close)
-	r := startRotor(t, webConfig("round_robin", &backend{name: "a", srv: be}), nil)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
 	raw := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	resp, err := raw.Get(r.url("web"))
 	if err != nil {

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // echoServer is a TCP server that echoes each line back, prefixed by name.
@@ -193,7 +195,7 @@ func TestWebSocketUpgradeAndStreaming(t *testing.T) {
 		}
 	}))
 	t.Cleanup(be.Close)
-	a := &backend{name: "ws", srv: be}
+	a := &backend{&testtool.Backend{Server: be, Name: "ws"}}
 	r := startRotor(t, webConfig("round_robin", a), nil)
 
 	conn, err := net.Dial("tcp", r.Addr("web").String())

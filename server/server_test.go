@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 func webConfig(policy string, backends ...*backend) string {
 	var eps strings.Builder
 	for _, b := range backends {
-		fmt.Fprintf(&eps, "      - {name: %s, url: %q}\n", b.name, b.url())
+		fmt.Fprintf(&eps, "      - {name: %s, url: %q}\n", b.Name, b.url())
 	}
 	return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
@@ -64,7 +64,7 @@ func TestDistributionPerPolicy(t *testing.T) {
 			t.Logf("%s: a %d, b %d, c %d", policy, a.count(), b.count(), c.count())
 			for _, be := range []*backend{a, b, c} {
 				if n := be.count(); n < lo || n > hi {
-					t.Errorf("%s got %d of 300, want %d..%d", be.name, n, lo, hi)
+					t.Errorf("%s got %d of 300, want %d..%d", be.Name, n, lo, hi)
 				}
 			}
 		})
@@ -79,7 +79,7 @@ func TestFailoverWhenBackendKilled(t *testing.T) {
 	for range 30 {
 		get(t, r.url("web"))
 	}
-	b.srv.Close()
+	b.Close()
 	for i := range 200 {
 		code, body := get(t, r.url("web"))
 		if code != 200 || body == "b" {
@@ -114,7 +114,7 @@ func TestErrorStatuses(t *testing.T) {
 	slow.set(0, 2*time.Second)
 	dead := newBackend(t, "dead")
 	deadURL := dead.url()
-	dead.srv.Close()
+	dead.Close()
 	cfg := fmt.Sprintf(`admin: {listen: "off"}
 listeners:
   - name: web

@@ -1,0 +1,88 @@
+package testtool
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Backend is a loopback HTTP server a test controls: it answers every
+// request with its name, after Set's delay and with Set's status, or
+// hangs until the client goes; /healthz answers 200, or Set's status when
+// it is 5xx. It counts requests and keeps the last one.
+type Backend struct {
+	*httptest.Server
+	Name string
+
+	mu     sync.Mutex
+	hits   int           // guarded by mu
+	status int           // guarded by mu; 0: 200
+	delay  time.Duration // guarded by mu
+	hang   bool          // guarded by mu
+	last   *http.Request // guarded by mu
+}
+
+// NewBackend starts a backend until the test ends.
+func NewBackend(t testing.TB, name string) *Backend {
+	b := &Backend{Name: name}
+	b.Server = httptest.NewServer(http.HandlerFunc(b.serve))
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	b.hits++
+	status, delay, hang := b.status, b.delay, b.hang
+	b.last = r.Clone(context.Background())
+	b.mu.Unlock()
+	if r.URL.Path == "/healthz" {
+		if status >= 500 {
+			w.WriteHeader(status)
+		}
+		return
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	if hang {
+		<-r.Context().Done()
+		return
+	}
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if status != 0 {
+		w.WriteHeader(status)
+	}
+	fmt.Fprint(w, b.Name)
+}
+
+// Set changes how it answers: status (0: 200), after delay, or not at all
+// (hang) until the client goes.
+func (b *Backend) Set(status int, delay time.Duration, hang bool) {
+	b.mu.Lock()
+	b.status, b.delay, b.hang = status, delay, hang
+	b.mu.Unlock()
+}
+
+// Count returns the requests it has had.
+func (b *Backend) Count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.hits
+}
+
+// Last returns the last request it had (its body already read).
+func (b *Backend) Last() *http.Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
