@@ -279,6 +279,12 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 		s.ignored.Add(1)
 	}
 	cfg := t.cfg
+	if r := s.reporter.Load(); r != nil && v != Ignore {
+		// A shared store learns the same outcome; sent before taking the
+		// lock, which it does not need.
+		(*r)(Report{Name: s.name, OK: v == Success, Latency: latency, At: now, Probe: t.probe || t.fallback,
+			SuccessDecay: cfg.SuccessDecay, LatencyDecay: cfg.LatencyDecay, Threshold: cfg.Threshold, Cooldown: cfg.Cooldown})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	current := t.gen == s.gen.Load()
@@ -313,10 +319,6 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 		s.step(ok, t, now, cfg)
 	}
 	s.publish()
-	if r := s.reporter.Load(); r != nil {
-		(*r)(Report{Name: s.name, OK: ok, Latency: latency, At: now, Probe: t.probe || t.fallback,
-			SuccessDecay: cfg.SuccessDecay, LatencyDecay: cfg.LatencyDecay, Threshold: cfg.Threshold, Cooldown: cfg.Cooldown})
-	}
 }
 
 // step moves the breaker on an outcome of the current generation.
