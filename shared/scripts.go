@@ -164,6 +164,7 @@ func (s *Sticky) Claim(key, name string, ttl time.Duration, replace bool) (strin
 		return "", err
 	}
 	s.c.claims.Add(1)
+	s.c.failing.Store(0)
 	return got, nil
 }
 

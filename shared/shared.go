@@ -11,8 +11,10 @@
 // every Staleness and the local states adopt it. A sticky key new to an
 // instance costs one round trip, bounded by Timeout.
 //
-// Redis down or slow means each instance serves on its local state: the
-// client reports itself degraded (one log line per transition), drops the
+// Redis down or slow (two failed operations in a row, so that one slow
+// answer on a loaded machine is not an outage) means each instance serves
+// on its local state: the client reports itself degraded (one log line
+// per transition), drops the
 // outcomes it cannot send, and fails sticky claims at once without
 // waiting. Only the reader keeps asking, at jittered intervals that back
 // off to a second, so instances do not return in a herd; when Redis
@@ -73,6 +75,7 @@ type Client struct {
 	stores map[string]*Store // guarded by mu; by pool
 
 	degraded atomic.Bool
+	failing  atomic.Int32 // failures in a row
 	since    atomic.Int64 // unix ns of the last transition
 	lastErr  atomic.Pointer[string]
 
@@ -189,12 +192,16 @@ func (c *Client) Status() Status {
 // its local state.
 func (c *Client) Degraded() bool { return c.degraded.Load() }
 
-// fail notes an error reaching Redis: the first turns the client
-// degraded, logged once, and every state local.
+// outageAfter is how many failures in a row make an outage: one slow
+// answer on a loaded machine is not one.
+const outageAfter = 2
+
+// fail notes an error reaching Redis: the second in a row turns the
+// client degraded, logged once, and every state local.
 func (c *Client) fail(err error) {
 	msg := secret.Text(err.Error())
 	c.lastErr.Store(&msg)
-	if c.degraded.Swap(true) {
+	if c.failing.Add(1) < outageAfter || c.degraded.Swap(true) {
 		return
 	}
 	c.since.Store(time.Now().UnixNano())
@@ -202,8 +209,11 @@ func (c *Client) fail(err error) {
 	c.each(func(_ string, st *health.State) { st.Unshare() })
 }
 
-// ok notes a successful read: a degraded client recovers, logged once.
+// ok notes a success: the failures in a row start again from none, and a
+// degraded client recovers, logged once (only the reader asks while it is
+// degraded).
 func (c *Client) ok() {
+	c.failing.Store(0)
 	if !c.degraded.Swap(false) {
 		return
 	}
@@ -383,6 +393,7 @@ func (c *Client) sendOnce(batch []op) error {
 		}
 	}
 	c.scripts.Add(int64(len(order)))
+	c.failing.Store(0)
 	return nil
 }
 
