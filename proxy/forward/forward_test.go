@@ -226,7 +226,7 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	clock.Advance(health.DefaultCooldown)
 	for range 100 {
 		fetch()
-		clock.Advance(50 * time.Millisecond) // time passes: old latencies fade
+		clock.Advance(200 * time.Millisecond) // time passes: old latencies fade
 	}
 	if st.Breaker(clock.Now()) != health.Closed || bad.count() < before+2 {
 		t.Fatalf("after recovery: breaker %v, %d requests", st.Breaker(clock.Now()), bad.count()-before)
