@@ -176,6 +176,29 @@ func TestStaleOutcomeDropped(t *testing.T) {
 	}
 }
 
+// A failure admitted before the breaker last closed belongs to the old
+// run: it does not count toward the threshold of the new one.
+func TestStaleFailureStartsNoRun(t *testing.T) {
+	s, c := newState(t, health.Config{Threshold: 2, Cooldown: time.Second})
+	old := admit(t, s, c) // admitted while closed, in the first run
+	fail(t, s, c)
+	fail(t, s, c) // opens
+	c.Advance(time.Second)
+	finish(admit(t, s, c), health.Success, time.Millisecond, c.Now()) // the probe closes
+	finish(old, health.Failure, 0, c.Now())
+	if got := s.Snapshot(c.Now()).ConsecutiveFailures; got != 0 {
+		t.Fatalf("a stale failure counted: %d in a row", got)
+	}
+	fail(t, s, c)
+	if b := s.Breaker(c.Now()); b != health.Closed {
+		t.Fatalf("one failure of the new run opened the breaker: %v", b)
+	}
+	fail(t, s, c)
+	if b := s.Breaker(c.Now()); b != health.Open {
+		t.Fatalf("two failures of the new run: breaker %v, want open", b)
+	}
+}
+
 // A threshold of 3 is exactly 3 under contention: concurrent failures are
 // never lost and never double-counted.
 func TestThresholdExactUnderContention(t *testing.T) {

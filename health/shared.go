@@ -1,6 +1,7 @@
 package health
 
 import (
+	"math"
 	"time"
 )
 
@@ -61,11 +62,10 @@ func (s *State) Adopt(sh Shared, now time.Time) {
 	defer s.mu.Unlock()
 	s.shared.Store(true)
 	if sh.Samples > 0 {
-		s.successEWMA = sh.Success
+		s.success.Store(math.Float64bits(sh.Success))
 		if sh.Timed {
-			s.latencyEWMA, s.timed = sh.Latency, true
+			s.latency.Store(math.Float64bits(sh.Latency))
 		}
-		s.publish()
 	}
 	if sh.Samples == 0 || sh.Gen == s.sharedGen {
 		// No shared record (none yet, or Redis restarted empty): nothing
@@ -75,13 +75,13 @@ func (s *State) Adopt(sh Shared, now time.Time) {
 	s.sharedGen = sh.Gen
 	switch {
 	case sh.Open && now.Before(sh.OpenUntil):
+		s.openUntil.Store(sh.OpenUntil.UnixNano())
 		if BreakerState(s.breaker.Load()) != Open {
+			s.nextGen()
 			s.breaker.Store(int32(Open))
 			s.flags.Or(flagBreaker)
 			s.probing.Store(false)
-			s.gen.Add(1)
 		}
-		s.openUntil.Store(sh.OpenUntil.UnixNano())
 	case !sh.Open && BreakerState(s.breaker.Load()) != Closed:
 		s.close(now)
 	}

@@ -49,7 +49,7 @@ const (
 type Ticket struct {
 	s     *State
 	cfg   *Config // the tuning the request was admitted under
-	gen   uint64
+	gen   uint32
 	probe bool // the one half-open probe
 	// fallback: admitted past the breaker because nothing was available.
 	fallback bool
@@ -63,7 +63,7 @@ func (t Ticket) Probe() bool { return t.probe }
 // is over; the outcome may have been observed before.
 func (t Ticket) Release() {
 	if t.s != nil {
-		t.s.inflight.Add(-1)
+		t.s.released.Add(1)
 	}
 }
 
@@ -84,53 +84,73 @@ func (t Ticket) Observe(v Verdict, latency time.Duration, now time.Time) {
 // with each admitted request, from the pool snapshot that admitted it, so
 // that building a new snapshot beside a running one changes nothing here.
 //
-// Every method is safe for concurrent use. The estimates and the breaker
-// change under one mutex, so concurrent outcomes are never lost (a
-// threshold of 3 is exactly 3 under any contention); what the pick path
-// reads is published in atomics, so a pick never takes the lock.
+// Every method is safe for concurrent use, and neither a pick nor an
+// ordinary outcome takes a lock. Each estimate is one atomic word that an
+// outcome updates with compare-and-swap, so concurrent outcomes are never
+// lost; the failures in a row share a word with the breaker's generation,
+// so a threshold of 3 is exactly 3 under any contention and a failure from
+// an older generation never counts toward it. The breaker's transitions
+// (open, half-open, close) and adopting a shared copy happen under a
+// mutex: they are rare, and each changes several words.
 type State struct {
 	name string // immutable
 
-	// Read on the pick path; each is written only as described.
+	// Read on the pick path.
 	//
 	// flags gathers everything that can make the endpoint unavailable, so
 	// that the common case, a healthy endpoint, is one atomic load.
-	flags     atomic.Uint32 // flag* bits
-	success   atomic.Uint64 // float64 bits of successEWMA; written under mu; next to flags, as scored reads both
-	latency   atomic.Uint64 // float64 bits of latencyEWMA, seconds; written under mu
-	inflight  atomic.Int64  // Admit, Ticket.Release
-	breaker   atomic.Int32  // BreakerState, written under mu
-	openUntil atomic.Int64  // unix ns the cooldown ends; written under mu
-	probing   atomic.Bool   // a half-open probe is out; written under mu
-	gen       atomic.Uint64 // breaker generation; written under mu
-	peakValue atomic.Uint64 // float64 bits, seconds; written under mu
-	peakStamp atomic.Int64  // unix ns of the last peak update, 0 before any; written under mu
+	flags   atomic.Uint32 // flag* bits
+	success atomic.Uint64 // float64 bits of the success EWMA; next to flags, as scored reads both
+	latency atomic.Uint64 // float64 bits of the latency EWMA, seconds; unmeasured until the first
+	// Requests admitted (Admit) and released (Ticket.Release), ever:
+	// the difference is in flight, and one counter serves both the
+	// in-flight count and the requests total.
+	admitted, released atomic.Int64
+	breaker            atomic.Int32 // BreakerState, written under mu
+	openUntil          atomic.Int64 // unix ns the cooldown ends; written under mu
+	probing            atomic.Bool  // a half-open probe is out; written under mu
+	// run holds the breaker's generation (high 32 bits, changed under mu
+	// on every transition) and the failures in a row counted in it (low
+	// 32 bits, counted by outcomes with compare-and-swap).
+	run       atomic.Uint64
+	peakValue atomic.Uint64 // float64 bits, seconds
+	peakStamp atomic.Int64  // unix ns of the last peak update, 0 before any
 	upSince   atomic.Int64  // unix ns it last came back; SetDown and the breaker
 
 	reporter atomic.Pointer[Reporter] // SetReporter; nil for a local state
 	shared   atomic.Bool              // Adopt, Unshare
 
 	// Counters for metrics.
-	requests                     atomic.Int64 // admitted requests
 	successes, failures, ignored atomic.Int64
 	opens                        atomic.Int64 // times the breaker opened
 
-	mu          sync.Mutex
-	successEWMA float64 // guarded by mu
-	latencyEWMA float64 // guarded by mu; seconds
-	samples     int64   // guarded by mu; outcomes that fed the EWMAs
-	timed       bool    // guarded by mu; latencyEWMA holds a measure
-	consecutive int     // guarded by mu; consecutive failures in this generation
-	sharedGen   uint64  // guarded by mu; the shared breaker's last transition adopted
+	mu        sync.Mutex // breaker transitions, Adopt
+	sharedGen uint64     // guarded by mu; the shared breaker's last transition adopted
 }
+
+// unmeasured is the latency word before the first measure: the bits of
+// negative zero, which reads as 0 wherever the latency is used, and which
+// no measure produces (a duration's seconds are never -0).
+const unmeasured = 1 << 63
 
 // NewState returns the state of a new endpoint: optimistic (success 1,
 // latency 0, score 1), breaker closed.
 func NewState(name string) *State {
-	s := &State{name: name, successEWMA: 1}
-	s.publish()
+	s := &State{name: name}
+	s.success.Store(math.Float64bits(1))
+	s.latency.Store(unmeasured)
 	return s
 }
+
+// gen returns the breaker's generation.
+func (s *State) gen() uint32 { return uint32(s.run.Load() >> 32) }
+
+// nextGen starts a new breaker generation, with no failures in a row.
+// Called with mu held, on every transition.
+func (s *State) nextGen() { s.run.Store(uint64(s.gen()+1) << 32) }
+
+// latencyEWMA returns the latency EWMA in seconds, 0 before any measure.
+func (s *State) latencyEWMA() float64 { return math.Abs(math.Float64frombits(s.latency.Load())) }
 
 // Name returns the endpoint name the state belongs to.
 func (s *State) Name() string { return s.name }
@@ -177,7 +197,12 @@ func (s *State) UpSince() time.Time {
 func (s *State) Down() bool { return s.flags.Load()&flagDown != 0 }
 
 // Inflight returns the requests in flight: admitted, not yet released.
-func (s *State) Inflight() int64 { return s.inflight.Load() }
+// Read while requests come and go, it may count one just released, never
+// miss one admitted.
+func (s *State) Inflight() int64 {
+	r := s.released.Load() // first: a release read late would undercount
+	return s.admitted.Load() - r
+}
 
 // Available reports whether the endpoint may take a request now: not
 // draining, not down, fewer than max requests in flight (0: no cap; the
@@ -194,7 +219,7 @@ func (s *State) Available(clock Clock, max int64) bool {
 
 func (s *State) availableSlow(clock Clock, max int64) bool {
 	f := s.flags.Load()
-	if f&(flagDraining|flagDown) != 0 || max > 0 && s.inflight.Load() >= max {
+	if f&(flagDraining|flagDown) != 0 || max > 0 && s.Inflight() >= max {
 		return false
 	}
 	return f&flagBreaker == 0 || s.breakerAdmits(clock)
@@ -228,26 +253,26 @@ func (s *State) Breaker(now time.Time) BreakerState {
 // at a time. The clock is read only when the breaker is not closed.
 func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 	if BreakerState(s.breaker.Load()) == Closed {
-		return s.ticket(cfg, s.gen.Load(), false, false), true
+		return s.ticket(cfg, s.gen(), false, false), true
 	}
 	now := clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch BreakerState(s.breaker.Load()) {
 	case Closed:
-		return s.ticket(cfg, s.gen.Load(), false, false), true
+		return s.ticket(cfg, s.gen(), false, false), true
 	case Open:
 		if now.UnixNano() < s.openUntil.Load() {
 			return Ticket{}, false
 		}
+		s.nextGen()
 		s.breaker.Store(int32(HalfOpen)) // flagBreaker stays set
-		s.gen.Add(1)
 	}
 	if s.probing.Load() {
 		return Ticket{}, false
 	}
 	s.probing.Store(true)
-	return s.ticket(cfg, s.gen.Load(), true, false), true
+	return s.ticket(cfg, s.gen(), true, false), true
 }
 
 // AdmitFallback admits a request past the breaker, and counts it in
@@ -255,15 +280,14 @@ func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 // endpoint is tried anyway. A success on such a request closes an open
 // breaker, as a probe's would; a failure leaves it as it is.
 func (s *State) AdmitFallback(cfg *Config) Ticket {
-	return s.ticket(cfg, s.gen.Load(), false, true)
+	return s.ticket(cfg, s.gen(), false, true)
 }
 
-func (s *State) ticket(cfg *Config, gen uint64, probe, fallback bool) Ticket {
+func (s *State) ticket(cfg *Config, gen uint32, probe, fallback bool) Ticket {
 	if cfg == nil {
 		cfg = &defaultConfig
 	}
-	s.inflight.Add(1)
-	s.requests.Add(1)
+	s.admitted.Add(1)
 	return Ticket{s: s, cfg: cfg, gen: gen, probe: probe, fallback: fallback}
 }
 
@@ -280,19 +304,19 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 	}
 	cfg := t.cfg
 	if r := s.reporter.Load(); r != nil && v != Ignore {
-		// A shared store learns the same outcome; sent before taking the
-		// lock, which it does not need.
+		// A shared store learns the same outcome.
 		(*r)(Report{Name: s.name, OK: v == Success, Latency: latency, At: now, Probe: t.probe || t.fallback,
 			SuccessDecay: cfg.SuccessDecay, LatencyDecay: cfg.LatencyDecay, Threshold: cfg.Threshold, Cooldown: cfg.Cooldown})
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	current := t.gen == s.gen.Load()
 	if v == Ignore {
 		// Not the endpoint's doing: learn nothing, but free the probe slot
 		// so another request can probe.
-		if t.probe && current {
-			s.probing.Store(false)
+		if t.probe {
+			s.mu.Lock()
+			if t.gen == s.gen() {
+				s.probing.Store(false)
+			}
+			s.mu.Unlock()
 		}
 		return
 	}
@@ -301,42 +325,52 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 	if ok {
 		x = 1
 	}
-	s.successEWMA = cfg.SuccessDecay*x + (1-cfg.SuccessDecay)*s.successEWMA
+	blend(&s.success, x, cfg.SuccessDecay)
 	if ok {
 		sec := latency.Seconds()
-		if !s.timed {
-			// Seed with the first measure rather than decay up from zero,
-			// which would make a slow endpoint look fast for its first
-			// few requests.
-			s.latencyEWMA, s.timed = sec, true
-		} else {
-			s.latencyEWMA = cfg.LatencyDecay*sec + (1-cfg.LatencyDecay)*s.latencyEWMA
-		}
+		blend(&s.latency, sec, cfg.LatencyDecay)
 		s.observePeak(sec, now, cfg.PeakDecay)
 	}
-	s.samples++
-	if current {
-		s.step(ok, t, now, cfg)
-	}
-	s.publish()
+	s.step(ok, t, now, cfg)
 }
 
-// step moves the breaker on an outcome of the current generation.
-// Called with mu held.
+// blend folds the sample x into the EWMA kept in w with weight decay,
+// without a lock: a concurrent outcome makes the swap fail, and the
+// blend is done again on the value it left. An unmeasured latency is
+// seeded with the first measure rather than decayed up from zero, which
+// would make a slow endpoint look fast for its first few requests.
+func blend(w *atomic.Uint64, x, decay float64) {
+	for {
+		old := w.Load()
+		v := x
+		if old != unmeasured {
+			v = decay*x + (1-decay)*math.Float64frombits(old)
+		}
+		if w.CompareAndSwap(old, math.Float64bits(v)) {
+			return
+		}
+	}
+}
+
+// step moves the breaker on an outcome; only one of the current
+// generation can. In the closed state, which every healthy endpoint is
+// in, it counts the failures in a row without a lock, and takes it only
+// to open; the rest (a probe's or a fallback's outcome) takes it.
 func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
+	if BreakerState(s.breaker.Load()) == Closed {
+		s.count(ok, t, now, cfg)
+		return
+	}
+	if !t.probe && !t.fallback {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.gen != s.gen() {
+		return
+	}
 	switch BreakerState(s.breaker.Load()) {
-	case Closed:
-		if ok {
-			s.consecutive = 0
-			return
-		}
-		if s.consecutive++; s.consecutive >= cfg.Threshold {
-			s.open(now, cfg)
-		}
 	case HalfOpen:
-		if !t.probe && !t.fallback {
-			return
-		}
 		if ok {
 			s.close(now)
 		} else {
@@ -349,38 +383,78 @@ func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
 	}
 }
 
+// count counts an outcome of a closed breaker's generation toward the
+// failures in a row: a success ends the run, and the failure that brings
+// it to the threshold opens the breaker.
+func (s *State) count(ok bool, t Ticket, now time.Time, cfg *Config) {
+	for {
+		r := s.run.Load()
+		if uint32(r>>32) != t.gen {
+			return // a transition came between: the outcome is stale
+		}
+		n := uint32(r)
+		if ok {
+			if n == 0 || s.run.CompareAndSwap(r, r&^math.MaxUint32) {
+				return
+			}
+			continue
+		}
+		if !s.run.CompareAndSwap(r, r+1) {
+			continue
+		}
+		if int64(n)+1 >= int64(cfg.Threshold) {
+			s.mu.Lock()
+			if s.gen() == t.gen && BreakerState(s.breaker.Load()) == Closed {
+				s.open(now, cfg)
+			}
+			s.mu.Unlock()
+		}
+		return
+	}
+}
+
+// open opens the breaker until the cooldown has passed. Called with mu
+// held.
 func (s *State) open(now time.Time, cfg *Config) {
+	s.nextGen()
+	s.openUntil.Store(now.Add(cfg.Cooldown).UnixNano())
 	s.breaker.Store(int32(Open))
 	s.flags.Or(flagBreaker)
-	s.openUntil.Store(now.Add(cfg.Cooldown).UnixNano())
 	s.probing.Store(false)
-	s.gen.Add(1)
 	s.opens.Add(1)
 }
 
+// close closes the breaker. Called with mu held.
 func (s *State) close(now time.Time) {
+	s.nextGen()
 	s.upSince.Store(now.UnixNano())
 	s.breaker.Store(int32(Closed))
 	s.flags.And(^flagBreaker)
 	s.probing.Store(false)
-	s.consecutive = 0
-	s.gen.Add(1)
 }
 
 // observePeak updates the peak-EWMA latency (Finagle, linkerd): a sample
 // above the estimate replaces it at once, one below pulls it down with a
-// weight that grows with the time since the last sample. Called with mu
-// held.
+// weight that grows with the time since the last sample. The value is
+// swapped in without a lock and the time stored after it, so a reader
+// may briefly see the new value with the previous time: an estimate
+// decayed a little less than it will be.
 func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
-	peak, stamp := math.Float64frombits(s.peakValue.Load()), s.peakStamp.Load()
-	if stamp == 0 || sec > peak {
-		peak = sec
-	} else {
-		w := math.Exp(-float64(now.UnixNano()-stamp) / float64(tau))
-		peak = peak*w + sec*(1-w)
+	ns := now.UnixNano()
+	for {
+		old, stamp := s.peakValue.Load(), s.peakStamp.Load()
+		peak := math.Float64frombits(old)
+		if stamp == 0 || sec > peak {
+			peak = sec
+		} else {
+			w := math.Exp(-float64(max(ns-stamp, 0)) / float64(tau))
+			peak = peak*w + sec*(1-w)
+		}
+		if s.peakValue.CompareAndSwap(old, math.Float64bits(peak)) {
+			break
+		}
 	}
-	s.peakValue.Store(math.Float64bits(peak))
-	s.peakStamp.Store(now.UnixNano())
+	s.peakStamp.Store(ns)
 }
 
 // PeakLatency returns the peak-EWMA latency estimate at now, in seconds,
@@ -397,13 +471,6 @@ func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, meas
 		return v, true
 	}
 	return v * math.Exp(-dt/float64(tau)), true
-}
-
-// publish stores the estimates readers see. Called with mu held (or
-// before the state is shared).
-func (s *State) publish() {
-	s.success.Store(math.Float64bits(s.successEWMA))
-	s.latency.Store(math.Float64bits(s.latencyEWMA))
 }
 
 // Estimates are an endpoint's running estimates, as a policy weighs them.
@@ -423,7 +490,7 @@ type Estimates struct {
 func (s *State) Estimates() Estimates {
 	return Estimates{
 		Success:  math.Float64frombits(s.success.Load()),
-		Latency:  math.Float64frombits(s.latency.Load()),
+		Latency:  s.latencyEWMA(),
 		Measured: s.peakStamp.Load(),
 		Outcomes: s.successes.Load() + s.failures.Load(),
 	}
@@ -445,7 +512,7 @@ func (s *State) Score(now time.Time) float64 {
 // outcome landing between the reads mixes one old and one new estimate,
 // which a score read while outcomes arrive cannot tell from either.
 func (s *State) ScoreIgnoringBreaker() float64 {
-	return math.Float64frombits(s.success.Load()) / (1 + math.Float64frombits(s.latency.Load()))
+	return math.Float64frombits(s.success.Load()) / (1 + s.latencyEWMA())
 }
 
 // Snapshot is a consistent copy of a state, for status pages and metrics.
@@ -472,27 +539,29 @@ type Snapshot struct {
 	Source string `json:"state_source"`
 }
 
-// Snapshot returns the state at now.
+// Snapshot returns the state at now. Its words are read one after the
+// other: taken while outcomes arrive, it may count an outcome in one
+// figure and not yet in the next.
 func (s *State) Snapshot(now time.Time) Snapshot {
-	s.mu.Lock()
 	snap := Snapshot{
-		Name:                s.name,
-		SuccessEWMA:         s.successEWMA,
-		LatencyEWMA:         s.latencyEWMA,
-		ConsecutiveFailures: s.consecutive,
-		Samples:             s.samples,
+		Name:        s.name,
+		SuccessEWMA: math.Float64frombits(s.success.Load()),
+		LatencyEWMA: s.latencyEWMA(),
 	}
-	s.mu.Unlock()
+	if BreakerState(s.breaker.Load()) == Closed {
+		snap.ConsecutiveFailures = int(uint32(s.run.Load()))
+	}
 	snap.PeakLatency, _ = s.PeakLatency(now, DefaultPeakDecay)
 	snap.Score = s.Score(now)
 	snap.Breaker = s.Breaker(now)
 	snap.BreakerName = snap.Breaker.String()
-	snap.Inflight = s.inflight.Load()
+	snap.Inflight = s.Inflight()
 	snap.Draining = s.Draining()
 	snap.Down = s.Down()
-	snap.Requests = s.requests.Load()
+	snap.Requests = s.admitted.Load()
 	snap.Successes = s.successes.Load()
 	snap.Failures = s.failures.Load()
+	snap.Samples = snap.Successes + snap.Failures
 	snap.Ignored = s.ignored.Load()
 	snap.Opens = s.opens.Load()
 	snap.Source = "local"
