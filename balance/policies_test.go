@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -475,4 +477,113 @@ func TestScoredExactPaths(t *testing.T) {
 			t.Errorf("n=%d: the half with twice the weight got %.4f of picks, want %.4f", n, first, want)
 		}
 	}
+}
+
+// least_conn keeps its endpoints indexed by load: under a random mix of
+// picks, releases, drains and breakers, every pick is an available
+// endpoint with the fewest in flight, as a scan of them all would find;
+// past a reload the new snapshot's index takes over, and the old
+// snapshot's picks (requests that took it before the swap) still find the
+// least loaded.
+func TestLeastConnIndexExact(t *testing.T) {
+	names := letters(300)
+	p, clock := testPool(t, balance.LeastConn{}, names...)
+	rng := rand.New(rand.NewPCG(7, 7))
+	var held []balance.Pick
+	check := func(snap *balance.Snapshot, step int) {
+		t.Helper()
+		pk, err := snap.Pick(balance.Request{})
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		least := int64(-1)
+		for _, ep := range snap.Primaries().Endpoints() {
+			if ep != pk.Endpoint && snap.Primaries().Available(ep) && (least < 0 || ep.State.Inflight() < least) {
+				least = ep.State.Inflight()
+			}
+		}
+		// pk is counted in flight already: compare its load before.
+		if got := pk.Endpoint.State.Inflight() - 1; least >= 0 && got > least {
+			t.Fatalf("step %d: picked %s with %d in flight, %d was the least", step, pk.Endpoint.Name, got, least)
+		}
+		held = append(held, pk)
+	}
+	old := p.Snapshot()
+	for step := range 20000 {
+		switch r := rng.IntN(100); {
+		case r < 55 || len(held) == 0:
+			check(p.Snapshot(), step)
+		case r < 95:
+			i := rng.IntN(len(held))
+			held[i].Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: clock.Now()})
+			held[i] = held[len(held)-1]
+			held = held[:len(held)-1]
+		case r < 97:
+			ep := p.Snapshot().Get(names[rng.IntN(len(names))])
+			ep.State.SetDraining(!ep.State.Draining())
+		case r < 98 && step > 10000 && old == p.Snapshot():
+			// A reload: one endpoint fewer; in-flight counts carry over.
+			if err := p.Configure(balance.Config{Policy: balance.LeastConn{}, Endpoints: endpointConfigs(names[1:])}); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			check(old, step) // a straggler on the first snapshot
+		}
+	}
+	for _, pk := range held {
+		pk.Release()
+	}
+	if old == p.Snapshot() {
+		t.Fatal("the reload never happened")
+	}
+}
+
+// Under concurrent picks and releases the index ends where the counts
+// are: every endpoint idle, and idle endpoints share the picks.
+func TestLeastConnIndexConcurrent(t *testing.T) {
+	p, _ := testPool(t, balance.LeastConn{}, letters(16)...)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []balance.Pick
+			for i := range 5000 {
+				pk, err := p.Pick(balance.Request{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mine = append(mine, pk)
+				if i%3 != 0 {
+					mine[0].Release()
+					mine = mine[1:]
+				}
+			}
+			for _, pk := range mine {
+				pk.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	// All idle: 16 picks held at once land on 16 different endpoints.
+	seen := map[string]bool{}
+	for range 16 {
+		pk, err := p.Pick(balance.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[pk.Endpoint.Name] {
+			t.Fatalf("%s picked twice while others were idle", pk.Endpoint.Name)
+		}
+		seen[pk.Endpoint.Name] = true
+	}
+}
+
+func endpointConfigs(names []string) []balance.EndpointConfig {
+	eps := make([]balance.EndpointConfig, len(names))
+	for i, n := range names {
+		eps[i] = balance.EndpointConfig{Name: n}
+	}
+	return eps
 }

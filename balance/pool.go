@@ -304,10 +304,19 @@ func newTier(s *Set, policy Policy) tier {
 
 // release gives back the states this snapshot acquired.
 func (s *Snapshot) release() {
+	for _, t := range [2]*tier{&s.primary, &s.backup} {
+		if r, ok := t.picker.(retirer); ok {
+			r.retire()
+		}
+	}
 	for _, ep := range s.all {
 		s.pool.store.Release(ep.Name)
 	}
 }
+
+// retirer is a picker that keeps something up to date while its snapshot
+// serves, and stops when it is replaced or discarded.
+type retirer interface{ retire() }
 
 // Pool returns the pool the snapshot was built by.
 func (s *Snapshot) Pool() *Pool { return s.pool }

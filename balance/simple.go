@@ -67,57 +67,6 @@ func (p randomPicker) Pick(Request) (*Endpoint, error) {
 	return nil, ErrNoEndpoint
 }
 
-// LeastConn sends each request to the available endpoint with the fewest
-// requests in flight. Ties are broken at random, since always taking the
-// first would pile every quiet-time request onto endpoint 0: the scan
-// starts at a random endpoint and keeps the first least loaded it meets,
-// one random draw a pick (where drawing for each tie would cost a draw per
-// endpoint when all are idle). The scan stops at the first idle endpoint,
-// which nothing can beat: O(1) expected while some endpoints are idle,
-// O(N) when every one is busy.
-type LeastConn struct{}
-
-var _ Policy = LeastConn{}
-
-// Name returns "least_conn".
-func (LeastConn) Name() string { return "least_conn" }
-
-// Build returns a picker over s.
-func (LeastConn) Build(s *Set) Picker { return leastConnPicker{s} }
-
-type leastConnPicker struct{ set *Set }
-
-func (p leastConnPicker) Pick(Request) (*Endpoint, error) {
-	s := p.set
-	n := len(s.states)
-	if n == 0 {
-		return nil, ErrNoEndpoint
-	}
-	best := -1
-	var bestLoad int64
-	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			load := st.Inflight()
-			if load == 0 {
-				// Nothing is less loaded than idle: the scan stops at the
-				// first idle endpoint from its random start, so a pick is
-				// O(1) while some endpoint is idle.
-				return s.endpoints[i], nil
-			}
-			if best < 0 || load < bestLoad {
-				best, bestLoad = i, load
-			}
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-	if best < 0 {
-		return nil, ErrNoEndpoint
-	}
-	return s.endpoints[best], nil
-}
-
 // WeightedLeastConn is least connections with capacity: the endpoint with
 // the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
 // is preferred to an idle one of weight 1, and a busy big one takes twice

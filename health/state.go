@@ -64,6 +64,7 @@ func (t Ticket) Probe() bool { return t.probe }
 func (t Ticket) Release() {
 	if t.s != nil {
 		t.s.released.Add(1)
+		t.s.changed()
 	}
 }
 
@@ -106,9 +107,10 @@ type State struct {
 	// the difference is in flight, and one counter serves both the
 	// in-flight count and the requests total.
 	admitted, released atomic.Int64
-	breaker            atomic.Int32 // BreakerState, written under mu
-	openUntil          atomic.Int64 // unix ns the cooldown ends; written under mu
-	probing            atomic.Bool  // a half-open probe is out; written under mu
+	watch              atomic.Pointer[Watch] // told of in-flight changes; nil: nobody
+	breaker            atomic.Int32          // BreakerState, written under mu
+	openUntil          atomic.Int64          // unix ns the cooldown ends; written under mu
+	probing            atomic.Bool           // a half-open probe is out; written under mu
 	// run holds the breaker's generation (high 32 bits, changed under mu
 	// on every transition) and the failures in a row counted in it (low
 	// 32 bits, counted by outcomes with compare-and-swap).
@@ -204,6 +206,47 @@ func (s *State) Inflight() int64 {
 	return s.admitted.Load() - r
 }
 
+// Watch is told, by calling Changed, after every change of a state's
+// in-flight count, from the goroutine that made it: a picker that keeps an
+// index of endpoints by load (least_conn) stays up to date without
+// scanning. Changed must be quick and must not call back into the state's
+// Admit or Release.
+type Watch struct {
+	// Seq orders watches: a state keeps the one with the highest, so a
+	// picker built later takes over from the one it replaces.
+	Seq     uint64
+	Changed func()
+}
+
+// SetWatch makes w the state's watch unless one with a higher Seq is
+// already in place, and reports whether w is now the watch.
+func (s *State) SetWatch(w *Watch) bool {
+	for {
+		cur := s.watch.Load()
+		if cur == w {
+			return true
+		}
+		if cur != nil && cur.Seq > w.Seq {
+			return false
+		}
+		if s.watch.CompareAndSwap(cur, w) {
+			return true
+		}
+	}
+}
+
+// ClearWatch removes w, when it is the state's watch.
+func (s *State) ClearWatch(w *Watch) { s.watch.CompareAndSwap(w, nil) }
+
+// Watched reports whether w is the state's watch.
+func (s *State) Watched(w *Watch) bool { return s.watch.Load() == w }
+
+func (s *State) changed() {
+	if w := s.watch.Load(); w != nil {
+		w.Changed()
+	}
+}
+
 // Available reports whether the endpoint may take a request now: not
 // draining, not down, fewer than max requests in flight (0: no cap; the
 // cap is the pool's), and a breaker that would admit one (closed; or open
@@ -288,6 +331,7 @@ func (s *State) ticket(cfg *Config, gen uint32, probe, fallback bool) Ticket {
 		cfg = &defaultConfig
 	}
 	s.admitted.Add(1)
+	s.changed()
 	return Ticket{s: s, cfg: cfg, gen: gen, probe: probe, fallback: fallback}
 }
 

@@ -1,0 +1,211 @@
+package balance
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/rotor-lb/rotor/health"
+)
+
+// LeastConn sends each request to the available endpoint with the fewest
+// requests in flight; ties are broken at random, since always taking the
+// first would pile every quiet-time request onto endpoint 0.
+//
+// The picker keeps its endpoints in buckets by in-flight count, moved as
+// each request is admitted and released (the endpoints' health states
+// tell it, through a health.Watch), so a pick looks in the lowest bucket
+// instead of scanning every endpoint: O(1) expected while the least
+// loaded endpoints are available, whatever the pool's size and load
+// (HAProxy keeps its leastconn servers in a tree for the same reason).
+// Unavailable endpoints stay in their bucket and are stepped over.
+type LeastConn struct{}
+
+var _ Policy = LeastConn{}
+
+// Name returns "least_conn".
+func (LeastConn) Name() string { return "least_conn" }
+
+// Build returns a picker over s. It starts keeping its index at its first
+// pick, so that a snapshot built beside the running one and never
+// published changes nothing.
+func (LeastConn) Build(s *Set) Picker {
+	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states))}
+	seq := watchSeq.Add(1)
+	for i := range p.watches {
+		p.watches[i] = health.Watch{Seq: seq, Changed: func() { p.moved(i) }}
+	}
+	return p
+}
+
+// watchSeq orders the pickers that watch states: a later one takes over.
+var watchSeq atomic.Uint64
+
+// lcLevels bounds the buckets: endpoints with lcLevels-1 requests or more
+// in flight share the last one, where the least loaded is searched for.
+const lcLevels = 256
+
+type lcPicker struct {
+	set     *Set
+	watches []health.Watch // one per endpoint
+	ready   atomic.Bool    // the index is kept (or never will be: scan)
+
+	mu sync.Mutex
+	// scan: the index is not kept, as the picker was retired (its
+	// snapshot replaced) or a later picker watches the same states; a
+	// pick scans every endpoint.
+	scan    bool
+	retired bool      // retire was called
+	level   []int32   // each endpoint's bucket
+	pos     []int32   // its place in the bucket
+	buckets [][]int32 // endpoints by in-flight count, up to lcLevels-1
+	low     int       // no bucket below it holds an endpoint
+}
+
+// start installs the watches and fills the buckets from the counts now.
+func (p *lcPicker) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready.Load() {
+		return
+	}
+	defer p.ready.Store(true)
+	if p.retired {
+		p.scan = true
+		return
+	}
+	n := len(p.set.states)
+	p.level, p.pos, p.buckets = make([]int32, n), make([]int32, n), make([][]int32, lcLevels)
+	for i := range p.set.states {
+		if !p.set.states[i].SetWatch(&p.watches[i]) {
+			p.scan = true // a picker built later keeps these states
+		}
+		p.level[i] = -1
+		p.place(i)
+	}
+}
+
+// retire stops keeping the index: the snapshot was replaced. Picks that
+// still come (requests that took the old snapshot) scan.
+func (p *lcPicker) retire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired, p.scan = true, true
+	for i := range p.set.states {
+		p.set.states[i].ClearWatch(&p.watches[i])
+	}
+}
+
+// moved is endpoint i's watch: its in-flight count changed.
+func (p *lcPicker) moved(i int) {
+	p.mu.Lock()
+	if !p.scan && p.level != nil {
+		p.place(i)
+	}
+	p.mu.Unlock()
+}
+
+// place moves endpoint i to the bucket of its in-flight count now. Every
+// change is followed by a place that reads the count after it, so the
+// last one leaves the endpoint where it belongs. Called with mu held.
+func (p *lcPicker) place(i int) {
+	k := int32(min(max(p.set.states[i].Inflight(), 0), lcLevels-1))
+	old := p.level[i]
+	if old == k {
+		return
+	}
+	if old >= 0 {
+		b := p.buckets[old]
+		last := b[len(b)-1]
+		b[p.pos[i]], p.pos[last] = last, p.pos[i]
+		p.buckets[old] = b[:len(b)-1]
+	}
+	p.buckets[k] = append(p.buckets[k], int32(i))
+	p.level[i], p.pos[i] = k, int32(len(p.buckets[k])-1)
+	p.low = min(p.low, int(k))
+}
+
+func (p *lcPicker) Pick(Request) (*Endpoint, error) {
+	s := p.set
+	if len(s.states) == 0 {
+		return nil, ErrNoEndpoint
+	}
+	if !p.ready.Load() {
+		p.start()
+	}
+	p.mu.Lock()
+	if p.scan {
+		p.mu.Unlock()
+		return leastConnScan(s)
+	}
+	defer p.mu.Unlock()
+	for k := p.low; k < lcLevels; k++ {
+		b := p.buckets[k]
+		if len(b) == 0 {
+			if k == p.low {
+				p.low++
+			}
+			continue
+		}
+		if k == lcLevels-1 {
+			// Every load from here up: the least of them.
+			if i := leastIn(s, b); i >= 0 {
+				return s.endpoints[i], nil
+			}
+			break
+		}
+		start := intn(s.rand, len(b))
+		for j := range b {
+			i := b[(start+j)%len(b)]
+			if st := &s.states[i]; st.Available(s.clock, st.max) {
+				return s.endpoints[i], nil
+			}
+		}
+	}
+	return nil, ErrNoEndpoint
+}
+
+// leastIn returns the available endpoint of idx with the fewest requests
+// in flight, the first met from a random start on a tie; -1 if none is
+// available.
+func leastIn(s *Set, idx []int32) int {
+	best, bestLoad := -1, int64(0)
+	for k, j := 0, intn(s.rand, len(idx)); k < len(idx); k++ {
+		i := int(idx[j])
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
+			if load := st.Inflight(); best < 0 || load < bestLoad {
+				best, bestLoad = i, load
+			}
+		}
+		if j++; j == len(idx) {
+			j = 0
+		}
+	}
+	return best
+}
+
+// leastConnScan is least_conn without the index: every endpoint looked
+// at from a random start, stopping at the first idle one, which nothing
+// can beat.
+func leastConnScan(s *Set) (*Endpoint, error) {
+	n := len(s.states)
+	best := -1
+	var bestLoad int64
+	for k, i := 0, intn(s.rand, n); k < n; k++ {
+		if st := &s.states[i]; st.Available(s.clock, st.max) {
+			load := st.Inflight()
+			if load == 0 {
+				return s.endpoints[i], nil
+			}
+			if best < 0 || load < bestLoad {
+				best, bestLoad = i, load
+			}
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	if best < 0 {
+		return nil, ErrNoEndpoint
+	}
+	return s.endpoints[best], nil
+}
