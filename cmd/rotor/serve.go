@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +13,7 @@ import (
 )
 
 func newServeCmd() *cobra.Command {
-	var path string
+	var path, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE",
 		Short: "Run the HTTP reverse proxy and TCP proxy described by a config file",
@@ -28,6 +29,13 @@ and exits 0.`,
 			if path == "" {
 				return fmt.Errorf("--config: required")
 			}
+			if cpuProfile != "" {
+				stop, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			s, err := server.New(path, os.Getenv, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -36,7 +44,24 @@ and exits 0.`,
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "the config file (YAML)")
+	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (go tool pprof) of the whole run to this file")
 	return cmd
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func newCheckConfigCmd() *cobra.Command {
