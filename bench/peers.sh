@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # rotor beside nginx, HAProxy and Caddy (and the backend direct), in one
-# run, for what bench/serve.sh does not cover:
+# run, on every path:
+#   HTTP/1.1: wrk -t1 -c50 through each, three backends
 #   TCP: redis-benchmark SET/GET through each TCP proxy (rotor's tcp
 #        listener, HAProxy mode tcp, nginx stream), plain and pipelined -P 16
-#   HTTP/2 over TLS: h2load -c 20 -m 10 through each (rotor, nginx,
-#        HAProxy, Caddy), to HTTP/1.1 backends
+#   HTTP/2 over TLS: h2load -c 20 -m 10 through each, to HTTP/1.1 backends
+#   large bodies: curl downloads and uploads of SIZE bytes (default 256 MiB)
+#        through each, with a Content-Length and chunked
 # Each proxy gets one core (taskset -c 0, one worker or thread,
 # GOMAXPROCS=1); the load generator and the backends share the other.
 # CORES=2 gives each proxy both cores (two workers or threads,
 # GOMAXPROCS=2), shared with the load, to show how each scales.
-# HTTP/1.1 is bench/serve.sh's. Installs what is missing (Debian).
+# Installs what is missing (Debian). Prints the tables; the results also
+# go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
+# docs/img/peers-${CORES}core.svg. WRITE=1 puts the tables into
+# docs/BENCHMARKS.md too, between the markers for this core count.
 # Usage: bash bench/peers.sh > bench/out/peers.txt
-#        CORES=2 bash bench/peers.sh > bench/out/peers-2.txt
+#        CORES=2 WRITE=1 bash bench/peers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 for pair in nginx:nginx-light haproxy:haproxy caddy:caddy h2load:nghttp2-client redis-benchmark:redis-tools \
-	redis-server:redis-server openssl:openssl taskset:util-linux; do
+	redis-server:redis-server openssl:openssl taskset:util-linux wrk:wrk curl:curl; do
 	command -v "${pair%%:*}" >/dev/null || need+=("${pair#*:}")
 done
 [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
@@ -30,6 +35,9 @@ if ((${#need[@]})); then
 fi
 
 REQUESTS=${REQUESTS:-200000}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-50}
+SIZE=${SIZE:-268435456}
 CORES=${CORES:-1}
 case "$CORES" in
 1) pin=0 load=1 ;;
@@ -57,6 +65,8 @@ admin: {listen: "off"}
 listeners:
   - {name: redis, kind: tcp, listen: "127.0.0.1:18379", pool: redis}
   - {name: h2, kind: http, listen: "127.0.0.1:18443", pool: app, tls: {cert: cert.pem, key: key.pem}}
+  - {name: web, kind: http, listen: "127.0.0.1:18180", pool: app}
+  - {name: bodies, kind: http, listen: "127.0.0.1:18190", pool: one}
 pools:
   - {name: redis, endpoints: [{name: r, address: "127.0.0.1:19379"}]}
   - name: app
@@ -64,6 +74,7 @@ pools:
       - {name: a, url: "http://127.0.0.1:19301"}
       - {name: b, url: "http://127.0.0.1:19302"}
       - {name: c, url: "http://127.0.0.1:19303"}
+  - {name: one, endpoints: [{name: a, url: "http://127.0.0.1:19301"}], timeouts: {try: 10m, total: 10m}}
 YAML
 GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 
@@ -80,6 +91,20 @@ stream {
 http {
   access_log off;
   upstream app { server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; keepalive 128; }
+  upstream one { server 127.0.0.1:19301; keepalive 16; }
+  server {
+    listen 127.0.0.1:18181;
+    keepalive_requests 100000000;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+  server {
+    listen 127.0.0.1:18191;
+    client_max_body_size 0;
+    location / {
+      proxy_pass http://one; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_request_buffering off; proxy_buffering off; proxy_read_timeout 10m;
+    }
+  }
   server {
     listen 127.0.0.1:18444 ssl http2;
     keepalive_requests 100000000;
@@ -105,6 +130,20 @@ frontend redis
 backend redis
   mode tcp
   server r 127.0.0.1:19379
+frontend web
+  mode http
+  bind 127.0.0.1:18182
+  default_backend app
+frontend bodies
+  mode http
+  bind 127.0.0.1:18192
+  timeout client 10m
+  default_backend one
+backend one
+  mode http
+  timeout server 10m
+  http-reuse always
+  server a 127.0.0.1:19301
 frontend h2
   mode http
   bind 127.0.0.1:18445 ssl crt $PWD/$out/both.pem alpn h2,http/1.1
@@ -124,6 +163,14 @@ cat > "$out/Caddyfile" <<CADDY
 	admin off
 	auto_https off
 }
+http://127.0.0.1:18183 {
+	reverse_proxy 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 {
+		lb_policy round_robin
+	}
+}
+http://127.0.0.1:18193 {
+	reverse_proxy 127.0.0.1:19301
+}
 https://127.0.0.1:18446 {
 	tls $PWD/$out/cert.pem $PWD/$out/key.pem
 	reverse_proxy 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 {
@@ -133,20 +180,51 @@ https://127.0.0.1:18446 {
 CADDY
 GOMAXPROCS=$CORES taskset -c $pin caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
 
-for port in 19379 19301 18379 18380 18381 18443 18444 18445 18446; do wait_port "$port"; done
+for port in 19379 19301 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18190 18191 18192 18193; do
+	wait_port "$port"
+done
+results=$out/results.tsv
+: > "$results"
+# result TEST TARGET VALUE records one figure for the chart.
+result() { printf "%s\t%s\t%s\n" "$1" "$2" "${3:--}" >> "$results"; }
+upload=$(mktemp -p /dev/shm rotor-upload.XXXXXX 2>/dev/null || mktemp)
+tmpfiles+=("$upload")
+head -c "$SIZE" /dev/zero > "$upload"
 
+{
 echo "# rotor beside its peers, $CORES core(s) each (taskset -c $pin; load on $load); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
 echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1-3); caddy $(caddy version | cut -d' ' -f1); $(redis-server --version | cut -d' ' -f1-3)"
 echo
 # rps runs redis-benchmark -q and prints its SET and GET requests/s.
 rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }
+echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load"
+printf "%-10s %12s %10s %10s\n" target "requests/s" p50 p99
+for target in direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183; do
+	port=${target#*=}
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
+	r=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
+	printf "%-10s %12s %10s %10s %s\n" "${target%=*}" "$r" "$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")" \
+		"$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")" "$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")"
+	result "HTTP/1.1" "${target%=*}" "$r"
+done
+echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load"
 printf "%-10s %12s %12s %14s %14s\n" target SET GET "SET -P 16" "GET -P 16"
-for target in direct=19379 rotor=18379 nginx=18380 haproxy=18381; do
+for target in direct=19379 rotor=18379 nginx=18380 haproxy=18381 caddy=; do
 	port=${target#*=}
+	if [ -z "$port" ]; then # Caddy has no TCP proxy without a plugin
+		for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16"; do result "$t" caddy -; done
+		continue
+	fi
 	plain=$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)
 	piped=$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)
 	printf "%-10s %12s %12s %14s %14s\n" "${target%=*}" $plain $piped
+	read -r set get <<<"$plain"
+	read -r pset pget <<<"$piped"
+	result "TCP SET" "${target%=*}" "$set"
+	result "TCP GET" "${target%=*}" "$get"
+	result "TCP SET -P16" "${target%=*}" "$pset"
+	result "TCP GET -P16" "${target%=*}" "$pget"
 done
 echo
 echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load"
@@ -158,4 +236,46 @@ for target in rotor=18443 nginx=18444 haproxy=18445 caddy=18446; do
 	lat=$(awk '/^time for request:/ {print $6, $5}' "$out/h2load-$port.txt")
 	ok=$(awk '/^status codes:/ {print $3, $4}' "$out/h2load-$port.txt")
 	printf "%-10s %12s %10s %10s  %s\n" "${target%=*}" "$rps" $lat "($ok)"
+	result "HTTP/2" "${target%=*}" "$rps"
 done
+echo
+# speed prints curl's MB/s, the better of two runs.
+speed() {
+	local b=0 s
+	for _ in 1 2; do
+		s=$(taskset -c $load curl -sS -o /dev/null -w '%{speed_download} %{speed_upload}\n' "$@" | awk '{print ($1 > $2 ? $1 : $2) / 1e6}')
+		b=$(awk -v a="$b" -v s="$s" 'BEGIN {print (s > a ? s : a)}')
+	done
+	printf "%.0f" "$b"
+}
+echo "## large bodies: curl, $((SIZE >> 20)) MiB (MB/s, best of 2), load on cores $load"
+printf "%-10s %14s %14s %14s %14s\n" target "down, length" "down, chunked" "up, length" "up, chunked"
+for target in direct=19301 rotor=18190 nginx=18191 haproxy=18192 caddy=18193; do
+	base=http://127.0.0.1:${target#*=}
+	dl=$(speed "$base/bytes/$SIZE")
+	dc=$(speed "$base/bytes/$SIZE?chunked=1")
+	ul=$(speed -X POST -T "$upload" "$base/sink")
+	uc=$(speed -X POST -T "$upload" -H "Transfer-Encoding: chunked" "$base/sink")
+	printf "%-10s %14s %14s %14s %14s\n" "${target%=*}" "$dl" "$dc" "$ul" "$uc"
+	result "download, length" "${target%=*}" "$dl"
+	result "download, chunked" "${target%=*}" "$dc"
+	result "upload, length" "${target%=*}" "$ul"
+	result "upload, chunked" "${target%=*}" "$uc"
+done
+} | tee "$out/tables.txt"
+
+chart=docs/img/peers-${CORES}core.svg
+go run ./bench/chart -ref haproxy -title "rotor beside its peers, $CORES core(s) each (throughput / HAProxy's)" "$results" "$chart"
+echo
+echo "chart: $chart"
+if [ "${WRITE:-}" = 1 ]; then
+	begin="<!-- peers-${CORES}core:begin -->" end="<!-- peers-${CORES}core:end -->"
+	grep -qF "$begin" docs/BENCHMARKS.md || { echo "docs/BENCHMARKS.md has no $begin marker" >&2; exit 1; }
+	{ echo '```'; echo "bash bench/peers.sh (CORES=$CORES)"; cat "$out/tables.txt"; echo '```'; } > "$out/tables.md"
+	awk -v b="$begin" -v e="$end" -v f="$out/tables.md" '
+		$0 == b { print; while ((getline l < f) > 0) print l; skip = 1; next }
+		$0 == e { skip = 0 }
+		!skip { print }' docs/BENCHMARKS.md > "$out/BENCHMARKS.md"
+	mv "$out/BENCHMARKS.md" docs/BENCHMARKS.md
+	echo "tables written into docs/BENCHMARKS.md"
+fi
