@@ -90,17 +90,13 @@ func (p wlcPicker) Pick(Request) (*Endpoint, error) {
 		return nil, ErrNoEndpoint
 	}
 	best := -1
+	var bestLoad int64 // best's in flight, + 1
 	for k, i := 0, intn(s.rand, n); k < n; k++ {
 		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			if best < 0 {
-				best = i
-			} else {
-				// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
-				a := (st.Inflight() + 1) * int64(s.endpoints[best].Weight)
-				b := (s.states[best].Inflight() + 1) * int64(s.endpoints[i].Weight)
-				if a < b {
-					best = i
-				}
+			load := st.Inflight() + 1
+			// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
+			if best < 0 || load*int64(s.endpoints[best].Weight) < bestLoad*int64(s.endpoints[i].Weight) {
+				best, bestLoad = i, load
 			}
 		}
 		if i++; i == n {
