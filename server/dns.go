@@ -178,13 +178,50 @@ func (d *discoverer) wait() {
 	}
 }
 
+// looked is a new discoverer and its first answer, found before the
+// server's lock was taken.
+type looked struct {
+	d   *discoverer
+	eps []config.Endpoint
+	err error
+}
+
+// lookAhead looks up, without holding the server's lock, the pools of cfg
+// whose DNS spec the running config does not have, so that a reload
+// waiting on DNS keeps no other reload, drain or shutdown waiting. Nothing
+// is started: discover takes the answers it can use.
+func (s *Server) lookAhead(cfg *config.File) map[string]looked {
+	s.mu.Lock()
+	running := make(map[string]config.EndpointsFrom, len(s.discoverers))
+	for name, d := range s.discoverers {
+		running[name] = d.spec
+	}
+	s.mu.Unlock()
+	var ahead map[string]looked
+	for _, pc := range cfg.Pools {
+		if pc.EndpointsFrom == nil {
+			continue
+		}
+		if spec, ok := running[pc.Name]; ok && spec == *pc.EndpointsFrom {
+			continue
+		}
+		if ahead == nil {
+			ahead = map[string]looked{}
+		}
+		d := newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
+		eps, err := d.resolve(context.Background())
+		ahead[pc.Name] = looked{d, eps, err}
+	}
+	return ahead
+}
+
 // discover resolves, before a build, every pool of cfg that takes its
 // endpoints from DNS: a pool whose spec is unchanged keeps its discoverer
-// and last answer; a new or changed one is looked up now (a failure
-// leaves it with the listed endpoints only, and says so). It returns the
-// answers to build with and the discoverers to keep; nothing running
-// changes until commitDiscovery.
-func (s *Server) discover(cfg *config.File) (found, map[string]*discoverer) {
+// and last answer; a new or changed one takes its answer from ahead
+// (lookAhead's) or is looked up now (a failure leaves it with the listed
+// endpoints only, and says so). It returns the answers to build with and
+// the discoverers to keep; nothing running changes until commitDiscovery.
+func (s *Server) discover(cfg *config.File, ahead map[string]looked) (found, map[string]*discoverer) {
 	f := found{}
 	ds := map[string]*discoverer{}
 	var old found
@@ -199,8 +236,12 @@ func (s *Server) discover(cfg *config.File) (found, map[string]*discoverer) {
 			ds[pc.Name], f[pc.Name] = d, old[pc.Name]
 			continue
 		}
-		d := newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
-		eps, err := d.resolve(context.Background())
+		l, ok := ahead[pc.Name]
+		if !ok || l.d.spec != *pc.EndpointsFrom {
+			l.d = newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
+			l.eps, l.err = l.d.resolve(context.Background())
+		}
+		d, eps, err := l.d, l.eps, l.err
 		if err != nil {
 			s.log.Warn("dns: no endpoints found; the pool has its listed ones only until an answer comes", "pool", pc.Name, "name", d.spec.DNS, "error", err)
 		}

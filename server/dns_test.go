@@ -260,3 +260,38 @@ pools:
 		t.Fatalf("after the slow lookup: %+v", st)
 	}
 }
+
+// Nor does it hold up a shutdown: the lookup happens before the server's
+// lock is taken, and the reload, when its answer comes, finds the server
+// stopping and changes nothing.
+func TestShutdownDuringASlowLookup(t *testing.T) {
+	d := testtool.NewDNS(t)
+	d.SetIPs("slow.test", "127.0.0.2")
+	b := newBackend(t, "a")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+`, b.url())
+	r := startRotor(t, cfg, nil)
+	r.rewrite(t, cfg+fmt.Sprintf("  - {name: found, endpoints_from: {dns: slow.test., port: 80, resolver: %q}}\n", d.Addr))
+	d.Delay(2 * time.Second)
+	done := make(chan error, 1)
+	go func() { done <- r.Reload() }()
+	time.Sleep(200 * time.Millisecond) // the reload is waiting on DNS
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("shutdown took %v behind a reload waiting on DNS", took)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("the reload after the shutdown: %v, want refused", err)
+	}
+	if r.ReloadStatus().Generation != 1 {
+		t.Fatalf("reload generation %d: the refused reload changed something", r.ReloadStatus().Generation)
+	}
+}

@@ -89,7 +89,7 @@ func New(path string, getenv func(string) string, logOut io.Writer) (*Server, er
 		}
 	}
 	s.metrics.WatchState(s.State)
-	f, ds := s.discover(cfg)
+	f, ds := s.discover(cfg, nil)
 	rt, err := s.buildWith(cfg, f, ds)
 	if err != nil {
 		if s.shared != nil {
@@ -335,6 +335,7 @@ func (s *Server) reloadOnce() error {
 	if err != nil {
 		return err
 	}
+	ahead := s.lookAhead(cfg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
@@ -343,7 +344,7 @@ func (s *Server) reloadOnce() error {
 	if why := sameListeners(s.rt.Load().cfg, cfg); why != "" {
 		return fmt.Errorf("%s: %s; restart rotor to apply it", s.path, why)
 	}
-	f, ds := s.discover(cfg)
+	f, ds := s.discover(cfg, ahead)
 	rt, err := s.buildWith(cfg, f, ds)
 	if err != nil {
 		return err
