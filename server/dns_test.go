@@ -223,6 +223,9 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 		if !tc.healthy && !strings.Contains(string(body), "WRONGPASS") {
 			t.Fatalf("a wrong password is not reported in /status: %s", body)
 		}
+		if !tc.healthy && !strings.Contains(r.logs.String(), "state store refused rotor's credentials") {
+			t.Fatalf("a wrong password is not logged as refused:\n%s", r.logs.String())
+		}
 	}
 }
 

@@ -205,8 +205,24 @@ func (c *Client) fail(err error) {
 		return
 	}
 	c.since.Store(time.Now().UnixNano())
-	c.log.Warn("state store out of reach: serving on local state", "store", "redis", "error", msg)
+	what := "state store out of reach"
+	if refused(msg) {
+		what = "state store refused rotor's credentials"
+	}
+	c.log.Warn(what+": serving on local state", "store", "redis", "error", msg)
 	c.each(func(_ string, st *health.State) { st.Unshare() })
+}
+
+// refused reports whether Redis answered, and the answer was that the
+// user, password or ACL does not let rotor in: a wrong config, not an
+// outage.
+func refused(msg string) bool {
+	for _, code := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.Contains(msg, code) {
+			return true
+		}
+	}
+	return false
 }
 
 // ok notes a success: the failures in a row start again from none, and a
