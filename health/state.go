@@ -238,9 +238,6 @@ func (s *State) SetWatch(w *Watch) bool {
 // ClearWatch removes w, when it is the state's watch.
 func (s *State) ClearWatch(w *Watch) { s.watch.CompareAndSwap(w, nil) }
 
-// Watched reports whether w is the state's watch.
-func (s *State) Watched(w *Watch) bool { return s.watch.Load() == w }
-
 func (s *State) changed() {
 	if w := s.watch.Load(); w != nil {
 		w.Changed()
