@@ -190,7 +190,7 @@ func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
 	s := &Set{endpoints: endpoints, states: make([]slot, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
 	for i, ep := range endpoints {
 		s.byName[ep.Name] = i
-		s.states[i] = slot{State: ep.State, max: ep.MaxInflight}
+		s.states[i] = slot{State: ep.State, max: ep.MaxInflight, weight: int64(max(ep.Weight, 1))}
 	}
 	return s
 }
@@ -225,7 +225,8 @@ func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock, 
 // side by side.
 type slot struct {
 	*health.State
-	max int64 // the endpoint's MaxInflight
+	max    int64 // the endpoint's MaxInflight
+	weight int64 // the endpoint's Weight, at least 1
 }
 
 // Hot loops call st := &s.states[i]; st.Available(s.clock, st.max)

@@ -135,7 +135,7 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 	p.mu.Lock()
 	if p.scan {
 		p.mu.Unlock()
-		return leastConnScan(s)
+		return endpointAt(s, scanLeast(s, nil, false))
 	}
 	defer p.mu.Unlock()
 	for k := p.low; k < lcLevels; k++ {
@@ -148,7 +148,7 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 		}
 		if k == lcLevels-1 {
 			// Every load from here up: the least of them.
-			if i := leastIn(s, b); i >= 0 {
+			if i := scanLeast(s, b, false); i >= 0 {
 				return s.endpoints[i], nil
 			}
 			break
@@ -164,48 +164,51 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 	return nil, ErrNoEndpoint
 }
 
-// leastIn returns the available endpoint of idx with the fewest requests
-// in flight, the first met from a random start on a tie; -1 if none is
-// available.
-func leastIn(s *Set, idx []int32) int {
-	best, bestLoad := -1, int64(0)
-	for k, j := 0, intn(s.rand, len(idx)); k < len(idx); k++ {
-		i := int(idx[j])
+// scanLeast returns the available endpoint with the fewest requests in
+// flight among idx (every endpoint when idx is nil), per weight when
+// weighted ((in flight + 1) / weight), the first met from a random start
+// on a tie; -1 if none is available. Unweighted, it stops at the first
+// idle endpoint, which nothing can beat.
+func scanLeast(s *Set, idx []int32, weighted bool) int {
+	n := len(s.states)
+	if idx != nil {
+		n = len(idx)
+	}
+	if n == 0 {
+		return -1
+	}
+	// bestLoad/bestWeight: best's in flight + 1, and its weight (1
+	// unweighted).
+	best, bestLoad, bestWeight := -1, int64(0), int64(1)
+	for k, j := 0, intn(s.rand, n); k < n; k++ {
+		i := j
+		if idx != nil {
+			i = int(idx[j])
+		}
 		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			if load := st.Inflight(); best < 0 || load < bestLoad {
-				best, bestLoad = i, load
+			load, w := st.Inflight()+1, int64(1)
+			if weighted {
+				w = st.weight
+			} else if load == 1 {
+				return i
+			}
+			// load/w < bestLoad/bestWeight, cross-multiplied to stay in
+			// integers.
+			if best < 0 || load*bestWeight < bestLoad*w {
+				best, bestLoad, bestWeight = i, load, w
 			}
 		}
-		if j++; j == len(idx) {
+		if j++; j == n {
 			j = 0
 		}
 	}
 	return best
 }
 
-// leastConnScan is least_conn without the index: every endpoint looked
-// at from a random start, stopping at the first idle one, which nothing
-// can beat.
-func leastConnScan(s *Set) (*Endpoint, error) {
-	n := len(s.states)
-	best := -1
-	var bestLoad int64
-	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			load := st.Inflight()
-			if load == 0 {
-				return s.endpoints[i], nil
-			}
-			if best < 0 || load < bestLoad {
-				best, bestLoad = i, load
-			}
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-	if best < 0 {
+// endpointAt is the endpoint at i, or ErrNoEndpoint for -1.
+func endpointAt(s *Set, i int) (*Endpoint, error) {
+	if i < 0 {
 		return nil, ErrNoEndpoint
 	}
-	return s.endpoints[best], nil
+	return s.endpoints[i], nil
 }

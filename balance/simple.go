@@ -70,7 +70,8 @@ func (p randomPicker) Pick(Request) (*Endpoint, error) {
 // WeightedLeastConn is least connections with capacity: the endpoint with
 // the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
 // is preferred to an idle one of weight 1, and a busy big one takes twice
-// the requests of a small one. Ties are broken as least_conn breaks them.
+// the requests of a small one. It scans every endpoint from a random
+// start and keeps the first least loaded, so ties are broken at random.
 type WeightedLeastConn struct{}
 
 var _ Policy = WeightedLeastConn{}
@@ -84,27 +85,5 @@ func (WeightedLeastConn) Build(s *Set) Picker { return wlcPicker{s} }
 type wlcPicker struct{ set *Set }
 
 func (p wlcPicker) Pick(Request) (*Endpoint, error) {
-	s := p.set
-	n := len(s.states)
-	if n == 0 {
-		return nil, ErrNoEndpoint
-	}
-	best := -1
-	var bestLoad int64 // best's in flight, + 1
-	for k, i := 0, intn(s.rand, n); k < n; k++ {
-		if st := &s.states[i]; st.Available(s.clock, st.max) {
-			load := st.Inflight() + 1
-			// (a+1)/wa < (b+1)/wb, cross-multiplied to stay in integers.
-			if best < 0 || load*int64(s.endpoints[best].Weight) < bestLoad*int64(s.endpoints[i].Weight) {
-				best, bestLoad = i, load
-			}
-		}
-		if i++; i == n {
-			i = 0
-		}
-	}
-	if best < 0 {
-		return nil, ErrNoEndpoint
-	}
-	return s.endpoints[best], nil
+	return endpointAt(p.set, scanLeast(p.set, nil, true))
 }
