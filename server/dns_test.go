@@ -229,9 +229,11 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 	}
 }
 
-// A reload that waits on DNS (a new pool's name, a slow resolver) does not
-// hold /status up.
-func TestStatusAnswersDuringASlowLookup(t *testing.T) {
+// reloadWaitingOnDNS starts rotor, then a reload adding a pool whose name
+// a resolver answers only after delay, and returns once the reload is
+// waiting on it; done gives the reload's result.
+func reloadWaitingOnDNS(t *testing.T, delay time.Duration) (r *rotor, done <-chan error) {
+	t.Helper()
 	d := testtool.NewDNS(t)
 	d.SetIPs("slow.test", "127.0.0.2")
 	b := newBackend(t, "a")
@@ -240,15 +242,21 @@ listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
 pools:
   - {name: app, endpoints: [{name: a, url: %q}]}
 `, b.url())
-	r := startRotor(t, cfg, nil)
-	status := "http://" + r.Addr("admin").String() + "/status"
+	r = startRotor(t, cfg, nil)
 	r.rewrite(t, cfg+fmt.Sprintf("  - {name: found, endpoints_from: {dns: slow.test., port: 80, resolver: %q}}\n", d.Addr))
-	d.Delay(time.Second)
-	done := make(chan error, 1)
-	go func() { done <- r.Reload() }()
-	time.Sleep(100 * time.Millisecond) // the reload is waiting on DNS
+	d.Delay(delay)
+	result := make(chan error, 1)
+	go func() { result <- r.Reload() }()
+	time.Sleep(200 * time.Millisecond) // the reload is waiting on DNS
+	return r, result
+}
+
+// A reload that waits on DNS (a new pool's name, a slow resolver) does not
+// hold /status up.
+func TestStatusAnswersDuringASlowLookup(t *testing.T) {
+	r, done := reloadWaitingOnDNS(t, time.Second)
 	start := time.Now()
-	resp, err := http.Get(status)
+	resp, err := http.Get("http://" + r.Addr("admin").String() + "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,20 +276,7 @@ pools:
 // lock is taken, and the reload, when its answer comes, finds the server
 // stopping and changes nothing.
 func TestShutdownDuringASlowLookup(t *testing.T) {
-	d := testtool.NewDNS(t)
-	d.SetIPs("slow.test", "127.0.0.2")
-	b := newBackend(t, "a")
-	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
-pools:
-  - {name: app, endpoints: [{name: a, url: %q}]}
-`, b.url())
-	r := startRotor(t, cfg, nil)
-	r.rewrite(t, cfg+fmt.Sprintf("  - {name: found, endpoints_from: {dns: slow.test., port: 80, resolver: %q}}\n", d.Addr))
-	d.Delay(2 * time.Second)
-	done := make(chan error, 1)
-	go func() { done <- r.Reload() }()
-	time.Sleep(200 * time.Millisecond) // the reload is waiting on DNS
+	r, done := reloadWaitingOnDNS(t, 2*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
