@@ -11,20 +11,16 @@ import (
 // stops sending, the other is told by a half-close, so protocols that
 // finish by shutting one direction work.
 //
-// It copies through pooled 32 KiB buffers, not the kernel's splice(2):
-// io.Copy between two TCP connections would splice through a pair of
-// pipes per direction, four descriptors more per connection, kept in a
-// pool until a garbage collection. A proxied connection costs its two
-// sockets and nothing else.
+// It copies through its own buffers, not the kernel's splice(2): io.Copy
+// between two TCP connections would splice through a pair of pipes per
+// direction, four descriptors more per connection, kept in a pool until a
+// garbage collection. A proxied connection costs its two sockets and
+// nothing else; see copyConn for the buffers.
 func Splice(a, b net.Conn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn, n *int64) {
 		defer wg.Done()
-		buf := copyBuffers.Get().(*[32 << 10]byte)
-		// Only Read and Write: io.CopyBuffer must not find ReadFrom or
-		// WriteTo, which are what splice through pipes.
-		*n, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf[:])
-		copyBuffers.Put(buf)
+		*n = copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -36,6 +32,56 @@ func Splice(a, b net.Conn) (aToB, bToA int64) {
 	go cp(a, b, &bToA)
 	wg.Wait()
 	return aToB, bToA
+}
+
+// waitBuffer is what one direction of a connection holds while it waits
+// for bytes. A read that fills it means more is coming: the copy goes on
+// through a pooled copyBuffer until a read comes back short (the socket
+// is drained), and gives it back before it waits again. An idle
+// connection so holds 2 x 4 KiB, not 2 x 32 KiB that a burst once
+// filled; a bulk transfer pays one small read each time the socket runs
+// dry.
+const waitBuffer = 4 << 10
+
+// copyConn copies src to dst until src ends or either fails, and returns
+// the bytes written.
+func copyConn(dst io.Writer, src io.Reader) int64 {
+	small := make([]byte, waitBuffer)
+	var total int64
+	for {
+		n, err := copyRead(dst, src, small, &total)
+		if err != nil {
+			return total
+		}
+		if n < len(small) {
+			continue
+		}
+		big := copyBuffers.Get().(*[32 << 10]byte)
+		for n == len(big) || n == len(small) {
+			if n, err = copyRead(dst, src, big[:], &total); err != nil {
+				copyBuffers.Put(big)
+				return total
+			}
+		}
+		copyBuffers.Put(big)
+	}
+}
+
+// copyRead reads once from src into buf and writes what came to dst: the
+// bytes read, and an error when either side is done (io.EOF included).
+func copyRead(dst io.Writer, src io.Reader, buf []byte, total *int64) (int, error) {
+	n, rerr := src.Read(buf)
+	if n > 0 {
+		w, werr := dst.Write(buf[:n])
+		*total += int64(w)
+		if werr != nil {
+			return n, werr
+		}
+		if w != n {
+			return n, io.ErrShortWrite
+		}
+	}
+	return n, rerr
 }
 
 var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}

@@ -58,6 +58,62 @@ func TestIdleKeepAlive(t *testing.T) {
 	}
 }
 
+// Thousands of idle proxied TCP connections, each after one exchange of
+// 64 KiB each way: what each costs rotor in memory. A connection waiting
+// for bytes holds no copy buffer, only a small one per direction.
+func TestIdleTCP(t *testing.T) {
+	echo := testtool.Echo(t)
+	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: dbs}
+pools:
+  - {name: dbs, endpoints: [{name: e, address: %q}]}
+`, echo))
+	payload := strings.Repeat("x", 64<<10)
+	exchange := func(c net.Conn) {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() { _, _ = io.WriteString(c, payload) }()
+		if n, err := io.ReadFull(c, make([]byte, len(payload))); err != nil {
+			t.Fatalf("echo: %d bytes, %v", n, err)
+		}
+	}
+	warm, err := net.Dial("tcp", p.addr("db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(warm)
+	warm.Close()
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseFD := p.rss(), p.fds()
+	n := scale(1000, 5000)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", p.addr("db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		exchange(c)
+	}
+	time.Sleep(500 * time.Millisecond)
+	rss, fds := p.rss(), p.fds()
+	per := float64(rss-baseRSS) / float64(n)
+	figure(t, "idle TCP connections", "%d idle after one exchange each: %.1f KB RSS each, %d descriptors more",
+		n, per/1024, fds-baseFD)
+	if fds-baseFD < 2*n || fds-baseFD > 2*n+20 {
+		t.Fatalf("%d descriptors for %d idle connections, want two each", fds-baseFD, n)
+	}
+	if per > 32<<10 {
+		t.Fatalf("%.1f KB RSS per idle connection: the copy buffers are held while waiting", per/1024)
+	}
+}
+
 // A TCP half-close reaches the other side and the answer still comes
 // back; and a thousand connections at once all go through.
 func TestTCPHalfCloseAndConcurrency(t *testing.T) {
