@@ -112,6 +112,14 @@ func (c *CountingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// WriteTo copies what the connection reads to w until it ends, as Splice
+// copies (see copyConn): io.Copy takes it, so an upgraded connection
+// that ReverseProxy copies holds no 32 KiB buffer while it waits.
+func (c *CountingConn) WriteTo(w io.Writer) (int64, error) { return copyConn(w, c) }
+
+// ReadFrom writes what r reads to the connection until r ends, as WriteTo.
+func (c *CountingConn) ReadFrom(r io.Reader) (int64, error) { return copyConn(c, r) }
+
 // Close closes the connection and runs onClose once.
 func (c *CountingConn) Close() error {
 	err := c.Conn.Close()

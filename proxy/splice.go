@@ -20,7 +20,7 @@ func Splice(a, b net.Conn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn, n *int64) {
 		defer wg.Done()
-		*n = copyConn(dst, src)
+		*n, _ = copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -43,15 +43,15 @@ func Splice(a, b net.Conn) (aToB, bToA int64) {
 // dry.
 const waitBuffer = 4 << 10
 
-// copyConn copies src to dst until src ends or either fails, and returns
-// the bytes written.
-func copyConn(dst io.Writer, src io.Reader) int64 {
+// copyConn copies src to dst until src ends (io.EOF, reported as nil, as
+// io.Copy does) or either fails, and returns the bytes written.
+func copyConn(dst io.Writer, src io.Reader) (int64, error) {
 	small := make([]byte, waitBuffer)
 	var total int64
 	for {
 		n, err := copyRead(dst, src, small, &total)
 		if err != nil {
-			return total
+			return total, eof(err)
 		}
 		if n < len(small) {
 			continue
@@ -60,11 +60,18 @@ func copyConn(dst io.Writer, src io.Reader) int64 {
 		for n == len(big) || n == len(small) {
 			if n, err = copyRead(dst, src, big[:], &total); err != nil {
 				copyBuffers.Put(big)
-				return total
+				return total, eof(err)
 			}
 		}
 		copyBuffers.Put(big)
 	}
+}
+
+func eof(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 // copyRead reads once from src into buf and writes what came to dst: the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -113,6 +114,64 @@ pools:
 	// multiplies: two 32 KiB copy buffers held would be 64 KB alone.
 	if perHeap > 32<<10 {
 		t.Fatalf("%.1f KB of heap per idle connection: the copy buffers are held while waiting", perHeap/1024)
+	}
+}
+
+// Thousands of idle upgraded connections (WebSocket-like, through the
+// reverse proxy), each after an exchange of 64 KiB each way: what each
+// costs rotor's heap. ReverseProxy copies an upgraded connection with
+// io.Copy, which takes the copy of Splice rotor's connections offer.
+func TestIdleUpgraded(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+		_, _ = io.Copy(conn, rw) // echo until the client goes
+	}))
+	t.Cleanup(be.Close)
+	p := start(t, webConfig("", &backend{&testtool.Backend{Server: be, Name: "echo"}}))
+	payload := strings.Repeat("x", 64<<10)
+	open := func() net.Conn {
+		t.Helper()
+		c := rawConn(t, p.addr("web"))
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v, %v", resp, err)
+		}
+		go func() { _, _ = io.WriteString(c, payload) }()
+		if n, err := io.ReadFull(br, make([]byte, len(payload))); err != nil {
+			t.Fatalf("echo: %d bytes, %v", n, err)
+		}
+		return c
+	}
+	open().Close()
+	time.Sleep(200 * time.Millisecond)
+	baseHeap, baseG := p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
+	n := scale(500, 2000)
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		conns = append(conns, open())
+	}
+	time.Sleep(500 * time.Millisecond)
+	heap, g := p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
+	perHeap := (heap - baseHeap) / float64(n)
+	figure(t, "idle upgraded connections", "%d idle after 64 KiB each way: %.1f KB of Go heap each, %.0f goroutines each",
+		n, perHeap/1024, (g-baseG)/float64(n))
+	// Two 32 KiB copy buffers held while waiting would be 64 KB alone.
+	if perHeap > 40<<10 {
+		t.Fatalf("%.1f KB of heap per idle upgraded connection: copy buffers are held while waiting", perHeap/1024)
 	}
 }
 
