@@ -289,6 +289,14 @@ func (p *stickyPicker) claim(key string, ep *Endpoint) *Endpoint {
 	return ep
 }
 
+// retire forwards to the inner picker when it keeps something up to date
+// (least_conn's index).
+func (p *stickyPicker) retire() {
+	if r, ok := p.inner.(retirer); ok {
+		r.retire()
+	}
+}
+
 // Done forwards to the inner picker when it keeps accounts of its own.
 func (p *stickyPicker) Done(ep *Endpoint) {
 	if p.innerObs != nil {
