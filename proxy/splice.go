@@ -46,7 +46,9 @@ const waitBuffer = 4 << 10
 // copyConn copies src to dst until src ends (io.EOF, reported as nil, as
 // io.Copy does) or either fails, and returns the bytes written.
 func copyConn(dst io.Writer, src io.Reader) (int64, error) {
-	small := make([]byte, waitBuffer)
+	sp := waitBuffers.Get().(*[waitBuffer]byte)
+	defer waitBuffers.Put(sp)
+	small := sp[:]
 	var total int64
 	for {
 		n, err := copyRead(dst, src, small, &total)
@@ -91,4 +93,9 @@ func copyRead(dst io.Writer, src io.Reader, buf []byte, total *int64) (int, erro
 	return n, rerr
 }
 
-var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+var (
+	copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+	// waitBuffers spares a connection that opens and closes at once an
+	// allocation a direction.
+	waitBuffers = sync.Pool{New: func() any { return new([waitBuffer]byte) }}
+)
