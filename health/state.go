@@ -440,6 +440,9 @@ func (s *State) count(ok bool, t Ticket, now time.Time, cfg *Config) {
 			}
 			continue
 		}
+		if n == math.MaxUint32 {
+			return // saturated: a threshold this high is never reached
+		}
 		if !s.run.CompareAndSwap(r, r+1) {
 			continue
 		}
