@@ -24,15 +24,8 @@ func TestIdleKeepAlive(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	baseRSS, baseG, baseFD := p.rss(), p.metric("go_goroutines"), p.fds()
 	n := scale(1000, 5000)
-	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
+	conns := holdIdle(t, n, func() net.Conn {
 		c := rawConn(t, p.addr("web"))
-		conns = append(conns, c)
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -41,14 +34,13 @@ func TestIdleKeepAlive(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-	}
-	time.Sleep(500 * time.Millisecond)
+		return c
+	})
 	rss, g, fds := p.rss(), p.metric("go_goroutines"), p.fds()
 	per := float64(rss-baseRSS) / float64(n)
 	for _, c := range conns {
 		c.Close()
 	}
-	conns = nil
 	back := eventually(t, 15*time.Second, "goroutines and descriptors back", func() bool {
 		return p.metric("go_goroutines") <= baseG+5 && p.fds() <= baseFD+5
 	})
@@ -57,6 +49,24 @@ func TestIdleKeepAlive(t *testing.T) {
 	if fds-baseFD < n || fds-baseFD > n+20 {
 		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
 	}
+}
+
+// holdIdle opens n connections with open, which leaves each idle after
+// its exchange, and gives rotor half a second to settle. They are closed
+// when the test ends, if not before.
+func holdIdle(t *testing.T, n int, open func() net.Conn) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		conns = append(conns, open())
+	}
+	time.Sleep(500 * time.Millisecond)
+	return conns
 }
 
 // Thousands of idle proxied TCP connections, each after one exchange of
@@ -88,21 +98,14 @@ pools:
 	time.Sleep(200 * time.Millisecond)
 	baseRSS, baseHeap, baseFD := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds()
 	n := scale(1000, 5000)
-	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
+	holdIdle(t, n, func() net.Conn {
 		c, err := net.Dial("tcp", p.addr("db"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		conns = append(conns, c)
 		exchange(c)
-	}
-	time.Sleep(500 * time.Millisecond)
+		return c
+	})
 	rss, heap, fds := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds()
 	per, perHeap := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n)
 	figure(t, "idle TCP connections", "%d idle after one exchange each: %.1f KB RSS and %.1f KB of Go heap each, %d descriptors more",
@@ -155,16 +158,7 @@ func TestIdleUpgraded(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	baseHeap, baseG := p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
 	n := scale(500, 2000)
-	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
-		conns = append(conns, open())
-	}
-	time.Sleep(500 * time.Millisecond)
+	holdIdle(t, n, open)
 	heap, g := p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
 	perHeap := (heap - baseHeap) / float64(n)
 	figure(t, "idle upgraded connections", "%d idle after 64 KiB each way: %.1f KB of Go heap each, %.0f goroutines each",
