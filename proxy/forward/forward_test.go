@@ -226,7 +226,10 @@ func TestTrafficMovesOffAndBack(t *testing.T) {
 	clock.Advance(health.DefaultCooldown)
 	for range 100 {
 		fetch()
-		clock.Advance(200 * time.Millisecond) // time passes: old latencies fade
+		// Time passes: old latencies fade. 50 s in all, five times the
+		// fading's time constant, so a probe slowed by a loaded machine
+		// cannot keep the route out for the whole loop.
+		clock.Advance(500 * time.Millisecond)
 	}
 	if st.Breaker(clock.Now()) != health.Closed || bad.count() < before+2 {
 		t.Fatalf("after recovery: breaker %v, %d requests", st.Breaker(clock.Now()), bad.count()-before)
