@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -208,11 +209,16 @@ func (s *Server) lookAhead(cfg *config.File) map[string]looked {
 		if ahead == nil {
 			ahead = map[string]looked{}
 		}
-		d := newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
-		eps, err := d.resolve(context.Background())
-		ahead[pc.Name] = looked{d, eps, err}
+		ahead[pc.Name] = lookNew(cfg, pc)
 	}
 	return ahead
+}
+
+// lookNew makes pool pc's discoverer and looks its name up once.
+func lookNew(cfg *config.File, pc config.Pool) looked {
+	d := newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
+	eps, err := d.resolve(context.Background())
+	return looked{d, eps, err}
 }
 
 // discover resolves, before a build, every pool of cfg that takes its
@@ -238,8 +244,7 @@ func (s *Server) discover(cfg *config.File, ahead map[string]looked) (found, map
 		}
 		l, ok := ahead[pc.Name]
 		if !ok || l.d.spec != *pc.EndpointsFrom {
-			l.d = newDiscoverer(pc.Name, *pc.EndpointsFrom, kindOf(cfg, pc.Name) == "tcp")
-			l.eps, l.err = l.d.resolve(context.Background())
+			l = lookNew(cfg, pc) // another reload changed it meanwhile
 		}
 		d, eps, err := l.d, l.eps, l.err
 		if err != nil {
@@ -326,9 +331,9 @@ func (s *Server) rediscovered(d *discoverer, eps []config.Endpoint) {
 	if s.stopping || s.discoverers[d.pool] != d || slices.Equal(rt.found[d.pool], eps) {
 		return
 	}
-	next := found{}
-	for k, v := range rt.found {
-		next[k] = v
+	next := maps.Clone(rt.found)
+	if next == nil {
+		next = found{}
 	}
 	next[d.pool] = eps
 	nrt, err := s.buildWith(rt.cfg, next, s.discoverers)
