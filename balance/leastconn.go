@@ -54,7 +54,6 @@ type lcPicker struct {
 	// snapshot replaced) or a later picker watches the same states; a
 	// pick scans every endpoint.
 	scan    bool
-	retired bool      // retire was called
 	level   []int32   // each endpoint's bucket
 	pos     []int32   // its place in the bucket
 	buckets [][]int32 // endpoints by in-flight count, up to lcLevels-1
@@ -69,8 +68,7 @@ func (p *lcPicker) start() {
 		return
 	}
 	defer p.ready.Store(true)
-	if p.retired {
-		p.scan = true
+	if p.scan { // retired before its first pick
 		return
 	}
 	n := len(p.set.states)
@@ -89,16 +87,17 @@ func (p *lcPicker) start() {
 func (p *lcPicker) retire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.retired, p.scan = true, true
+	p.scan = true
 	for i := range p.set.states {
 		p.set.states[i].ClearWatch(&p.watches[i])
 	}
 }
 
-// moved is endpoint i's watch: its in-flight count changed.
+// moved is endpoint i's watch: its in-flight count changed. Watches are
+// installed by start, under mu, after the buckets are made.
 func (p *lcPicker) moved(i int) {
 	p.mu.Lock()
-	if !p.scan && p.level != nil {
+	if !p.scan {
 		p.place(i)
 	}
 	p.mu.Unlock()

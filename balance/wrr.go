@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -116,22 +117,10 @@ func (p *wrrPicker) refresh(c *wrrCycle) bool {
 	if all {
 		avail = nil
 	}
-	if sameAvail(avail, c.avail) {
+	if slices.Equal(avail, c.avail) { // nil (all) and a list never have one length
 		return false
 	}
 	p.cur.Store(p.cycleFor(avail))
-	return true
-}
-
-func sameAvail(a, b []bool) bool {
-	if (a == nil) != (b == nil) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
 	return true
 }
 
