@@ -58,11 +58,17 @@ func (h Hash) Sum(s string) uint64 {
 // every input bit over every output bit. Placers use it to derive more
 // hashes from one without hashing the key's bytes again.
 func mix64(x uint64) uint64 {
+	x = premix(x)
+	return x ^ x>>33
+}
+
+// premix is mix64 but for its last step, x ^= x>>33, which leaves the
+// top 33 bits as they are: what a comparison of those bits needs.
+func premix(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
 	x ^= x >> 33
 	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
 	return x
 }
 

@@ -223,13 +223,7 @@ func (s *hrwSnap) uniformOwner(kh uint64) int {
 }
 
 // top33 is the top 33 bits of mix64(x), which its last step leaves alone.
-func top33(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	return x >> 31
-}
+func top33(x uint64) uint64 { return premix(x) >> 31 }
 
 // beats reports whether node i ranks above node j for kh in score's
 // order: on the tie of top33 that calls it.
