@@ -2,6 +2,7 @@ package testtool
 
 import (
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,12 +65,9 @@ func (d *DNS) SetSRV(name string, targets ...string) {
 	var list []*dns.SRV
 	for _, tp := range targets {
 		host, port, _ := net.SplitHostPort(tp)
-		var p uint16
-		for _, c := range port {
-			p = p*10 + uint16(c-'0')
-		}
+		p, _ := strconv.ParseUint(port, 10, 16)
 		list = append(list, &dns.SRV{Hdr: dns.RR_Header{Name: dns.Fqdn(name), Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: d.ttl},
-			Priority: 10, Weight: 10, Port: p, Target: dns.Fqdn(host)})
+			Priority: 10, Weight: 10, Port: uint16(p), Target: dns.Fqdn(host)})
 	}
 	d.srv[dns.Fqdn(name)] = list
 }
