@@ -30,15 +30,8 @@ for port in 19401 18400; do
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.05; done
 done
 
-# best prints the best of ROUNDS runs of curl's speed, in MB/s.
-best() {
-	local b=0
-	for _ in $(seq "$ROUNDS"); do
-		s=$(taskset -c 1 curl -sS -o /dev/null -w '%{speed_download} %{speed_upload}\n' "$@" | awk '{print ($1 > $2 ? $1 : $2) / 1e6}')
-		b=$(awk -v a="$b" -v s="$s" 'BEGIN {print (s > a ? s : a)}')
-	done
-	printf "%.0f" "$b"
-}
+# best prints the best of ROUNDS curl runs on core 1, in MB/s.
+best() { curl_best 1 "$ROUNDS" "$@"; }
 
 echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
 printf "%-26s %10s %10s %8s\n" body direct rotor ratio

@@ -239,15 +239,8 @@ for target in rotor=18443 nginx=18444 haproxy=18445 caddy=18446; do
 	result "HTTP/2" "${target%=*}" "$rps"
 done
 echo
-# speed prints curl's MB/s, the better of two runs.
-speed() {
-	local b=0 s
-	for _ in 1 2; do
-		s=$(taskset -c $load curl -sS -o /dev/null -w '%{speed_download} %{speed_upload}\n' "$@" | awk '{print ($1 > $2 ? $1 : $2) / 1e6}')
-		b=$(awk -v a="$b" -v s="$s" 'BEGIN {print (s > a ? s : a)}')
-	done
-	printf "%.0f" "$b"
-}
+# speed prints curl's MB/s on the load's cores, the better of two runs.
+speed() { curl_best "$load" 2 "$@"; }
 echo "## large bodies: curl, $((SIZE >> 20)) MiB (MB/s, best of 2), load on cores $load"
 printf "%-10s %14s %14s %14s %14s\n" target "down, length" "down, chunked" "up, length" "up, chunked"
 for target in direct=19301 rotor=18190 nginx=18191 haproxy=18192 caddy=18193; do

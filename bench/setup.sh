@@ -12,3 +12,15 @@ setup() {
 	tmpfiles=()
 	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "${tmpfiles[@]}"' EXIT
 }
+
+# curl_best CORES ROUNDS CURL-ARGS... prints the best of ROUNDS curl runs
+# on CORES (taskset), download or upload speed, in MB/s.
+curl_best() {
+	local cores=$1 rounds=$2 b=0 s
+	shift 2
+	for _ in $(seq "$rounds"); do
+		s=$(taskset -c "$cores" curl -sS -o /dev/null -w '%{speed_download} %{speed_upload}\n' "$@" | awk '{print ($1 > $2 ? $1 : $2) / 1e6}')
+		b=$(awk -v a="$b" -v s="$s" 'BEGIN {print (s > a ? s : a)}')
+	done
+	printf "%.0f" "$b"
+}
