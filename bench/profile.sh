@@ -3,8 +3,11 @@
 # (one core, GOMAXPROCS=1, three local backends on the other core) with
 # `rotor serve --cpu-profile`, then the profile's top functions, flat and
 # cumulative, and the share of time in each layer.
-# Needs: wrk, taskset.
+# PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
+# TLS listener (self-signed certificate), HTTP/1.1 to the backends.
+# Needs: wrk, taskset (and h2load, openssl for PROTO=h2).
 # Usage: bash bench/profile.sh > bench/out/profile.txt
+#        PROTO=h2 bash bench/profile.sh > bench/out/profile-h2.txt
 #   (the profile stays in bench/out/profile/cpu.pprof for go tool pprof)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,13 +16,20 @@ for tool in wrk taskset; do
 done
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
+PROTO=${PROTO:-http1}
 . bench/setup.sh
 setup profile
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
+tls="" scheme=http
+if [ "$PROTO" = h2 ]; then
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
+		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+	tls=", tls: {cert: cert.pem, key: key.pem}" scheme=https
+fi
 cat > "$out/rotor.yaml" <<YAML
 admin: {listen: "off"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:18200", pool: app}]
+listeners: [{name: web, kind: http, listen: "127.0.0.1:18200", pool: app$tls}]
 pools:
   - name: app
     policy: round_robin
@@ -31,12 +41,18 @@ YAML
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" --cpu-profile "$out/cpu.pprof" 2>"$out/rotor.log" &
 rotor=$!
 pids+=($rotor)
-for port in 19201 18200; do
-	for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.1; done
+for url in http://127.0.0.1:19201/ "$scheme://127.0.0.1:18200/"; do
+	for _ in $(seq 50); do curl -ksf "$url" >/dev/null && break; sleep 0.1; done
 done
 
-echo "# wrk -t1 -c$CONNS -d$DURATION through rotor (one core), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency http://127.0.0.1:18200/ | grep -E 'Requests/sec|99%'
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ "$PROTO" = h2 ]; then
+	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor (one core), $rev"
+	taskset -c 1 h2load -n 100000 -c 20 -m 10 https://127.0.0.1:18200/ | grep -E '^finished in|^status codes'
+else
+	echo "# wrk -t1 -c$CONNS -d$DURATION through rotor (one core), $rev"
+	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency http://127.0.0.1:18200/ | grep -E 'Requests/sec|99%'
+fi
 kill -TERM "$rotor"
 wait "$rotor" || true
 
@@ -46,4 +62,4 @@ go tool pprof -top -nodecount=25 "$out/rotor" "$out/cpu.pprof" 2>/dev/null | sed
 echo
 echo "# share of the samples under each layer (cumulative)"
 go tool pprof -top -cum -nodecount=400 "$out/rotor" "$out/cpu.pprof" 2>/dev/null |
-	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
+	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*http2serverConn\)\.(runHandler|writeFrameAsync|Flush)|crypto\/tls\.\(\*Conn\)\.Write|runtime\.newstack|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
