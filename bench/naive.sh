@@ -19,17 +19,7 @@ setup naive
 go build -o "$out/naive" ./bench/naive
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19501 127.0.0.1:19502 127.0.0.1:19503 & pids+=($!)
-cat > "$out/rotor.yaml" <<YAML
-admin: {listen: "off"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:18500", pool: app}]
-pools:
-  - name: app
-    policy: round_robin
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19501"}
-      - {name: b, url: "http://127.0.0.1:19502"}
-      - {name: c, url: "http://127.0.0.1:19503"}
-YAML
+web_config "$out/rotor.yaml" 127.0.0.1:18500 19501 19502 19503
 for _ in $(seq 50); do curl -sf http://127.0.0.1:19501/ >/dev/null && break; sleep 0.1; done
 
 # run NAME CORES CMD... starts CMD on 18500 with CORES cores and prints wrk's requests/s.

@@ -27,17 +27,7 @@ if [ "$PROTO" = h2 ]; then
 		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
 	tls=", tls: {cert: cert.pem, key: key.pem}" scheme=https
 fi
-cat > "$out/rotor.yaml" <<YAML
-admin: {listen: "off"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:18200", pool: app$tls}]
-pools:
-  - name: app
-    policy: round_robin
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19201"}
-      - {name: b, url: "http://127.0.0.1:19202"}
-      - {name: c, url: "http://127.0.0.1:19203"}
-YAML
+web_config "$out/rotor.yaml" 127.0.0.1:18200 19201 19202 19203 "$tls"
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" --cpu-profile "$out/cpu.pprof" 2>"$out/rotor.log" &
 rotor=$!
 pids+=($rotor)

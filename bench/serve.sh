@@ -18,17 +18,7 @@ setup serve
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 & pids+=($!)
 
-cat > "$out/rotor.yaml" <<YAML
-admin: {listen: "off"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:18100", pool: app}]
-pools:
-  - name: app
-    policy: round_robin
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19101"}
-      - {name: b, url: "http://127.0.0.1:19102"}
-      - {name: c, url: "http://127.0.0.1:19103"}
-YAML
+web_config "$out/rotor.yaml" 127.0.0.1:18100 19101 19102 19103
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 
 cat > "$out/nginx.conf" <<NGINX

@@ -24,3 +24,21 @@ curl_best() {
 	done
 	printf "%.0f" "$b"
 }
+
+# web_config FILE LISTEN PORT1 PORT2 PORT3 [LISTENER-FIELDS] writes a rotor
+# config: no admin listener, one http listener on LISTEN (with any more
+# fields given, e.g. ", tls: {...}") over a round-robin pool of the three
+# backends on 127.0.0.1.
+web_config() {
+	cat > "$1" <<YAML
+admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "$2", pool: app${6:-}}]
+pools:
+  - name: app
+    policy: round_robin
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:$3"}
+      - {name: b, url: "http://127.0.0.1:$4"}
+      - {name: c, url: "http://127.0.0.1:$5"}
+YAML
+}
