@@ -38,7 +38,7 @@ type home struct {
 	policy    balance.Policy
 	policyKey config.PolicyKey
 	budget    *proxy.Budget
-	transport *http.Transport
+	transport *reverse.Transport
 	transKey  transportKey
 	routes    map[routeKey]*forward.Route
 }
@@ -441,7 +441,7 @@ func (s *Server) swapIn(rt *runtime) {
 	for name, pr := range old.pools {
 		h := homes[name]
 		if pr.next.transport != nil && (h == nil || h.transport != pr.next.transport) {
-			pr.next.transport.CloseIdleConnections()
+			pr.next.transport.Close()
 		}
 		for key, r := range pr.next.routes {
 			if h == nil || h.routes[key] != r {
@@ -460,7 +460,7 @@ func (rt *runtime) discard() {
 			_ = pr.snap.Pool().Discard(pr.snap)
 		}
 		if pr.newTrans {
-			pr.next.transport.CloseIdleConnections()
+			pr.next.transport.Close()
 		}
 		for _, r := range pr.newRoutes {
 			r.Close()

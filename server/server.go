@@ -408,7 +408,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for _, h := range s.homes {
 		if h.transport != nil {
-			h.transport.CloseIdleConnections()
+			h.transport.Close()
 		}
 		for _, r := range h.routes {
 			r.Close()

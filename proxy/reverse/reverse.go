@@ -33,30 +33,10 @@ type Pool struct {
 	Targets map[string]*url.URL
 	// Transport carries the pool's requests: keep-alive connections per
 	// endpoint, the connect timeout in its dialer and the per-try timeout
-	// as its response-header timeout (NewTransport).
-	Transport *http.Transport
+	// as its wait for response headers (NewTransport).
+	Transport *Transport
 	Key       KeyFunc       // nil: no key
 	Sticky    *StickyCookie // nil: no sticky cookie
-}
-
-// NewTransport returns the transport for a pool's backends: keep-alive
-// HTTP/1.1 connections, connect bounds the dial and try the wait for
-// response headers. It never asks for compression itself: a client's
-// Accept-Encoding reaches the backend as it came, and the answer reaches
-// the client as the backend encoded it.
-func NewTransport(connect, try time.Duration) *http.Transport {
-	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   512,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ResponseHeaderTimeout: try,
-		DisableCompression:    true,
-		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
-		ForceAttemptHTTP2: false,
-	}
 }
 
 // Route sends matching requests to a pool. Every condition set must hold.

@@ -53,7 +53,7 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	// context is made only when the total can bind before the tries do.
 	ctx, cancel := out.Context(), context.CancelFunc(func() {})
 	var totalTimer *time.Timer
-	if pool.Total > 0 && time.Duration(max(pool.Attempts, 1))*pool.Transport.ResponseHeaderTimeout > pool.Total {
+	if pool.Total > 0 && time.Duration(max(pool.Attempts, 1))*pool.Transport.Try() > pool.Total {
 		// Cancelled by a timer stopped once headers arrive, not a
 		// deadline, so that a streaming body is not cut by it.
 		ctx, cancel = context.WithCancel(ctx)

@@ -1,0 +1,319 @@
+package reverse
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// rawBackend accepts connections on loopback and hands each to answer,
+// which reads requests and writes whatever bytes the test wants. It
+// counts the connections it accepted.
+type rawBackend struct {
+	ln       net.Listener
+	accepted atomic.Int32
+}
+
+func newRawBackend(t *testing.T, answer func(c net.Conn, br *bufio.Reader)) *rawBackend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rawBackend{ln: ln}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				answer(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return b
+}
+
+func (b *rawBackend) url() string { return "http://" + b.ln.Addr().String() + "/" }
+
+// readRequest reads one request's head, false at the connection's end.
+func readRequest(br *bufio.Reader) bool {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, req.Body)
+	return true
+}
+
+func newTestTransport(t *testing.T, try time.Duration) *Transport {
+	tr := NewTransport(time.Second, try)
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func (t *Transport) idleCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.idle {
+		n += len(l)
+	}
+	return n
+}
+
+func fetch(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", req.Method, req.URL, err)
+	}
+	return resp, string(b)
+}
+
+func TestShortWayKeepsOneConnection(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := newTestTransport(t, time.Second)
+	for i := range 20 {
+		req := httptest.NewRequest(http.MethodGet, srv.URL+"/x", nil)
+		req.RequestURI = ""
+		if _, body := fetch(t, tr, req); body != "GET /x " {
+			t.Fatalf("request %d: body %q", i, body)
+		}
+		if n := tr.idleCount(); n != 1 {
+			t.Fatalf("request %d: %d idle connections of the short way, want 1", i, n)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 requests in turn opened %d connections, want 1", n)
+	}
+	// A request with a body goes through net/http's Transport.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/y", strings.NewReader("data"))
+	if _, body := fetch(t, tr, req); body != "POST /y data" {
+		t.Errorf("POST: body %q", body)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("after a POST: %d connections, want 2 (one each way)", n)
+	}
+}
+
+func TestStaleConnectionGoesAgain(t *testing.T) {
+	// The backend answers one request per connection and closes it
+	// without saying so: the pooled connection is dead when next used.
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, time.Second)
+	for i := range 3 {
+		req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+		if _, body := fetch(t, tr, req); body != "ok" {
+			t.Fatalf("request %d: body %q", i, body)
+		}
+		time.Sleep(20 * time.Millisecond) // the backend's close arrives
+	}
+	if n := b.accepted.Load(); n != 3 {
+		t.Errorf("%d connections, want 3", n)
+	}
+
+	// A fresh connection that fails is not tried again.
+	silent := newRawBackend(t, func(c net.Conn, br *bufio.Reader) { readRequest(br) })
+	req, _ := http.NewRequest(http.MethodGet, silent.url(), nil)
+	if _, err := tr.RoundTrip(req); err == nil {
+		t.Fatal("a backend that closes without an answer: no error")
+	}
+	if n := silent.accepted.Load(); n != 1 {
+		t.Errorf("a new connection that failed was tried %d times, want 1", n)
+	}
+}
+
+func TestShortWayTimeoutAndCancel(t *testing.T) {
+	hang := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		readRequest(br)
+		_, _ = io.Copy(io.Discard, br) // until the proxy closes
+	})
+	tr := newTestTransport(t, 100*time.Millisecond)
+	req, _ := http.NewRequest(http.MethodGet, hang.url(), nil)
+	start := time.Now()
+	_, err := tr.RoundTrip(req)
+	if kind := proxy.Classify(err, req.Context()); kind != health.Timeout {
+		t.Errorf("no head within the try: %v, classified %v, want a timeout", err, kind)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the try of 100ms took %v", d)
+	}
+
+	tr = newTestTransport(t, 0) // no try: only the client's going away ends the wait
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, hang.url(), nil)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start = time.Now()
+	_, err = tr.RoundTrip(req)
+	if !errors.Is(err, context.Canceled) || proxy.Classify(err, ctx) != health.Canceled {
+		t.Errorf("the client went away: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("cancelled after 50ms, returned after %v", d)
+	}
+	if n := tr.idleCount(); n != 0 {
+		t.Errorf("%d idle connections after a cancelled request, want 0", n)
+	}
+}
+
+func TestShortWayFraming(t *testing.T) {
+	tests := []struct {
+		name, answer, body string
+		trailer            string
+		reuse              bool
+	}{
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello", "", true},
+		{"chunked with a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n" +
+			"2\r\nhe\r\n3\r\nllo\r\n0\r\nX-Sum: 5\r\n\r\n", "hello", "5", true},
+		{"until the close", "HTTP/1.0 200 OK\r\n\r\nhello", "hello", "", false},
+		{"connection: close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello", "hello", "", false},
+		{"bytes after the body", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n", "hello", "", false},
+		{"no body on 204", "HTTP/1.1 204 No Content\r\n\r\n", "", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+				if readRequest(br) {
+					io.WriteString(c, tt.answer)
+				}
+				if tt.reuse {
+					readRequest(br) // until the proxy lets the connection go
+				}
+			})
+			tr := newTestTransport(t, time.Second)
+			req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+			resp, body := fetch(t, tr, req)
+			if body != tt.body || resp.Trailer.Get("X-Sum") != tt.trailer {
+				t.Errorf("body %q, trailer %q; want %q, %q", body, resp.Trailer.Get("X-Sum"), tt.body, tt.trailer)
+			}
+			if n := tr.idleCount(); (n == 1) != tt.reuse {
+				t.Errorf("%d idle connections after the answer, want reuse %v", n, tt.reuse)
+			}
+		})
+	}
+}
+
+func TestShortWayInformational(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		readRequest(br)
+	})
+	tr := newTestTransport(t, time.Second)
+	var hints []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		hints = append(hints, h.Get("Link"))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, b.url(), nil)
+	if resp, body := fetch(t, tr, req); resp.StatusCode != 200 || body != "ok" {
+		t.Errorf("final answer %d %q", resp.StatusCode, body)
+	}
+	if len(hints) != 1 || hints[0] != "</a.css>; rel=preload" {
+		t.Errorf("103's Link headers passed on: %q", hints)
+	}
+
+	// Informational answers without end, and a head without end, fail the try.
+	for name, flood := range map[string]string{
+		"1xx":     "HTTP/1.1 102 Processing\r\n\r\n",
+		"headers": "X-Filler: " + strings.Repeat("a", 1000) + "\r\n",
+	} {
+		b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+			readRequest(br)
+			if name == "headers" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+			}
+			for range 2000 { // 2 MB of head at most
+				if _, err := io.WriteString(c, flood); err != nil {
+					return
+				}
+			}
+		})
+		req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+		if _, err := tr.RoundTrip(req); !errors.Is(err, errToo1xx) && !errors.Is(err, errHeaderTooLarge) {
+			t.Errorf("%s without end: %v, want it refused", name, err)
+		}
+	}
+}
+
+func TestShortWayIdleAndClose(t *testing.T) {
+	closed := make(chan struct{}, 4)
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		closed <- struct{}{}
+	})
+	tr := newTestTransport(t, time.Second)
+	tr.idleTimeout = 50 * time.Millisecond
+	req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+	fetch(t, tr, req)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle connection was kept past the idle timeout")
+	}
+	if n := tr.idleCount(); n != 0 {
+		t.Errorf("%d idle after the sweep, want 0", n)
+	}
+
+	// A connection given back after Close is closed, not kept.
+	tr.idleTimeout = time.Hour
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection given back after Close stayed open")
+	}
+	if n := tr.idleCount(); n != 0 {
+		t.Errorf("%d idle after Close, want 0", n)
+	}
+}
