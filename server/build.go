@@ -20,6 +20,7 @@ import (
 	"github.com/rotor-lb/rotor/internal/secret"
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/forward"
+	"github.com/rotor-lb/rotor/proxy/h1"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 	"github.com/rotor-lb/rotor/proxy/tcp"
 )
@@ -38,7 +39,7 @@ type home struct {
 	policy    balance.Policy
 	policyKey config.PolicyKey
 	budget    *proxy.Budget
-	transport *reverse.Transport
+	transport *h1.Transport
 	transKey  transportKey
 	routes    map[routeKey]*forward.Route
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // KeyFunc extracts a request's key for key-based policies.
@@ -34,9 +35,31 @@ type Pool struct {
 	// Transport carries the pool's requests: keep-alive connections per
 	// endpoint, the connect timeout in its dialer and the per-try timeout
 	// as its wait for response headers (NewTransport).
-	Transport *Transport
+	Transport *h1.Transport
 	Key       KeyFunc       // nil: no key
 	Sticky    *StickyCookie // nil: no sticky cookie
+}
+
+// NewTransport returns the transport for a pool's backends: keep-alive
+// HTTP/1.1 connections, bodiless GETs the short way (package h1), connect
+// bounds the dial and try the wait for response headers. It never asks for
+// compression itself: a client's Accept-Encoding reaches the backend as it
+// came, and the answer reaches the client as the backend encoded it.
+func NewTransport(connect, try time.Duration) *h1.Transport {
+	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+	const idleTimeout, maxIdle = 90 * time.Second, 512
+	return h1.New(&http.Transport{
+		DialContext:            dialer.DialContext,
+		MaxIdleConns:           4096,
+		MaxIdleConnsPerHost:    maxIdle,
+		IdleConnTimeout:        idleTimeout,
+		ExpectContinueTimeout:  time.Second,
+		ResponseHeaderTimeout:  try,
+		MaxResponseHeaderBytes: h1.MaxResponseHeader,
+		DisableCompression:     true,
+		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
+		ForceAttemptHTTP2: false,
+	}, h1.Options{Dial: dialer.DialContext, Try: try, MaxIdle: maxIdle, IdleTimeout: idleTimeout})
 }
 
 // Route sends matching requests to a pool. Every condition set must hold.

@@ -1,4 +1,4 @@
-package reverse
+package h1
 
 import (
 	"bufio"
@@ -15,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // rawBackend accepts connections on loopback and hands each to answer,
 // which reads requests and writes whatever bytes the test wants. It
@@ -66,19 +70,10 @@ func readRequest(br *bufio.Reader) bool {
 }
 
 func newTestTransport(t *testing.T, try time.Duration) *Transport {
-	tr := NewTransport(time.Second, try)
+	dialer := &net.Dialer{Timeout: time.Second}
+	tr := New(&http.Transport{ResponseHeaderTimeout: try}, Options{Dial: dialer.DialContext, Try: try})
 	t.Cleanup(tr.Close)
 	return tr
-}
-
-func (t *Transport) idleCount() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, l := range t.idle {
-		n += len(l)
-	}
-	return n
 }
 
 func fetch(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
@@ -115,7 +110,7 @@ func TestShortWayKeepsOneConnection(t *testing.T) {
 		if _, body := fetch(t, tr, req); body != "GET /x " {
 			t.Fatalf("request %d: body %q", i, body)
 		}
-		if n := tr.idleCount(); n != 1 {
+		if n := tr.Idle(); n != 1 {
 			t.Fatalf("request %d: %d idle connections of the short way, want 1", i, n)
 		}
 	}
@@ -191,7 +186,7 @@ func TestShortWayTimeoutAndCancel(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("cancelled after 50ms, returned after %v", d)
 	}
-	if n := tr.idleCount(); n != 0 {
+	if n := tr.Idle(); n != 0 {
 		t.Errorf("%d idle connections after a cancelled request, want 0", n)
 	}
 }
@@ -226,7 +221,7 @@ func TestShortWayFraming(t *testing.T) {
 			if body != tt.body || resp.Trailer.Get("X-Sum") != tt.trailer {
 				t.Errorf("body %q, trailer %q; want %q, %q", body, resp.Trailer.Get("X-Sum"), tt.body, tt.trailer)
 			}
-			if n := tr.idleCount(); (n == 1) != tt.reuse {
+			if n := tr.Idle(); (n == 1) != tt.reuse {
 				t.Errorf("%d idle connections after the answer, want reuse %v", n, tt.reuse)
 			}
 		})
@@ -287,15 +282,28 @@ func TestShortWayIdleAndClose(t *testing.T) {
 		closed <- struct{}{}
 	})
 	tr := newTestTransport(t, time.Second)
-	tr.idleTimeout = 50 * time.Millisecond
-	req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
-	fetch(t, tr, req)
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("an idle connection was kept past the idle timeout")
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal(what)
+		}
 	}
-	if n := tr.idleCount(); n != 0 {
+	req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+
+	// CloseIdleConnections closes what is idle and goes on pooling, and
+	// the sweep goes on too.
+	fetch(t, tr, req)
+	tr.CloseIdleConnections()
+	wait("an idle connection stayed open after CloseIdleConnections")
+	tr.idleTimeout = 50 * time.Millisecond
+	fetch(t, tr, req)
+	if n := tr.Idle(); n != 1 {
+		t.Errorf("%d idle after CloseIdleConnections and a request, want 1", n)
+	}
+	wait("an idle connection was kept past the idle timeout")
+	if n := tr.Idle(); n != 0 {
 		t.Errorf("%d idle after the sweep, want 0", n)
 	}
 
@@ -308,12 +316,8 @@ func TestShortWayIdleAndClose(t *testing.T) {
 	tr.Close()
 	_, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a connection given back after Close stayed open")
-	}
-	if n := tr.idleCount(); n != 0 {
+	wait("a connection given back after Close stayed open")
+	if n := tr.Idle(); n != 0 {
 		t.Errorf("%d idle after Close, want 0", n)
 	}
 }

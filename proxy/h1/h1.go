@@ -1,4 +1,22 @@
-package reverse
+// Package h1 is the short way to an HTTP/1.1 server: a request that has
+// no body and may be sent twice (GET, HEAD, OPTIONS, TRACE), not an
+// upgrade, to an http:// address, is written and answered on a pooled
+// keep-alive connection in the request's own goroutine, where net/http's
+// Transport runs a reader and a writer goroutine per connection and hands
+// every request and response between them (a quarter of a proxy's CPU on a
+// small request). Everything else (bodies, 100-continue, upgrades, TLS)
+// goes through net/http's Transport. The reverse proxy sends to its
+// backends this way, and the forward proxy's direct and SOCKS5 routes to
+// plain-http targets.
+//
+// Both ways serialise with net/http's own code (Request.Write and
+// ReadResponse), so the bytes a server sees do not depend on the way. A
+// pooled connection the server closed while it was idle is found out when
+// the next request fails on it with nothing read, and that request goes
+// again on a fresh connection, as net/http's Transport does for the
+// requests it may replay. One a server wrote more to than its answer,
+// in the same read, is closed rather than reused.
+package h1
 
 import (
 	"bufio"
@@ -14,76 +32,81 @@ import (
 	"time"
 )
 
-// Bounds on what a backend's answer may make the transport hold.
+// Bounds on what a server's answer may make the transport hold.
 const (
-	// maxResponseHeader bounds a response's head, its 1xx answers
-	// included: a backend that sends headers without end fails the try.
-	maxResponseHeader = 1 << 20
+	// MaxResponseHeader bounds a response's head, its 1xx answers
+	// included: a server that sends headers without end fails the try.
+	// Give HTTP the same as its MaxResponseHeaderBytes.
+	MaxResponseHeader = 1 << 20
 	// max1xx bounds the informational answers before the final one.
 	max1xx = 10
 )
 
 var (
-	errHeaderTooLarge = errors.New("reverse: backend's response header too large")
-	errToo1xx         = errors.New("reverse: too many informational responses from backend")
-	errUnasked101     = errors.New("reverse: backend switched protocols unasked")
+	errHeaderTooLarge = errors.New("h1: response header too large")
+	errToo1xx         = errors.New("h1: too many informational responses")
+	errUnasked101     = errors.New("h1: server switched protocols unasked")
 	aLongTimeAgo      = time.Unix(1, 0)
 )
 
-// Transport carries a pool's requests to its endpoints. A request that
-// has no body and may be sent twice (GET, HEAD, OPTIONS, TRACE), not an
-// upgrade, to an http:// endpoint, goes the short way: written and
-// answered on a pooled keep-alive connection in the request's own
-// goroutine, where net/http's Transport runs a reader and a writer
-// goroutine per connection and hands every request and response between
-// them (a quarter of the proxy's CPU on a small request). Everything else
-// (bodies, 100-continue, upgrades, TLS endpoints) goes through HTTP.
-//
-// Both ways serialise with net/http's own code (Request.Write and
-// ReadResponse), so the bytes a backend sees do not depend on the way. A
-// pooled connection the backend closed while it was idle is found out when
-// the next request fails on it with nothing read, and that request goes
-// again on a fresh connection, as net/http's Transport does for the
-// requests it may replay.
+// Transport sends requests the short way when it can, and through HTTP
+// otherwise.
 type Transport struct {
 	// HTTP carries what the short way does not.
 	HTTP *http.Transport
 
+	dial        DialFunc      // immutable; nil: every request goes through HTTP
 	try         time.Duration // immutable: the wait for response headers; 0 is none
-	dialer      *net.Dialer   // immutable
 	idleTimeout time.Duration // immutable
-	maxIdle     int           // immutable: idle connections kept per endpoint
+	maxIdle     int           // immutable: idle connections kept per host
 
 	mu     sync.Mutex
-	idle   map[string][]*backendConn // guarded by mu: per host:port, oldest first
-	sweep  *time.Timer               // guarded by mu: closes connections idle too long
-	closed bool                      // guarded by mu
+	idle   map[string][]*conn // guarded by mu: per host:port, oldest first
+	sweep  *time.Timer        // guarded by mu: closes connections idle too long
+	closed bool               // guarded by mu
 }
 
-// NewTransport returns the transport for a pool's backends: keep-alive
-// HTTP/1.1 connections, connect bounds the dial and try the wait for
-// response headers. It never asks for compression itself: a client's
-// Accept-Encoding reaches the backend as it came, and the answer reaches
-// the client as the backend encoded it.
-func NewTransport(connect, try time.Duration) *Transport {
-	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
-	const idleTimeout, maxIdle = 90 * time.Second, 512
-	return &Transport{
-		HTTP: &http.Transport{
-			DialContext:            dialer.DialContext,
-			MaxIdleConns:           4096,
-			MaxIdleConnsPerHost:    maxIdle,
-			IdleConnTimeout:        idleTimeout,
-			ExpectContinueTimeout:  time.Second,
-			ResponseHeaderTimeout:  try,
-			MaxResponseHeaderBytes: maxResponseHeader,
-			DisableCompression:     true,
-			// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
-			ForceAttemptHTTP2: false,
-		},
-		try: try, dialer: dialer, idleTimeout: idleTimeout, maxIdle: maxIdle,
-		idle: map[string][]*backendConn{},
+// DialFunc opens a connection to a host:port (net.Dialer's DialContext,
+// or a route's own dial).
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Options tune the short way.
+type Options struct {
+	// Dial opens its connections; nil sends every request through HTTP.
+	Dial DialFunc
+	// Try bounds writing a request and waiting for the answer's head;
+	// 0 is no bound. Use the same as HTTP's ResponseHeaderTimeout.
+	Try time.Duration
+	// MaxIdle is the idle connections kept per host (0: 512), IdleTimeout
+	// how long one is kept (0: 90 s). Use HTTP's.
+	MaxIdle     int
+	IdleTimeout time.Duration
+}
+
+// New returns a transport that sends what it can the short way, and the
+// rest through ht.
+func New(ht *http.Transport, o Options) *Transport {
+	if o.MaxIdle <= 0 {
+		o.MaxIdle = 512
 	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 90 * time.Second
+	}
+	return &Transport{
+		HTTP: ht, dial: o.Dial, try: o.Try, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdle,
+		idle: map[string][]*conn{},
+	}
+}
+
+// Idle returns the idle connections of the short way.
+func (t *Transport) Idle() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.idle {
+		n += len(l)
+	}
+	return n
 }
 
 // Try returns the wait for response headers (0: none).
@@ -92,13 +115,20 @@ func (t *Transport) Try() time.Duration { return t.try }
 // Close closes the idle connections of both ways, and any connection
 // given back after it: the transport is being let go (a reload replaced
 // it, or the server is stopping). Requests in flight finish.
-func (t *Transport) Close() {
+func (t *Transport) Close() { t.closeIdle(true) }
+
+// CloseIdleConnections closes the idle connections of both ways; the
+// transport goes on keeping the ones given back after it.
+func (t *Transport) CloseIdleConnections() { t.closeIdle(false) }
+
+func (t *Transport) closeIdle(final bool) {
 	t.mu.Lock()
-	t.closed = true
+	t.closed = t.closed || final
 	idle := t.idle
-	t.idle = map[string][]*backendConn{}
+	t.idle = map[string][]*conn{}
 	if t.sweep != nil {
 		t.sweep.Stop()
+		t.sweep = nil
 	}
 	t.mu.Unlock()
 	for _, l := range idle {
@@ -123,9 +153,9 @@ func short(r *http.Request) bool {
 	return !upgrade
 }
 
-// RoundTrip sends r and returns the backend's answer.
+// RoundTrip sends r and returns the server's answer.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !short(r) {
+	if t.dial == nil || !short(r) {
 		return t.HTTP.RoundTrip(r)
 	}
 	for again := true; ; again = false {
@@ -137,7 +167,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err == nil {
 			return resp, nil
 		}
-		// A connection the backend closed while it sat idle fails the
+		// A connection the server closed while it sat idle fails the
 		// request with nothing read: go again, once, on a new one.
 		if !reused || !again || c.read > 0 || r.Context().Err() != nil || isTimeout(err) {
 			return nil, err
@@ -151,7 +181,7 @@ func isTimeout(err error) bool {
 }
 
 // get takes the most recently used idle connection to host, or dials one.
-func (t *Transport) get(ctx context.Context, host string) (c *backendConn, reused bool, err error) {
+func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool, err error) {
 	t.mu.Lock()
 	if l := t.idle[host]; len(l) > 0 {
 		c = l[len(l)-1]
@@ -162,17 +192,17 @@ func (t *Transport) get(ctx context.Context, host string) (c *backendConn, reuse
 	if c != nil {
 		return c, true, nil
 	}
-	nc, err := t.dialer.DialContext(ctx, "tcp", host)
+	nc, err := t.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
 	}
-	c = &backendConn{t: t, host: host, conn: nc, limit: -1}
+	c = &conn{t: t, host: host, conn: nc, limit: -1}
 	c.br = bufio.NewReader(c)
 	return c, false, nil
 }
 
 // put keeps c for the next request to its host, when there is room.
-func (t *Transport) put(c *backendConn) {
+func (t *Transport) put(c *conn) {
 	c.idleAt = time.Now()
 	t.mu.Lock()
 	if t.closed || len(t.idle[c.host]) >= t.maxIdle {
@@ -191,7 +221,7 @@ func (t *Transport) put(c *backendConn) {
 // comes back when the next one will be.
 func (t *Transport) sweepIdle() {
 	now := time.Now()
-	var stale []*backendConn
+	var stale []*conn
 	t.mu.Lock()
 	next := time.Duration(0)
 	for host, l := range t.idle {
@@ -209,10 +239,13 @@ func (t *Transport) sweepIdle() {
 			next = d
 		}
 	}
-	if next > 0 && !t.closed {
-		t.sweep.Reset(next)
-	} else {
+	switch {
+	case next == 0 || t.closed:
 		t.sweep = nil
+	case t.sweep == nil: // stopped by closeIdle while this one ran
+		t.sweep = time.AfterFunc(next, t.sweepIdle)
+	default:
+		t.sweep.Reset(next)
 	}
 	t.mu.Unlock()
 	for _, c := range stale {
@@ -220,10 +253,10 @@ func (t *Transport) sweepIdle() {
 	}
 }
 
-// backendConn is one keep-alive connection of the short way. It is used
+// conn is one keep-alive connection of the short way. It is used
 // by one request at a time, and reads through itself so that a response's
 // head is bounded.
-type backendConn struct {
+type conn struct {
 	t      *Transport // immutable
 	host   string     // immutable
 	conn   net.Conn   // immutable
@@ -233,7 +266,7 @@ type backendConn struct {
 	idleAt time.Time
 }
 
-func (c *backendConn) Read(p []byte) (int, error) {
+func (c *conn) Read(p []byte) (int, error) {
 	if c.limit == 0 {
 		return 0, errHeaderTooLarge
 	}
@@ -254,7 +287,7 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10)
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
 // context ends it whenever it is done. On an error c is closed.
-func (c *backendConn) roundTrip(r *http.Request, try time.Duration) (*http.Response, error) {
+func (c *conn) roundTrip(r *http.Request, try time.Duration) (*http.Response, error) {
 	ctx := r.Context()
 	if try > 0 {
 		c.conn.SetDeadline(time.Now().Add(try))
@@ -265,7 +298,7 @@ func (c *backendConn) roundTrip(r *http.Request, try time.Duration) (*http.Respo
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
 	}
-	c.read, c.limit = 0, maxResponseHeader
+	c.read, c.limit = 0, MaxResponseHeader
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.conn)
 	err := r.Write(bw)
@@ -311,22 +344,22 @@ func (c *backendConn) roundTrip(r *http.Request, try time.Duration) (*http.Respo
 			c.conn.SetDeadline(aLongTimeAgo)
 		}
 	}
-	resp.Body = &backendBody{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close}
+	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close}
 	return resp, nil
 }
 
-// backendBody gives its connection back to the pool once read to the end
+// body gives its connection back to the pool once read to the end
 // with nothing after it; closed before, it closes the connection rather
 // than read the rest.
-type backendBody struct {
+type body struct {
 	io.ReadCloser
-	c     *backendConn
+	c     *conn
 	stop  func() bool // nil: the request could not be cancelled
 	reuse bool
 	done  bool
 }
 
-func (b *backendBody) Read(p []byte) (int, error) {
+func (b *body) Read(p []byte) (int, error) {
 	if b.done {
 		return 0, io.EOF
 	}
@@ -337,14 +370,14 @@ func (b *backendBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *backendBody) Close() error {
+func (b *body) Close() error {
 	if !b.done {
 		b.release(false)
 	}
 	return nil
 }
 
-func (b *backendBody) release(whole bool) {
+func (b *body) release(whole bool) {
 	b.done = true
 	cancelled := b.stop != nil && !b.stop()
 	if whole && b.reuse && !cancelled && b.c.br.Buffered() == 0 {
