@@ -105,6 +105,11 @@ func TestEveryRouteKindFetches(t *testing.T) {
 		if resp.StatusCode != 200 || string(b) != "hello from target" {
 			t.Fatalf("%s: %d %q", rt.Name, resp.StatusCode, b)
 		}
+		// A route that dials the target itself keeps the connection on
+		// the short way; an HTTP-proxy route leaves plain http to the proxy.
+		if idle, want := rt.Transport().Idle(), map[string]int{"direct": 1, "tiny": 0, "socks": 1}[rt.Name]; idle != want {
+			t.Errorf("%s: %d idle connections of the short way, want %d", rt.Name, idle, want)
+		}
 	}
 	// A route with the wrong password fails, and counts against it
 	// (tinyproxy answers 401 rather than 407: counted as the route's

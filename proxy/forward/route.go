@@ -21,6 +21,7 @@ import (
 	"golang.org/x/net/proxy"
 
 	"github.com/rotor-lb/rotor/internal/secret"
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // Route is one way out to the internet.
@@ -36,7 +37,7 @@ type Route struct {
 
 	guard     *Guard
 	connect   time.Duration
-	transport *http.Transport
+	transport *h1.Transport
 }
 
 // RouteOptions describe a route to NewRoute.
@@ -143,7 +144,14 @@ func NewRoute(o RouteOptions) (*Route, error) {
 	case "socks5":
 		t.DialContext = r.dialSOCKS
 	}
-	r.transport = t
+	// Plain-http targets a route dials itself (direct, SOCKS5) take the
+	// short way for bodiless GETs; an HTTP-proxy route sends them to the
+	// proxy as absolute-URI requests, through t.
+	short := h1.Options{Try: o.Try, MaxIdle: t.MaxIdleConnsPerHost, IdleTimeout: t.IdleConnTimeout}
+	if u.Scheme != "http" {
+		short.Dial = t.DialContext
+	}
+	r.transport = h1.New(t, short)
 	return r, nil
 }
 
@@ -167,8 +175,8 @@ func (r *Route) CheckTarget(ctx context.Context, host string, tunnel bool) error
 	return r.guard.CheckLiteral(host)
 }
 
-// Transport returns the route's HTTP transport.
-func (r *Route) Transport() *http.Transport { return r.transport }
+// Transport returns the route's transport.
+func (r *Route) Transport() *h1.Transport { return r.transport }
 
 func (r *Route) socksDialer() (proxy.ContextDialer, error) {
 	var auth *proxy.Auth
