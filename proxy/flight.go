@@ -64,6 +64,16 @@ type Request struct {
 	Hold bool
 }
 
+// Idempotent reports whether an HTTP method may be sent twice (RFC 9110,
+// 9.2.2): what Request.Idempotent is for an HTTP request.
+func Idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
 // Result is what one try came to.
 type Result struct {
 	// Outcome is what the endpoint did: a status, or how it failed, and

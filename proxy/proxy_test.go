@@ -168,6 +168,17 @@ func TestFlightRetryRules(t *testing.T) {
 
 // Retries stay within the budget: with every endpoint failing, 1000
 // requests at budget 0.2 make at most 1000 + 10 (reserve) + 200 tries.
+func TestIdempotentMethods(t *testing.T) {
+	for method, want := range map[string]bool{
+		"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true,
+		"POST": false, "PATCH": false, "CONNECT": false, "get": false, "": false,
+	} {
+		if got := proxy.Idempotent(method); got != want {
+			t.Errorf("Idempotent(%q) = %v, want %v", method, got, want)
+		}
+	}
+}
+
 func TestFlightBudget(t *testing.T) {
 	p, _ := flightPool(t, 3, proxy.NewBudget(0.2))
 	tries := 0

@@ -144,7 +144,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Respon
 	if t.key != nil {
 		key = t.key(req)
 	}
-	f := t.pool.Start(proxy.Request{Key: key, Idempotent: idempotent(req.Method)})
+	f := t.pool.Start(proxy.Request{Key: key, Idempotent: proxy.Idempotent(req.Method)})
 	defer func() { trip.Attempts = f.Attempts() }()
 	for {
 		ep, err := f.Next()
@@ -228,15 +228,6 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Respon
 			resp.Body.Close()
 		}
 	}
-}
-
-// idempotent methods may be sent twice (RFC 9110, 9.2.2).
-func idempotent(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	}
-	return false
 }
 
 // sniff reads up to 64 KiB of the body, checks it for the blocked pattern

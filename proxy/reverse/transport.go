@@ -17,15 +17,6 @@ import (
 // proxy.Flight, sending each try to the endpoint the flight picked.
 type retrier struct{ h *Handler }
 
-// idempotent methods may be sent twice (RFC 9110, 9.2.2).
-func idempotent(method string) bool {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	}
-	return false
-}
-
 // cancelBody releases the request's deadline context when the response
 // body is closed: the context must outlive RoundTrip for the body to
 // stream.
@@ -44,7 +35,7 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	info := out.Context().Value(ctxKey{}).(*reqInfo)
 	pool := info.pool
 	f := &info.flight
-	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: idempotent(out.Method)})
+	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method)})
 	info.started = true
 	if info.body != nil {
 		defer info.body.Close()
