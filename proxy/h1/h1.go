@@ -234,7 +234,9 @@ func (t *Transport) sweepIdle() {
 			delete(t.idle, host)
 			continue
 		}
-		t.idle[host] = append(l[:0:0], l[i:]...)
+		if i > 0 {
+			t.idle[host] = append(l[:0:0], l[i:]...)
+		}
 		if d := t.idleTimeout - now.Sub(l[i].idleAt); next == 0 || d < next {
 			next = d
 		}
@@ -253,9 +255,9 @@ func (t *Transport) sweepIdle() {
 	}
 }
 
-// conn is one keep-alive connection of the short way. It is used
-// by one request at a time, and reads through itself so that a response's
-// head is bounded.
+// conn is one keep-alive connection of the short way. It is used by one
+// request at a time, and reads through itself so that a response's head
+// is bounded.
 type conn struct {
 	t      *Transport // immutable
 	host   string     // immutable

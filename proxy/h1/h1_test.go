@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy"
 )
 
@@ -27,37 +28,22 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // which reads requests and writes whatever bytes the test wants. It
 // counts the connections it accepted.
 type rawBackend struct {
-	ln       net.Listener
+	addr     string
 	accepted atomic.Int32
 }
 
 func newRawBackend(t *testing.T, answer func(c net.Conn, br *bufio.Reader)) *rawBackend {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &rawBackend{ln: ln}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b.accepted.Add(1)
-			go func() {
-				defer c.Close()
-				answer(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
+	b := &rawBackend{}
+	b.addr = testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		b.accepted.Add(1)
+		answer(c, bufio.NewReader(c))
+	})
 	return b
 }
 
-func (b *rawBackend) url() string { return "http://" + b.ln.Addr().String() + "/" }
+func (b *rawBackend) url() string { return "http://" + b.addr + "/" }
 
 // readRequest reads one request's head, false at the connection's end.
 func readRequest(br *bufio.Reader) bool {
