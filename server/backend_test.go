@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // A GET through rotor on its short way to the backend: a 103 Early Hints
@@ -19,45 +21,30 @@ import (
 // through, consecutive requests share one backend connection, and a
 // connection the backend closed while idle costs the client nothing.
 func TestBackendConnectionThroughRotor(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var accepted, served atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	addr := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		accepted.Add(1)
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					n := served.Add(1)
-					fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\n\r\n"+
-						"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Served\r\n\r\n"+
-						"%x\r\n%s\r\n0\r\nX-Served: %d\r\n\r\n", len(req.URL.Path), req.URL.Path, n)
-					if n == 2 {
-						return // close, unannounced, after the second answer
-					}
-				}
-			}()
+			n := served.Add(1)
+			fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\n\r\n"+
+				"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Served\r\n\r\n"+
+				"%x\r\n%s\r\n0\r\nX-Served: %d\r\n\r\n", len(req.URL.Path), req.URL.Path, n)
+			if n == 2 {
+				return // close, unannounced, after the second answer
+			}
 		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
+	})
 
 	cfg := fmt.Sprintf(`admin: {listen: "off"}
 listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
 pools: [{name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%s"}]}]
-`, ln.Addr())
+`, addr)
 	r := startRotor(t, cfg, nil)
 	for i := 1; i <= 3; i++ {
 		var hints []string
