@@ -38,13 +38,10 @@ const (
 	// included: a server that sends headers without end fails the try.
 	// Give HTTP the same as its MaxResponseHeaderBytes.
 	MaxResponseHeader = 1 << 20
-	// max1xx bounds the informational answers before the final one.
-	max1xx = 10
 )
 
 var (
 	errHeaderTooLarge = errors.New("h1: response header too large")
-	errToo1xx         = errors.New("h1: too many informational responses")
 	errUnasked101     = errors.New("h1: server switched protocols unasked")
 	aLongTimeAgo      = time.Unix(1, 0)
 )
@@ -310,21 +307,22 @@ func (c *conn) roundTrip(r *http.Request, try time.Duration) (*http.Response, er
 	bw.Reset(nil)
 	writers.Put(bw)
 	var resp *http.Response
-	for n := 0; err == nil; n++ {
+	for err == nil {
 		resp, err = http.ReadResponse(c.br, r)
 		if err != nil || resp.StatusCode >= 200 {
 			break
 		}
-		switch {
-		case resp.StatusCode == http.StatusSwitchingProtocols:
+		if resp.StatusCode == http.StatusSwitchingProtocols {
 			err = errUnasked101
-		case n == max1xx:
-			err = errToo1xx
-		default:
-			// ReverseProxy passes 1xx answers (103 Early Hints) on.
-			if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
-				err = trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header))
-			}
+			break
+		}
+		// ReverseProxy passes informational answers (103 Early Hints) on;
+		// once one is delivered the head's bound starts again, as in
+		// net/http's Transport, and the try still bounds the wait for the
+		// final answer. Undelivered ones count against the bound.
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+			err = trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header))
+			c.limit = MaxResponseHeader
 		}
 	}
 	if err != nil {
