@@ -155,8 +155,12 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.dial == nil || !short(r) {
 		return t.HTTP.RoundTrip(r)
 	}
+	addr := r.URL.Host
+	if r.URL.Port() == "" { // as net/http dials it
+		addr = net.JoinHostPort(r.URL.Hostname(), "80")
+	}
 	for again := true; ; again = false {
-		c, reused, err := t.get(r.Context(), r.URL.Host)
+		c, reused, err := t.get(r.Context(), addr)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +181,8 @@ func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
-// get takes the most recently used idle connection to host, or dials one.
+// get takes the most recently used idle connection to host (host:port),
+// or dials one.
 func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool, err error) {
 	t.mu.Lock()
 	if l := t.idle[host]; len(l) > 0 {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -110,6 +111,40 @@ func TestShortWayKeepsOneConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Errorf("after a POST: %d connections, want 2 (one each way)", n)
+	}
+}
+
+// A URL without a port is dialled at port 80, as net/http dials it, and
+// the Host header stays as the URL has it.
+func TestShortWayDefaultPort(t *testing.T) {
+	var host atomic.Value // the last request's Host
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			host.Store(req.Host)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	var dialled []string
+	tr := New(&http.Transport{}, Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dialled = append(dialled, addr)
+		return (&net.Dialer{}).DialContext(ctx, network, b.addr)
+	}})
+	t.Cleanup(tr.Close)
+	for _, u := range []string{"http://app.test/x", "http://app.test/y", "http://[::1]/z"} {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		if _, body := fetch(t, tr, req); body != "ok" {
+			t.Fatalf("%s: body %q", u, body)
+		}
+		if got, want := host.Load(), req.URL.Host; got != want {
+			t.Errorf("%s: Host %q at the server, want %q", u, got, want)
+		}
+	}
+	if want := []string{"app.test:80", "[::1]:80"}; !slices.Equal(dialled, want) {
+		t.Errorf("dialled %q, want %q (one connection per host:port, reused)", dialled, want)
 	}
 }
 
