@@ -147,7 +147,7 @@ func NewRoute(o RouteOptions) (*Route, error) {
 	// Plain-http targets a route dials itself (direct, SOCKS5) take the
 	// short way for bodiless GETs; an HTTP-proxy route sends them to the
 	// proxy as absolute-URI requests, through t.
-	short := h1.Options{Try: o.Try, MaxIdle: t.MaxIdleConnsPerHost, IdleTimeout: t.IdleConnTimeout}
+	short := h1.Options{Try: o.Try, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns, IdleTimeout: t.IdleConnTimeout}
 	if u.Scheme != "http" {
 		short.Dial = t.DialContext
 	}

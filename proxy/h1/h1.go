@@ -56,9 +56,11 @@ type Transport struct {
 	try         time.Duration // immutable: the wait for response headers; 0 is none
 	idleTimeout time.Duration // immutable
 	maxIdle     int           // immutable: idle connections kept per host
+	maxTotal    int           // immutable: idle connections kept in all
 
 	mu     sync.Mutex
-	idle   map[string][]*conn // guarded by mu: per host:port, oldest first
+	idle   map[string][]*conn // guarded by mu: per host:port, oldest first; no empty lists
+	total  int                // guarded by mu: idle connections in all
 	sweep  *time.Timer        // guarded by mu: closes connections idle too long
 	closed bool               // guarded by mu
 }
@@ -74,10 +76,14 @@ type Options struct {
 	// Try bounds writing a request and waiting for the answer's head;
 	// 0 is no bound. Use the same as HTTP's ResponseHeaderTimeout.
 	Try time.Duration
-	// MaxIdle is the idle connections kept per host (0: 512), IdleTimeout
-	// how long one is kept (0: 90 s). Use HTTP's.
-	MaxIdle     int
-	IdleTimeout time.Duration
+	// MaxIdle is the idle connections kept per host (0: 512), MaxIdleTotal
+	// in all (0: 4096; over it, the longest idle is closed), IdleTimeout
+	// how long one is kept (0: 90 s). Use HTTP's. A forward proxy's
+	// clients choose the hosts: the total bounds what they can make it
+	// hold.
+	MaxIdle      int
+	MaxIdleTotal int
+	IdleTimeout  time.Duration
 }
 
 // New returns a transport that sends what it can the short way, and the
@@ -86,12 +92,16 @@ func New(ht *http.Transport, o Options) *Transport {
 	if o.MaxIdle <= 0 {
 		o.MaxIdle = 512
 	}
+	if o.MaxIdleTotal <= 0 {
+		o.MaxIdleTotal = 4096
+	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 90 * time.Second
 	}
 	return &Transport{
 		HTTP: ht, dial: o.Dial, try: o.Try, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdle,
-		idle: map[string][]*conn{},
+		maxTotal: o.MaxIdleTotal,
+		idle:     map[string][]*conn{},
 	}
 }
 
@@ -99,11 +109,7 @@ func New(ht *http.Transport, o Options) *Transport {
 func (t *Transport) Idle() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, l := range t.idle {
-		n += len(l)
-	}
-	return n
+	return t.total
 }
 
 // Try returns the wait for response headers (0: none).
@@ -122,7 +128,7 @@ func (t *Transport) closeIdle(final bool) {
 	t.mu.Lock()
 	t.closed = t.closed || final
 	idle := t.idle
-	t.idle = map[string][]*conn{}
+	t.idle, t.total = map[string][]*conn{}, 0
 	if t.sweep != nil {
 		t.sweep.Stop()
 		t.sweep = nil
@@ -188,7 +194,12 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	if l := t.idle[host]; len(l) > 0 {
 		c = l[len(l)-1]
 		l[len(l)-1] = nil
-		t.idle[host] = l[:len(l)-1]
+		if len(l) == 1 {
+			delete(t.idle, host)
+		} else {
+			t.idle[host] = l[:len(l)-1]
+		}
+		t.total--
 	}
 	t.mu.Unlock()
 	if c != nil {
@@ -212,11 +223,40 @@ func (t *Transport) put(c *conn) {
 		c.conn.Close()
 		return
 	}
+	var evicted *conn
+	if t.total >= t.maxTotal {
+		evicted = t.evictOldest()
+	}
 	t.idle[c.host] = append(t.idle[c.host], c)
+	t.total++
 	if t.sweep == nil {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
 	}
 	t.mu.Unlock()
+	if evicted != nil {
+		evicted.conn.Close()
+	}
+}
+
+// evictOldest takes the connection idle longest out of the pool. It
+// looks at the first of every host's list: O(hosts), at most the total,
+// and only when the pool is full. Called with mu held.
+func (t *Transport) evictOldest() *conn {
+	var oldest string
+	for host, l := range t.idle {
+		if oldest == "" || l[0].idleAt.Before(t.idle[oldest][0].idleAt) {
+			oldest = host
+		}
+	}
+	l := t.idle[oldest]
+	c := l[0]
+	if len(l) == 1 {
+		delete(t.idle, oldest)
+	} else {
+		t.idle[oldest] = append(l[:0:0], l[1:]...)
+	}
+	t.total--
+	return c
 }
 
 // sweepIdle closes the connections idle longer than the idle timeout, and
@@ -232,6 +272,7 @@ func (t *Transport) sweepIdle() {
 			i++
 		}
 		stale = append(stale, l[:i]...)
+		t.total -= i
 		if i == len(l) {
 			delete(t.idle, host)
 			continue

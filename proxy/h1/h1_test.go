@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -145,6 +146,63 @@ func TestShortWayDefaultPort(t *testing.T) {
 	}
 	if want := []string{"app.test:80", "[::1]:80"}; !slices.Equal(dialled, want) {
 		t.Errorf("dialled %q, want %q (one connection per host:port, reused)", dialled, want)
+	}
+}
+
+// Idle connections are bounded in all, whatever the hosts a client makes
+// the transport reach: over the total, the one idle longest is closed.
+func TestShortWayIdleTotal(t *testing.T) {
+	var closed atomic.Int32
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		closed.Add(1)
+	})
+	var hosts []string
+	tr := New(&http.Transport{}, Options{MaxIdleTotal: 3, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		hosts = append(hosts, addr)
+		return (&net.Dialer{}).DialContext(ctx, network, b.addr)
+	}})
+	t.Cleanup(tr.Close)
+	get := func(host string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+		if _, body := fetch(t, tr, req); body != "ok" {
+			t.Fatalf("%s: body %q", host, body)
+		}
+	}
+	for i := range 5 {
+		get(fmt.Sprintf("h%d.test:80", i))
+	}
+	if n := tr.Idle(); n != 3 {
+		t.Errorf("%d idle after 5 hosts, want the total, 3", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); closed.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := closed.Load(); n != 2 {
+		t.Errorf("%d connections closed, want the 2 idle longest", n)
+	}
+	// The three kept are the last three: asked again, none is dialled.
+	for i := 2; i < 5; i++ {
+		get(fmt.Sprintf("h%d.test:80", i))
+	}
+	if len(hosts) != 5 {
+		t.Errorf("dialled %q, want the five hosts once each", hosts)
+	}
+	// A host whose one idle connection is in use has no entry left.
+	req, _ := http.NewRequest(http.MethodGet, "http://h4.test:80/", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	tr.mu.Lock()
+	entries := len(tr.idle)
+	tr.mu.Unlock()
+	if entries != 2 {
+		t.Errorf("%d hosts in the idle table while h4's connection is in use, want 2 (none kept empty)", entries)
 	}
 }
 
