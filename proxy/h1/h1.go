@@ -171,6 +171,13 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		resp, err := c.roundTrip(r, t.try)
+		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
+			// A server may say 408 on a connection it times out while
+			// idle, before it closes it (net/http's Transport drops such
+			// an answer): the request did not reach it. Go again.
+			resp.Body.Close()
+			continue
+		}
 		if err == nil {
 			return resp, nil
 		}

@@ -226,9 +226,31 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 		t.Errorf("%d connections, want 3", n)
 	}
 
+	// A server that says 408 on the idle connection before closing it:
+	// the next request goes again on a new one, and gets the answer.
+	timedOut := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if !readRequest(br) {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+		if !readRequest(br) { // the second, on a connection timed out
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlater")
+		}
+	})
+	req, _ := http.NewRequest(http.MethodGet, timedOut.url(), nil)
+	for _, want := range []string{"first", "first"} {
+		if resp, body := fetch(t, tr, req); resp.StatusCode != 200 || body != want {
+			t.Fatalf("after a 408 on an idle connection: %d %q, want 200 %q", resp.StatusCode, body, want)
+		}
+	}
+
 	// A fresh connection that fails is not tried again.
 	silent := newRawBackend(t, func(c net.Conn, br *bufio.Reader) { readRequest(br) })
-	req, _ := http.NewRequest(http.MethodGet, silent.url(), nil)
+	req, _ = http.NewRequest(http.MethodGet, silent.url(), nil)
 	if _, err := tr.RoundTrip(req); err == nil {
 		t.Fatal("a backend that closes without an answer: no error")
 	}
