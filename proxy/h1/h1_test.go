@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -297,14 +298,17 @@ func TestShortWayFraming(t *testing.T) {
 		name, answer, body string
 		trailer            string
 		reuse              bool
+		method             string // "" is GET
 	}{
-		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello", "", true},
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", "hello", "", true, ""},
 		{"chunked with a trailer", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n" +
-			"2\r\nhe\r\n3\r\nllo\r\n0\r\nX-Sum: 5\r\n\r\n", "hello", "5", true},
-		{"until the close", "HTTP/1.0 200 OK\r\n\r\nhello", "hello", "", false},
-		{"connection: close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello", "hello", "", false},
-		{"bytes after the body", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n", "hello", "", false},
-		{"no body on 204", "HTTP/1.1 204 No Content\r\n\r\n", "", "", true},
+			"2\r\nhe\r\n3\r\nllo\r\n0\r\nX-Sum: 5\r\n\r\n", "hello", "5", true, ""},
+		{"until the close", "HTTP/1.0 200 OK\r\n\r\nhello", "hello", "", false, ""},
+		{"no length in HTTP/1.1", "HTTP/1.1 200 OK\r\n\r\nhello", "hello", "", false, ""},
+		{"connection: close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello", "hello", "", false, ""},
+		{"bytes after the body", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\n", "hello", "", false, ""},
+		{"no body on 204", "HTTP/1.1 204 No Content\r\n\r\n", "", "", true, ""},
+		{"no body for HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", "", "", true, http.MethodHead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -317,7 +321,7 @@ func TestShortWayFraming(t *testing.T) {
 				}
 			})
 			tr := newTestTransport(t, time.Second)
-			req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+			req, _ := http.NewRequest(cmp.Or(tt.method, http.MethodGet), b.url(), nil)
 			resp, body := fetch(t, tr, req)
 			if body != tt.body || resp.Trailer.Get("X-Sum") != tt.trailer {
 				t.Errorf("body %q, trailer %q; want %q, %q", body, resp.Trailer.Get("X-Sum"), tt.body, tt.trailer)
