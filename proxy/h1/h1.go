@@ -12,10 +12,14 @@
 // Both ways serialise with net/http's own code (Request.Write and
 // ReadResponse), so the bytes a server sees do not depend on the way. A
 // pooled connection the server closed while it was idle is found out when
-// the next request fails on it with nothing read, and that request goes
-// again on a fresh connection, as net/http's Transport does for the
-// requests it may replay. One a server wrote more to than its answer,
-// in the same read, is closed rather than reused.
+// the next request fails on it with nothing read, or is answered 408, and
+// that request goes again on a fresh connection, as net/http's Transport
+// does for the requests it may replay. A connection is reused only once
+// its answer was read to the end with nothing after it in the same read.
+// net/http's Transport also watches an idle connection with a background
+// read; the short way has no goroutine to do that, so bytes a server sends
+// after its answer, arriving in a later read, are taken for the next
+// request's answer. Only a server that breaks HTTP's framing sends them.
 package h1
 
 import (
@@ -34,9 +38,10 @@ import (
 
 // Bounds on what a server's answer may make the transport hold.
 const (
-	// MaxResponseHeader bounds a response's head, its 1xx answers
-	// included: a server that sends headers without end fails the try.
-	// Give HTTP the same as its MaxResponseHeaderBytes.
+	// MaxResponseHeader bounds a response's head: a server that sends
+	// headers without end fails the try. An informational answer passed
+	// on starts the bound again. Give HTTP the same as its
+	// MaxResponseHeaderBytes.
 	MaxResponseHeader = 1 << 20
 )
 
@@ -99,9 +104,9 @@ func New(ht *http.Transport, o Options) *Transport {
 		o.IdleTimeout = 90 * time.Second
 	}
 	return &Transport{
-		HTTP: ht, dial: o.Dial, try: o.Try, idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdle,
-		maxTotal: o.MaxIdleTotal,
-		idle:     map[string][]*conn{},
+		HTTP: ht, dial: o.Dial, try: o.Try,
+		idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdle, maxTotal: o.MaxIdleTotal,
+		idle: map[string][]*conn{},
 	}
 }
 
