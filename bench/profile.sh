@@ -5,7 +5,8 @@
 # cumulative, and the share of time in each layer.
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
 # TLS listener (self-signed certificate), HTTP/1.1 to the backends.
-# Needs: wrk, taskset (and h2load, openssl for PROTO=h2).
+# STRACE=1 also counts rotor's system calls per request (strace).
+# Needs: wrk, taskset (and h2load, openssl for PROTO=h2; strace for STRACE=1).
 # Usage: bash bench/profile.sh > bench/out/profile.txt
 #        PROTO=h2 bash bench/profile.sh > bench/out/profile-h2.txt
 #   (the profile stays in bench/out/profile/cpu.pprof for go tool pprof)
@@ -42,6 +43,20 @@ if [ "$PROTO" = h2 ]; then
 else
 	echo "# wrk -t1 -c$CONNS -d$DURATION through rotor (one core), $rev"
 	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency http://127.0.0.1:18200/ | grep -E 'Requests/sec|99%'
+	if [ "${STRACE:-}" = 1 ]; then
+		# System calls per request: strace -c -f on rotor over a 3 s wrk
+		# run of its own. strace slows rotor, so a read finds its bytes
+		# waiting more often than it would: the EAGAINs it counts are
+		# fewer than without it.
+		strace -c -f -p "$rotor" -o "$out/strace.txt" 2>/dev/null & st=$!
+		sleep 0.5
+		n=$(taskset -c 1 wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
+		kill -INT "$st"
+		wait "$st" || true
+		echo
+		echo "# system calls per request (strace -c -f over $n requests)"
+		awk -v n="$n" '$NF ~ /^(read|write|epoll_pwait|futex)$/ {e = ($5 ~ /^[0-9]+$/) ? $5 : 0; printf "%-12s %6.2f a request (%.2f of them errors)\n", $NF, $4 / n, e / n}' "$out/strace.txt"
+	fi
 fi
 kill -TERM "$rotor"
 wait "$rotor" || true
@@ -52,4 +67,4 @@ go tool pprof -top -nodecount=25 "$out/rotor" "$out/cpu.pprof" 2>/dev/null | sed
 echo
 echo "# share of the samples under each layer (cumulative)"
 go tool pprof -top -cum -nodecount=400 "$out/rotor" "$out/cpu.pprof" 2>/dev/null |
-	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*http2serverConn\)\.(runHandler|writeFrameAsync|Flush)|crypto\/tls\.\(\*Conn\)\.Write|runtime\.newstack|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
+	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*http2serverConn\)\.(runHandler|writeFrameAsync|Flush)|crypto\/tls\.\(\*Conn\)\.Write|runtime\.newstack|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/proxy\/h1\.\(\*Transport\)\.RoundTrip|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
