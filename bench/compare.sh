@@ -2,24 +2,28 @@
 # rotor serve against an earlier rotor, in one run: the working tree and
 # the git revision BASE (default: main) are built and started side by
 # side, each on core 0 with GOMAXPROCS=1, with the same config: an http
-# listener over three backends, a tcp listener over the same backends and
-# a forward listener with one direct route. wrk (one thread, core 1) takes
-# turns between the two, ROUNDS times per path, the order swapped every
+# listener over three backends, a tcp listener over the same backends, a
+# forward listener with one direct route, and an HTTP/2 listener over TLS
+# (self-signed) to the same backends. wrk (one thread, core 1; h2load -c 20
+# -m 10 for HTTP/2) takes turns between the two, ROUNDS times per path,
+# the order swapped every
 # round, so that a noisy machine slows both alike; each round gives a
 # ratio new/base, and the table gives each side's median and the median
 # and range of the paired ratios. Then the library: balance's Pick+Done at
 # 64 endpoints, every policy, the two test binaries taking turns.
-# Needs: wrk, taskset, git (Debian: wrk util-linux git).
+# Needs: wrk, h2load, openssl, taskset, git (Debian: wrk nghttp2-client
+# openssl util-linux git).
 # Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk taskset git; do
+for tool in wrk h2load openssl taskset git; do
 	command -v "$tool" >/dev/null || { echo "bench/compare.sh needs $tool" >&2; exit 1; }
 done
 BASE=${1:-main}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-50}
 ROUNDS=${ROUNDS:-5}
+H2REQUESTS=${H2REQUESTS:-50000}
 out=bench/out/compare
 rm -rf "$out" && mkdir -p "$out"
 base_tree=$(mktemp -d)
@@ -37,12 +41,16 @@ go test -c -o "$out/balance-new.test" ./balance
 go build -o "$out/upstream" ./bench/upstream
 taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
-# config NAME HTTP TCP FORWARD: the same config on other ports.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
+	-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+
+# config NAME HTTP TCP FORWARD H2: the same config on other ports.
 config() {
 	cat > "$out/$1.yaml" <<YAML
 admin: {listen: "off"}
 listeners:
   - {name: web, kind: http, listen: "127.0.0.1:$2", pool: app}
+  - {name: h2, kind: http, listen: "127.0.0.1:$5", pool: app, tls: {cert: cert.pem, key: key.pem}}
   - {name: db, kind: tcp, listen: "127.0.0.1:$3", pool: tcpapp}
   - {name: out, kind: forward, listen: "127.0.0.1:$4", pool: routes, allow_targets: [127.0.0.0/8]}
 pools:
@@ -61,15 +69,15 @@ pools:
       - {name: direct, url: "direct://"}
 YAML
 }
-config base 18300 18301 18302
-config new 18310 18311 18312
+config base 18300 18301 18302 18303
+config new 18310 18311 18312 18313
 GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
 GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
 cat > "$out/forward.lua" <<'LUA'
 wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"
 LUA
-for port in 19301 18300 18301 18302 18310 18311 18312; do
+for port in 19301 18300 18301 18302 18303 18310 18311 18312 18313; do
 	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 done
 
@@ -84,11 +92,18 @@ run() {
 	awk '/Requests\/sec/ {rps=$2} $1=="99%" {p=$2; if (p ~ /us$/) {sub(/us/,"",p); p/=1000} else if (p ~ /ms$/) {sub(/ms/,"",p)} else if (p ~ /s$/) {sub(/s/,"",p); p*=1000}} END {printf "%s %s\n", rps, p}' "$file"
 }
 
+# run_h2 SIDE PORT: one h2load run over TLS; prints "rps -" (no p99).
+run_h2() {
+	local file="$out/h2load-$1-$round.txt"
+	taskset -c 1 h2load -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
+	awk '/^finished in/ {sub(/,/, "", $4); print $4, "-"}' "$file"
+}
+
 declare -A rps p99 ratio
 for round in $(seq "$ROUNDS"); do
 	order="base new"
 	if ((round % 2 == 0)); then order="new base"; fi
-	for path in http tcp forward; do
+	for path in http tcp forward h2; do
 		declare -A this=()
 		for side in $order; do
 			case "$side" in base) off=0 ;; new) off=10 ;; esac
@@ -96,6 +111,7 @@ for round in $(seq "$ROUNDS"); do
 			http) r=$(run "$side" "$path" $((18300 + off))) ;;
 			tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
 			forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
+			h2) r=$(run_h2 "$side" $((18303 + off))) ;;
 			esac
 			rps[$side-$path]+="${r% *} "
 			p99[$side-$path]+="${r#* } "
@@ -107,10 +123,10 @@ done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
-echo "wrk -t1 -c$CONNS -d$DURATION --latency on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
+echo "wrk -t1 -c$CONNS -d$DURATION --latency (h2: h2load -n $H2REQUESTS -c 20 -m 10 over TLS) on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
 echo
 printf "%-8s %12s %12s %8s %14s %12s %12s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms"
-for path in http tcp forward; do
+for path in http tcp forward h2; do
 	b=$(echo "${rps[base-$path]}" | median)
 	n=$(echo "${rps[new-$path]}" | median)
 	bp=$(echo "${p99[base-$path]}" | median)
