@@ -15,6 +15,9 @@
 # go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
 # docs/img/peers-${CORES}core.svg. WRITE=1 puts the tables into
 # docs/BENCHMARKS.md too, between the markers for this core count.
+# ROUNDS=3 runs HTTP/1.1, TCP and HTTP/2 three times, the targets taking
+# turns in a different order each round, and prints each figure's median:
+# this machine's speed swings by a quarter from minute to minute.
 # Usage: bash bench/peers.sh > bench/out/peers.txt
 #        CORES=2 WRITE=1 bash bench/peers.sh
 set -euo pipefail
@@ -39,6 +42,7 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-268435456}
 CORES=${CORES:-1}
+ROUNDS=${ROUNDS:-1}
 case "$CORES" in
 1) pin=0 load=1 ;;
 2) pin=0,1 load=0,1 ;;
@@ -197,46 +201,82 @@ echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1
 echo
 # rps runs redis-benchmark -q and prints its SET and GET requests/s.
 rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }
-echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load"
-printf "%-10s %12s %10s %10s\n" target "requests/s" p50 p99
-for target in direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183; do
-	port=${target#*=}
-	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$out/wrk-$port.txt"
-	r=$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$port.txt")
-	printf "%-10s %12s %10s %10s %s\n" "${target%=*}" "$r" "$(awk '$1=="50%" {print $2}' "$out/wrk-$port.txt")" \
-		"$(awk '$1=="99%" {print $2}' "$out/wrk-$port.txt")" "$(awk '/Non-2xx|Socket errors/ {print}' "$out/wrk-$port.txt")"
-	result "HTTP/1.1" "${target%=*}" "$r"
+# turn LIST ROUND prints LIST's words rotated by ROUND-1: each target
+# takes another place in each round.
+turn() {
+	local -a w
+	read -ra w <<<"$1"
+	local k=$((($2 - 1) % ${#w[@]}))
+	echo "${w[@]:k}" "${w[@]:0:k}"
+}
+# median prints the median of the numbers it reads, "-" when there are none.
+median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
+# ms prints a duration as wrk or h2load writes it (713.00us, 1.4ms, 2s) in ms.
+ms() { awk -v d="$1" 'BEGIN {if (d ~ /us$/) {sub(/us$/, "", d); d /= 1000} else if (d ~ /ms$/) {sub(/ms$/, "", d)} else if (d ~ /s$/) {sub(/s$/, "", d); d *= 1000}; printf "%.2f", d}'; }
+of=""
+[ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
+declare -A v
+echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
+printf "%-10s %12s %10s %10s\n" target "requests/s" "p50 ms" "p99 ms"
+h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
+for round in $(seq "$ROUNDS"); do
+	for target in $(turn "$h1" "$round"); do
+		port=${target#*=} name=${target%=*} f=$out/wrk-${target#*=}-$round.txt
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$f"
+		v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
+		v[p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
+		v[p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
+		v[err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
+	done
+done
+for target in $h1; do
+	name=${target%=*}
+	r=$(median <<<"${v[rps-$name]}")
+	printf "%-10s %12s %10s %10s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "${v[err-$name]}"
+	result "HTTP/1.1" "$name" "$r"
 done
 echo
-echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load"
+echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load$of"
 printf "%-10s %12s %12s %14s %14s\n" target SET GET "SET -P 16" "GET -P 16"
-for target in direct=19379 rotor=18379 nginx=18380 haproxy=18381 caddy=; do
-	port=${target#*=}
-	if [ -z "$port" ]; then # Caddy has no TCP proxy without a plugin
-		for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16"; do result "$t" caddy -; done
-		continue
-	fi
-	plain=$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)
-	piped=$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)
-	printf "%-10s %12s %12s %14s %14s\n" "${target%=*}" $plain $piped
-	read -r set get <<<"$plain"
-	read -r pset pget <<<"$piped"
-	result "TCP SET" "${target%=*}" "$set"
-	result "TCP GET" "${target%=*}" "$get"
-	result "TCP SET -P16" "${target%=*}" "$pset"
-	result "TCP GET -P16" "${target%=*}" "$pget"
+tcp="direct=19379 rotor=18379 nginx=18380 haproxy=18381" # Caddy has no TCP proxy without a plugin
+for round in $(seq "$ROUNDS"); do
+	for target in $(turn "$tcp" "$round"); do
+		port=${target#*=} name=${target%=*}
+		read -r set get <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
+		read -r pset pget <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
+		v[set-$name]+="$set " v[get-$name]+="$get " v[pset-$name]+="$pset " v[pget-$name]+="$pget "
+	done
 done
+for target in $tcp; do
+	name=${target%=*}
+	set=$(median <<<"${v[set-$name]}") get=$(median <<<"${v[get-$name]}")
+	pset=$(median <<<"${v[pset-$name]}") pget=$(median <<<"${v[pget-$name]}")
+	printf "%-10s %12s %12s %14s %14s\n" "$name" "$set" "$get" "$pset" "$pget"
+	result "TCP SET" "$name" "$set"
+	result "TCP GET" "$name" "$get"
+	result "TCP SET -P16" "$name" "$pset"
+	result "TCP GET -P16" "$name" "$pget"
+done
+for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16"; do result "$t" caddy -; done
 echo
-echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load"
-printf "%-10s %12s %10s %10s\n" target "requests/s" "mean" "max"
-for target in rotor=18443 nginx=18444 haproxy=18445 caddy=18446; do
-	port=${target#*=}
-	taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$out/h2load-$port.txt" 2>&1 || true
-	rps=$(awk '/^finished in/ {print $4}' "$out/h2load-$port.txt")
-	lat=$(awk '/^time for request:/ {print $6, $5}' "$out/h2load-$port.txt")
-	ok=$(awk '/^status codes:/ {print $3, $4}' "$out/h2load-$port.txt")
-	printf "%-10s %12s %10s %10s  %s\n" "${target%=*}" "$rps" $lat "($ok)"
-	result "HTTP/2" "${target%=*}" "$rps"
+echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
+printf "%-10s %12s %10s %10s\n" target "requests/s" "mean ms" "max ms"
+h2="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
+for round in $(seq "$ROUNDS"); do
+	for target in $(turn "$h2" "$round"); do
+		port=${target#*=} name=${target%=*} f=$out/h2load-${target#*=}-$round.txt
+		taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$f" 2>&1 || true
+		v[h2-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
+		v[mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
+		v[max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
+		v[ok-$name]=$(awk '/^status codes:/ {print $3, $4}' "$f")
+	done
+done
+for target in $h2; do
+	name=${target%=*}
+	r=$(median <<<"${v[h2-$name]}")
+	printf "%-10s %12s %10s %10s  %s\n" "$name" "$r" "$(median <<<"${v[mean-$name]}")" "$(median <<<"${v[max-$name]}")" "(${v[ok-$name]})"
+	result "HTTP/2" "$name" "$r"
 done
 echo
 # speed prints curl's MB/s on the load's cores, the better of two runs.
