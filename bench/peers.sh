@@ -15,6 +15,10 @@
 # go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
 # docs/img/peers-${CORES}core.svg. WRITE=1 puts the tables into
 # docs/BENCHMARKS.md too, between the markers for this core count.
+# For HTTP/1.1 and HTTP/2 each proxy's CPU time a request is printed too
+# (from /proc), and charted as requests per CPU second: when the load's
+# core is the limit, the rates draw level and the CPU still tells them
+# apart.
 # ROUNDS=3 runs HTTP/1.1, TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -81,6 +85,7 @@ pools:
   - {name: one, endpoints: [{name: a, url: "http://127.0.0.1:19301"}], timeouts: {try: 10m, total: 10m}}
 YAML
 GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+declare -A pid=([rotor]=$!)
 
 cat > "$out/nginx.conf" <<NGINX
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -119,6 +124,7 @@ http {
 }
 NGINX
 taskset -c $pin nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
+pid[nginx]=$!
 
 cat > "$out/haproxy.cfg" <<HAPROXY
 global
@@ -161,6 +167,7 @@ backend app
   server c 127.0.0.1:19303
 HAPROXY
 taskset -c $pin haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+pid[haproxy]=$!
 
 cat > "$out/Caddyfile" <<CADDY
 {
@@ -183,6 +190,7 @@ https://127.0.0.1:18446 {
 }
 CADDY
 GOMAXPROCS=$CORES taskset -c $pin caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
+pid[caddy]=$!
 
 for port in 19379 19301 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18190 18191 18192 18193; do
 	wait_port "$port"
@@ -210,19 +218,36 @@ turn() {
 	echo "${w[@]:k}" "${w[@]:0:k}"
 }
 # median prints the median of the numbers it reads, "-" when there are none.
-median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
+median() { tr ' ' '\n' | { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
+# ticks NAME prints the CPU time, in clock ticks, the proxy NAME has used
+# (nginx's workers included); 0 for the backend direct.
+ticks() {
+	local t=0 p
+	[ -n "${pid[$1]:-}" ] || { echo 0; return; }
+	for p in "${pid[$1]}" $(pgrep -P "${pid[$1]}"); do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+hz=$(getconf CLK_TCK)
+# cpu NAME T0 REQUESTS prints the microseconds of CPU NAME spent a request
+# since it had used T0 ticks: what a proxy costs whatever the load
+# generator's core allows ("-" for the backend direct).
+cpu() { [ -n "${pid[$1]:-}" ] && awk -v t="$(($(ticks "$1") - $2))" -v hz="$hz" -v n="$3" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}' || echo -; }
 # ms prints a duration as wrk or h2load writes it (713.00us, 1.4ms, 2s) in ms.
 ms() { awk -v d="$1" 'BEGIN {if (d ~ /us$/) {sub(/us$/, "", d); d /= 1000} else if (d ~ /ms$/) {sub(/ms$/, "", d)} else if (d ~ /s$/) {sub(/s$/, "", d); d *= 1000}; printf "%.2f", d}'; }
 of=""
 [ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
 declare -A v
 echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
-printf "%-10s %12s %10s %10s\n" target "requests/s" "p50 ms" "p99 ms"
+printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
 h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
 for round in $(seq "$ROUNDS"); do
 	for target in $(turn "$h1" "$round"); do
 		port=${target#*=} name=${target%=*} f=$out/wrk-${target#*=}-$round.txt
+		t0=$(ticks "$name")
 		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$f"
+		v[cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
 		v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 		v[p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
 		v[p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
@@ -231,9 +256,10 @@ for round in $(seq "$ROUNDS"); do
 done
 for target in $h1; do
 	name=${target%=*}
-	r=$(median <<<"${v[rps-$name]}")
-	printf "%-10s %12s %10s %10s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "${v[err-$name]}"
+	r=$(median <<<"${v[rps-$name]}") c=$(median <<<"${v[cpu-$name]}")
+	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "$c" "${v[err-$name]}"
 	result "HTTP/1.1" "$name" "$r"
+	result "HTTP/1.1 per CPU s" "$name" "$(awk -v c="$c" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}')"
 done
 echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load$of"
@@ -260,12 +286,14 @@ done
 for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16"; do result "$t" caddy -; done
 echo
 echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
-printf "%-10s %12s %10s %10s\n" target "requests/s" "mean ms" "max ms"
+printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
 h2="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
 for round in $(seq "$ROUNDS"); do
 	for target in $(turn "$h2" "$round"); do
 		port=${target#*=} name=${target%=*} f=$out/h2load-${target#*=}-$round.txt
+		t0=$(ticks "$name")
 		taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$f" 2>&1 || true
+		v[h2cpu-$name]+="$(cpu "$name" "$t0" "$REQUESTS") "
 		v[h2-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
 		v[mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
 		v[max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
@@ -274,9 +302,10 @@ for round in $(seq "$ROUNDS"); do
 done
 for target in $h2; do
 	name=${target%=*}
-	r=$(median <<<"${v[h2-$name]}")
-	printf "%-10s %12s %10s %10s  %s\n" "$name" "$r" "$(median <<<"${v[mean-$name]}")" "$(median <<<"${v[max-$name]}")" "(${v[ok-$name]})"
+	r=$(median <<<"${v[h2-$name]}") c=$(median <<<"${v[h2cpu-$name]}")
+	printf "%-10s %12s %10s %10s %12s  %s\n" "$name" "$r" "$(median <<<"${v[mean-$name]}")" "$(median <<<"${v[max-$name]}")" "$c" "(${v[ok-$name]})"
 	result "HTTP/2" "$name" "$r"
+	result "HTTP/2 per CPU s" "$name" "$(awk -v c="$c" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}')"
 done
 echo
 # speed prints curl's MB/s on the load's cores, the better of two runs.
