@@ -234,6 +234,9 @@ hz=$(getconf CLK_TCK)
 # since it had used T0 ticks: what a proxy costs whatever the load
 # generator's core allows ("-" for the backend direct).
 cpu() { [ -n "${pid[$1]:-}" ] && awk -v t="$(($(ticks "$1") - $2))" -v hz="$hz" -v n="$3" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}' || echo -; }
+# per_cpu_s US prints the requests a CPU second serves at US microseconds a
+# request ("-" for none).
+per_cpu_s() { awk -v c="$1" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}'; }
 # ms prints a duration as wrk or h2load writes it (713.00us, 1.4ms, 2s) in ms.
 ms() { awk -v d="$1" 'BEGIN {if (d ~ /us$/) {sub(/us$/, "", d); d /= 1000} else if (d ~ /ms$/) {sub(/ms$/, "", d)} else if (d ~ /s$/) {sub(/s$/, "", d); d *= 1000}; printf "%.2f", d}'; }
 of=""
@@ -259,7 +262,7 @@ for target in $h1; do
 	r=$(median <<<"${v[rps-$name]}") c=$(median <<<"${v[cpu-$name]}")
 	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "$c" "${v[err-$name]}"
 	result "HTTP/1.1" "$name" "$r"
-	result "HTTP/1.1 per CPU s" "$name" "$(awk -v c="$c" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}')"
+	result "HTTP/1.1 per CPU s" "$name" "$(per_cpu_s "$c")"
 done
 echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load$of"
@@ -305,7 +308,7 @@ for target in $h2; do
 	r=$(median <<<"${v[h2-$name]}") c=$(median <<<"${v[h2cpu-$name]}")
 	printf "%-10s %12s %10s %10s %12s  %s\n" "$name" "$r" "$(median <<<"${v[mean-$name]}")" "$(median <<<"${v[max-$name]}")" "$c" "(${v[ok-$name]})"
 	result "HTTP/2" "$name" "$r"
-	result "HTTP/2 per CPU s" "$name" "$(awk -v c="$c" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}')"
+	result "HTTP/2 per CPU s" "$name" "$(per_cpu_s "$c")"
 done
 echo
 # speed prints curl's MB/s on the load's cores, the better of two runs.
