@@ -145,13 +145,9 @@ func NewRoute(o RouteOptions) (*Route, error) {
 		t.DialContext = r.dialSOCKS
 	}
 	// Plain-http targets a route dials itself (direct, SOCKS5) take the
-	// short way for bodiless GETs; an HTTP-proxy route sends them to the
-	// proxy as absolute-URI requests, through t.
-	short := h1.Options{Try: o.Try, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns, IdleTimeout: t.IdleConnTimeout}
-	if u.Scheme != "http" {
-		short.Dial = t.DialContext
-	}
-	r.transport = h1.New(t, short)
+	// short way for bodiless GETs; an HTTP-proxy route (t.Proxy set) sends
+	// them to the proxy as absolute-URI requests, through t.
+	r.transport = h1.New(t)
 	return r, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -57,11 +58,15 @@ type Transport struct {
 	// HTTP carries what the short way does not.
 	HTTP *http.Transport
 
-	dial        DialFunc      // immutable; nil: every request goes through HTTP
-	try         time.Duration // immutable: the wait for response headers; 0 is none
-	idleTimeout time.Duration // immutable
-	maxIdle     int           // immutable: idle connections kept per host
-	maxTotal    int           // immutable: idle connections kept in all
+	// Taken from HTTP's settings by New; immutable after it.
+	//
+	// dial opens the short way's connections; nil sends every request
+	// through HTTP. try bounds the write and the wait for the head, and
+	// idleTimeout an idle connection's life (0: none); maxIdle and
+	// maxTotal bound the idle connections per host and in all.
+	dial              func(ctx context.Context, network, addr string) (net.Conn, error)
+	try, idleTimeout  time.Duration
+	maxIdle, maxTotal int
 
 	mu     sync.Mutex
 	idle   map[string][]*conn // guarded by mu: per host:port, oldest first; no empty lists
@@ -70,44 +75,31 @@ type Transport struct {
 	closed bool               // guarded by mu
 }
 
-// DialFunc opens a connection to a host:port (net.Dialer's DialContext,
-// or a route's own dial).
-type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
-
-// Options tune the short way.
-type Options struct {
-	// Dial opens its connections; nil sends every request through HTTP.
-	Dial DialFunc
-	// Try bounds writing a request and waiting for the answer's head;
-	// 0 is no bound. Use the same as HTTP's ResponseHeaderTimeout.
-	Try time.Duration
-	// MaxIdle is the idle connections kept per host (0: 512), MaxIdleTotal
-	// in all (0: 4096; over it, the longest idle is closed), IdleTimeout
-	// how long one is kept (0: 90 s). Use HTTP's. A forward proxy's
-	// clients choose the hosts: the total bounds what they can make it
-	// hold.
-	MaxIdle      int
-	MaxIdleTotal int
-	IdleTimeout  time.Duration
-}
-
 // New returns a transport that sends what it can the short way, and the
-// rest through ht.
-func New(ht *http.Transport, o Options) *Transport {
-	if o.MaxIdle <= 0 {
-		o.MaxIdle = 512
-	}
-	if o.MaxIdleTotal <= 0 {
-		o.MaxIdleTotal = 4096
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 90 * time.Second
-	}
-	return &Transport{
-		HTTP: ht, dial: o.Dial, try: o.Try,
-		idleTimeout: o.IdleTimeout, maxIdle: o.MaxIdle, maxTotal: o.MaxIdleTotal,
+// rest through ht. The short way follows ht's settings, with the meanings
+// net/http gives them: it dials with DialContext (none, or a Proxy set:
+// everything goes through ht); ResponseHeaderTimeout bounds writing a
+// request and waiting for the answer's head; MaxIdleConnsPerHost (0: 2)
+// and MaxIdleConns (0: no bound; over it, the longest idle is closed)
+// bound the idle connections, and IdleConnTimeout (0: none) how long one
+// is kept. A forward proxy's clients choose the hosts: the total bounds
+// what they can make it hold.
+func New(ht *http.Transport) *Transport {
+	t := &Transport{
+		HTTP: ht, try: ht.ResponseHeaderTimeout, idleTimeout: ht.IdleConnTimeout,
+		maxIdle: ht.MaxIdleConnsPerHost, maxTotal: ht.MaxIdleConns,
 		idle: map[string][]*conn{},
 	}
+	if ht.Proxy == nil {
+		t.dial = ht.DialContext
+	}
+	if t.maxIdle <= 0 {
+		t.maxIdle = http.DefaultMaxIdleConnsPerHost
+	}
+	if t.maxTotal <= 0 {
+		t.maxTotal = math.MaxInt
+	}
+	return t
 }
 
 // Idle returns the idle connections of the short way.
@@ -241,7 +233,7 @@ func (t *Transport) put(c *conn) {
 	}
 	t.idle[c.host] = append(t.idle[c.host], c)
 	t.total++
-	if t.sweep == nil {
+	if t.sweep == nil && t.idleTimeout > 0 {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
 	}
 	t.mu.Unlock()

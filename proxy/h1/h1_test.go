@@ -60,7 +60,7 @@ func readRequest(br *bufio.Reader) bool {
 
 func newTestTransport(t *testing.T, try time.Duration) *Transport {
 	dialer := &net.Dialer{Timeout: time.Second}
-	tr := New(&http.Transport{ResponseHeaderTimeout: try}, Options{Dial: dialer.DialContext, Try: try})
+	tr := New(&http.Transport{DialContext: dialer.DialContext, ResponseHeaderTimeout: try})
 	t.Cleanup(tr.Close)
 	return tr
 }
@@ -131,7 +131,7 @@ func TestShortWayDefaultPort(t *testing.T) {
 		}
 	})
 	var dialled []string
-	tr := New(&http.Transport{}, Options{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := New(&http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dialled = append(dialled, addr)
 		return (&net.Dialer{}).DialContext(ctx, network, b.addr)
 	}})
@@ -161,7 +161,7 @@ func TestShortWayIdleTotal(t *testing.T) {
 		closed.Add(1)
 	})
 	var hosts []string
-	tr := New(&http.Transport{}, Options{MaxIdleTotal: 3, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := New(&http.Transport{MaxIdleConns: 3, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		hosts = append(hosts, addr)
 		return (&net.Dialer{}).DialContext(ctx, network, b.addr)
 	}})
@@ -450,8 +450,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}))
 	defer srv.Close()
 	dialer := &net.Dialer{Timeout: time.Second}
-	tr := New(&http.Transport{MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: time.Second},
-		Options{Dial: dialer.DialContext, Try: time.Second})
+	tr := New(&http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: time.Second})
 	defer tr.Close()
 	for _, way := range []struct {
 		name string

@@ -47,19 +47,18 @@ type Pool struct {
 // came, and the answer reaches the client as the backend encoded it.
 func NewTransport(connect, try time.Duration) *h1.Transport {
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
-	const idleTimeout, maxIdle, maxTotal = 90 * time.Second, 512, 4096
 	return h1.New(&http.Transport{
 		DialContext:            dialer.DialContext,
-		MaxIdleConns:           maxTotal,
-		MaxIdleConnsPerHost:    maxIdle,
-		IdleConnTimeout:        idleTimeout,
+		MaxIdleConns:           4096,
+		MaxIdleConnsPerHost:    512,
+		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,
 		ResponseHeaderTimeout:  try,
 		MaxResponseHeaderBytes: h1.MaxResponseHeader,
 		DisableCompression:     true,
 		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
 		ForceAttemptHTTP2: false,
-	}, h1.Options{Dial: dialer.DialContext, Try: try, MaxIdle: maxIdle, MaxIdleTotal: maxTotal, IdleTimeout: idleTimeout})
+	})
 }
 
 // Route sends matching requests to a pool. Every condition set must hold.
