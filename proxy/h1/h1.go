@@ -252,15 +252,20 @@ func (t *Transport) evictOldest() *conn {
 			oldest = host
 		}
 	}
-	l := t.idle[oldest]
-	c := l[0]
-	if len(l) == 1 {
-		delete(t.idle, oldest)
+	return t.dropOldest(oldest, 1)[0]
+}
+
+// dropOldest takes host's n longest idle connections out of the pool,
+// leaving no empty list and the total right. Called with mu held.
+func (t *Transport) dropOldest(host string, n int) []*conn {
+	l := t.idle[host]
+	if n == len(l) {
+		delete(t.idle, host)
 	} else {
-		t.idle[oldest] = append(l[:0:0], l[1:]...)
+		t.idle[host] = append(l[:0:0], l[n:]...)
 	}
-	t.total--
-	return c
+	t.total -= n
+	return l[:n:n]
 }
 
 // sweepIdle closes the connections idle longer than the idle timeout, and
@@ -275,14 +280,11 @@ func (t *Transport) sweepIdle() {
 		for i < len(l) && now.Sub(l[i].idleAt) >= t.idleTimeout {
 			i++
 		}
-		stale = append(stale, l[:i]...)
-		t.total -= i
-		if i == len(l) {
-			delete(t.idle, host)
-			continue
-		}
 		if i > 0 {
-			t.idle[host] = append(l[:0:0], l[i:]...)
+			stale = append(stale, t.dropOldest(host, i)...)
+		}
+		if i == len(l) {
+			continue
 		}
 		if d := t.idleTimeout - now.Sub(l[i].idleAt); next == 0 || d < next {
 			next = d
