@@ -306,6 +306,37 @@ func TestPeakLatency(t *testing.T) {
 	}
 }
 
+// A sample below the peak that comes within a 1024th of the time
+// constant is not taken in and does not reset the time: the next one
+// taken carries the weight of all the time since the last update.
+func TestPeakLatencyResolution(t *testing.T) {
+	tau := 10 * time.Second
+	s, c := newState(t, health.Config{PeakDecay: tau})
+	succeed(t, s, c, 500*time.Millisecond)
+	c.Advance(time.Millisecond) // under tau/1024 (9.77 ms)
+	succeed(t, s, c, 100*time.Millisecond)
+	decayed := func(d time.Duration) float64 { return math.Exp(-d.Seconds() / tau.Seconds()) }
+	if got, _ := s.PeakLatency(c.Now(), tau); !near(got, 0.5*decayed(time.Millisecond)) {
+		t.Fatalf("a sample below the peak, 1 ms after it: peak %v, want 0.5 decayed by 1 ms (untouched)", got)
+	}
+	if got := s.Estimates().Measured; got != c.Now().Add(-time.Millisecond).UnixNano() {
+		t.Fatalf("measured at %v, want the peak's own time", time.Unix(0, got))
+	}
+	c.Advance(9 * time.Millisecond) // 10 ms since the update
+	succeed(t, s, c, 100*time.Millisecond)
+	w := decayed(10 * time.Millisecond)
+	if got, _ := s.PeakLatency(c.Now(), tau); !near(got, 0.5*w+0.1*(1-w)) {
+		t.Fatalf("10 ms after the update: peak %v, want %v (weighted by all 10 ms)", got, 0.5*w+0.1*(1-w))
+	}
+	if got := s.Estimates().Measured; got != c.Now().UnixNano() {
+		t.Fatalf("measured at %v, want now", time.Unix(0, got))
+	}
+	succeed(t, s, c, 700*time.Millisecond) // above: taken at once, however soon
+	if got, _ := s.PeakLatency(c.Now(), tau); !near(got, 0.7) {
+		t.Fatalf("a sample above the peak: %v, want 0.7", got)
+	}
+}
+
 func TestClassifier(t *testing.T) {
 	def := health.MustClassifier(health.DefaultStatuses)
 	route := health.MustClassifier(health.RouteStatuses)

@@ -379,7 +379,11 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 // without a lock: a concurrent outcome makes the swap fail, and the
 // blend is done again on the value it left. An unmeasured latency is
 // seeded with the first measure rather than decayed up from zero, which
-// would make a slow endpoint look fast for its first few requests.
+// would make a slow endpoint look fast for its first few requests. A
+// blend that leaves the value as it was (a healthy endpoint's success
+// estimate, settled at 1) writes nothing: on the hot path it is the
+// writes that cost, each a locked instruction and a cache line other
+// cores must fetch again.
 func blend(w *atomic.Uint64, x, decay float64) {
 	for {
 		old := w.Load()
@@ -387,7 +391,7 @@ func blend(w *atomic.Uint64, x, decay float64) {
 		if old != unmeasured {
 			v = decay*x + (1-decay)*math.Float64frombits(old)
 		}
-		if w.CompareAndSwap(old, math.Float64bits(v)) {
+		if math.Float64bits(v) == old || w.CompareAndSwap(old, math.Float64bits(v)) {
 			return
 		}
 	}
@@ -477,12 +481,23 @@ func (s *State) close(now time.Time) {
 	s.probing.Store(false)
 }
 
+// peakResolution: a sample below the peak estimate that comes less than
+// tau/peakResolution after the estimate was last updated is not taken in
+// (it would move the estimate by less than 1/peakResolution of the way
+// to it), and the time since the update is not reset either, so the next
+// sample taken in carries the weight of all of it. The decay over time
+// stays exact; a busy endpoint's estimate is written at most
+// peakResolution times per tau for samples below it (about a hundred a
+// second at the default 10 s) instead of on every outcome. Samples above
+// it are always taken: the estimate is a peak.
+const peakResolution = 1024
+
 // observePeak updates the peak-EWMA latency (Finagle, linkerd): a sample
 // above the estimate replaces it at once, one below pulls it down with a
-// weight that grows with the time since the last sample. The value is
-// swapped in without a lock and the time stored after it, so a reader
-// may briefly see the new value with the previous time: an estimate
-// decayed a little less than it will be.
+// weight that grows with the time since the last update (see
+// peakResolution). The value is swapped in without a lock and the time
+// stored after it, so a reader may briefly see the new value with the
+// previous time: an estimate decayed a little less than it will be.
 func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
 	ns := now.UnixNano()
 	for {
@@ -491,7 +506,10 @@ func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
 		if stamp == 0 || sec > peak {
 			peak = sec
 		} else {
-			w := math.Exp(-float64(max(ns-stamp, 0)) / float64(tau))
+			if ns-stamp < int64(tau)/peakResolution {
+				return // too soon to move it: the next sample will
+			}
+			w := math.Exp(-float64(ns-stamp) / float64(tau))
 			peak = peak*w + sec*(1-w)
 		}
 		if s.peakValue.CompareAndSwap(old, math.Float64bits(peak)) {
@@ -521,8 +539,10 @@ func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, meas
 type Estimates struct {
 	Success float64 // success EWMA
 	Latency float64 // latency EWMA, seconds; meaningful once Measured is set
-	// Measured is when a latency was last measured, in Unix nanoseconds
-	// (a number, not a Time, as it is read on every pick); 0 if never.
+	// Measured is when a latency was last taken into the peak estimate,
+	// in Unix nanoseconds (a number, not a Time, as it is read on every
+	// pick); 0 if never. On a busy endpoint it trails the last measure by
+	// less than a thousandth of the peak's time constant.
 	Measured int64
 	// Outcomes counts the successes and failures seen: 0 means nothing
 	// is known of the endpoint yet.
