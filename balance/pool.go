@@ -535,7 +535,7 @@ func healthyShare(s *Set) float64 {
 func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.Full() }
 
 func (s *Snapshot) made(ep *Endpoint, t health.Ticket, obs Observer) Pick {
-	return Pick{Endpoint: ep, ticket: t, observer: obs, classifier: s.classifier, clock: s.pool.clock}
+	return Pick{Endpoint: ep, ticket: t, observer: obs, snap: s}
 }
 
 // Pick is one pick: the endpoint, and the hooks that report its outcome
@@ -545,10 +545,9 @@ type Pick struct {
 	// Fallback says nothing was available and this is the least bad.
 	Fallback bool
 
-	ticket     health.Ticket
-	observer   Observer // the picker that chose it, when it keeps accounts
-	classifier *health.Classifier
-	clock      health.Clock
+	ticket   health.Ticket
+	observer Observer  // the picker that chose it, when it keeps accounts
+	snap     *Snapshot // its classifier and clock
 }
 
 // Probe reports whether this request is the breaker's half-open probe.
@@ -563,10 +562,10 @@ func (pk *Pick) Report(o health.Outcome) health.Verdict {
 	if pk.Endpoint == nil {
 		return health.Ignore
 	}
-	v := pk.classifier.Classify(o)
+	v := pk.snap.classifier.Classify(o)
 	at := o.At
 	if at.IsZero() {
-		at = pk.clock.Now()
+		at = pk.snap.pool.clock.Now()
 	}
 	pk.ticket.Observe(v, o.Latency, at)
 	return v
