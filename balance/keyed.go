@@ -120,8 +120,8 @@ func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {
 	if err != nil {
 		return nil, ErrNoEndpoint
 	}
-	if p.ok(owner) {
-		return p.set.Get(owner), nil
+	if ep := p.set.Get(owner); ep != nil && p.set.Available(ep) {
+		return ep, nil
 	}
 	return walkOwners(p.set, p.placer, r.Key, p.ok)
 }
