@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -77,5 +78,79 @@ pools: [{name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%
 	}
 	if strings.Contains(r.logs.String(), "proxy error") {
 		t.Errorf("a connection closed while idle was logged as an error: %s", r.logs)
+	}
+}
+
+// A backend's head is bounded alike whichever way the request went (the
+// short way for a GET, net/http's Transport for a POST) and whichever
+// listener sent it (reverse, or a forward proxy's direct route): over the
+// bound, the client gets 502, under it the answer.
+func TestBackendHeadBound(t *testing.T) {
+	const over, under = 1100, 900 // lines of 1 KB: over and under the 1 MiB bound
+	addr := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			lines := under
+			if strings.HasSuffix(req.URL.Path, "/over") {
+				lines = over
+			}
+			bw := bufio.NewWriter(c)
+			bw.WriteString("HTTP/1.1 200 OK\r\n")
+			for range lines {
+				bw.WriteString("X-Filler: " + strings.Repeat("a", 1012) + "\r\n")
+			}
+			bw.WriteString("Content-Length: 2\r\n\r\nok")
+			if bw.Flush() != nil {
+				return
+			}
+		}
+	})
+	cfg := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%s"}]}
+  - {name: routes, retries: {attempts: 1}, endpoints: [{name: direct, url: "direct://"}]}
+`, addr)
+	r := startRotor(t, cfg, nil)
+	pu, _ := url.Parse("http://" + r.Addr("out").String())
+	viaForward := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+	for _, tt := range []struct {
+		via    string
+		client *http.Client
+		base   string
+	}{
+		{"reverse", client, r.url("web")},
+		{"forward", viaForward, "http://" + addr},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			for _, size := range []string{"over", "under"} {
+				var body io.Reader
+				if method == http.MethodPost {
+					body = strings.NewReader("form=1")
+				}
+				req, _ := http.NewRequest(method, tt.base+"/"+size, body)
+				resp, err := tt.client.Do(req)
+				if err != nil {
+					t.Fatalf("%s %s %s: %v", tt.via, method, size, err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				want := http.StatusOK
+				if size == "over" {
+					want = http.StatusBadGateway
+				}
+				if resp.StatusCode != want || want == http.StatusOK && string(got) != "ok" {
+					t.Errorf("%s %s, head %s the bound: %d %q, want %d", tt.via, method, size, resp.StatusCode, got, want)
+				}
+			}
+		}
 	}
 }

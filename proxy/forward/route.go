@@ -114,7 +114,10 @@ func NewRoute(o RouteOptions) (*Route, error) {
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: o.Try,
-		ForceAttemptHTTP2:     true,
+		// Both ways bound a target's head alike, as the reverse proxy
+		// bounds a backend's.
+		MaxResponseHeaderBytes: h1.MaxResponseHeader,
+		ForceAttemptHTTP2:      true,
 		// A client's Accept-Encoding goes out as it came, and the answer
 		// comes back as the target encoded it.
 		DisableCompression: true,

@@ -37,14 +37,14 @@ import (
 	"time"
 )
 
-// Bounds on what a server's answer may make the transport hold.
-const (
-	// MaxResponseHeader bounds a response's head: a server that sends
-	// headers without end fails the try. An informational answer passed
-	// on starts the bound again. Give HTTP the same as its
-	// MaxResponseHeaderBytes.
-	MaxResponseHeader = 1 << 20
-)
+// MaxResponseHeader is the bound rotor's transports give a response's
+// head (their MaxResponseHeaderBytes): a server that sends headers
+// without end fails the try.
+const MaxResponseHeader = 1 << 20
+
+// defaultMaxHead is net/http's bound on a response's head when
+// MaxResponseHeaderBytes is 0.
+const defaultMaxHead = 10 << 20
 
 var (
 	errHeaderTooLarge = errors.New("h1: response header too large")
@@ -63,10 +63,13 @@ type Transport struct {
 	// dial opens the short way's connections; nil sends every request
 	// through HTTP. try bounds the write and the wait for the head, and
 	// idleTimeout an idle connection's life (0: none); maxIdle and
-	// maxTotal bound the idle connections per host and in all.
+	// maxTotal bound the idle connections per host and in all; maxHead
+	// bounds a head, started again after each informational answer
+	// passed on.
 	dial              func(ctx context.Context, network, addr string) (net.Conn, error)
 	try, idleTimeout  time.Duration
 	maxIdle, maxTotal int
+	maxHead           int64
 
 	mu     sync.Mutex
 	idle   map[string][]*conn // guarded by mu: per host:port, oldest first; no empty lists
@@ -82,13 +85,17 @@ type Transport struct {
 // request and waiting for the answer's head; MaxIdleConnsPerHost (0: 2)
 // and MaxIdleConns (0: no bound; over it, the longest idle is closed)
 // bound the idle connections, and IdleConnTimeout (0: none) how long one
-// is kept. A forward proxy's clients choose the hosts: the total bounds
-// what they can make it hold.
+// is kept; MaxResponseHeaderBytes (0: 10 MB) bounds an answer's head. A
+// forward proxy's clients choose the hosts: the total bounds what they
+// can make it hold.
 func New(ht *http.Transport) *Transport {
 	t := &Transport{
 		HTTP: ht, try: ht.ResponseHeaderTimeout, idleTimeout: ht.IdleConnTimeout,
-		maxIdle: ht.MaxIdleConnsPerHost, maxTotal: ht.MaxIdleConns,
+		maxIdle: ht.MaxIdleConnsPerHost, maxTotal: ht.MaxIdleConns, maxHead: ht.MaxResponseHeaderBytes,
 		idle: map[string][]*conn{},
+	}
+	if t.maxHead <= 0 {
+		t.maxHead = defaultMaxHead
 	}
 	if ht.Proxy == nil {
 		t.dial = ht.DialContext
@@ -349,7 +356,7 @@ func (c *conn) roundTrip(r *http.Request, try time.Duration) (*http.Response, er
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
 	}
-	c.read, c.limit = 0, MaxResponseHeader
+	c.read, c.limit = 0, c.t.maxHead
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.conn)
 	err := r.Write(bw)
@@ -374,7 +381,7 @@ func (c *conn) roundTrip(r *http.Request, try time.Duration) (*http.Response, er
 		// final answer. Undelivered ones count against the bound.
 		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
 			err = trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header))
-			c.limit = MaxResponseHeader
+			c.limit = c.t.maxHead
 		}
 	}
 	if err != nil {
