@@ -7,12 +7,10 @@
 # Needs: curl, taskset. Usage: bash bench/bodies.sh > bench/out/bodies.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in curl taskset; do
-	command -v "$tool" >/dev/null || { echo "bench/bodies.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs curl taskset
 SIZE=${SIZE:-1073741824}
 ROUNDS=${ROUNDS:-3}
-. bench/setup.sh
 setup bodies
 
 upload=$(mktemp -p /dev/shm rotor-upload.XXXXXX 2>/dev/null || mktemp)

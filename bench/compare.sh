@@ -16,9 +16,8 @@
 # Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk h2load openssl taskset git; do
-	command -v "$tool" >/dev/null || { echo "bench/compare.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk h2load openssl taskset git
 BASE=${1:-main}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-50}

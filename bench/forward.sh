@@ -6,12 +6,10 @@
 # Needs: wrk, tinyproxy, nc, taskset (Debian: wrk tinyproxy netcat-openbsd util-linux).  Usage: bash bench/forward.sh > bench/out/forward.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk tinyproxy taskset; do
-	command -v "$tool" >/dev/null || { echo "bench/forward.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk tinyproxy taskset
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-. bench/setup.sh
 setup forward
 chmod 777 "$out"
 

@@ -9,12 +9,10 @@
 # Usage: bash bench/naive.sh > bench/out/naive.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk taskset; do
-	command -v "$tool" >/dev/null || { echo "bench/naive.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk taskset
 DURATION=${DURATION:-6s}
 ROUNDS=${ROUNDS:-3}
-. bench/setup.sh
 setup naive
 go build -o "$out/naive" ./bench/naive
 

@@ -12,13 +12,11 @@
 #   (the profile stays in bench/out/profile/cpu.pprof for go tool pprof)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk taskset; do
-	command -v "$tool" >/dev/null || { echo "bench/profile.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk taskset
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
-. bench/setup.sh
 setup profile
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)

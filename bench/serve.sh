@@ -7,12 +7,10 @@
 # Usage: bash bench/serve.sh > bench/out/serve.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk nginx haproxy caddy taskset; do
-	command -v "$tool" >/dev/null || { echo "bench/serve.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk nginx haproxy caddy taskset
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-. bench/setup.sh
 setup serve
 
 

@@ -1,8 +1,21 @@
-# Shared by the live benchmark scripts: source it, then call
+# Shared by the live benchmark scripts: source it, check the tools with
+#   needs TOOL...
+# and call
 #   setup NAME
 # for a fresh bench/out/NAME (in $out) with rotor and bench/upstream built
 # into it. Every process whose pid is added to pids is killed when the
 # script exits, and every file added to tmpfiles removed.
+needs() {
+	local tool missing=()
+	for tool in "$@"; do
+		command -v "$tool" >/dev/null || missing+=("$tool")
+	done
+	if ((${#missing[@]})); then
+		echo "$0 needs ${missing[*]}" >&2
+		exit 1
+	fi
+}
+
 setup() {
 	out=bench/out/$1
 	rm -rf "$out" && mkdir -p "$out"

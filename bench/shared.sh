@@ -8,12 +8,10 @@
 # Usage: bash bench/shared.sh > bench/out/shared.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in wrk redis-server taskset curl; do
-	command -v "$tool" >/dev/null || { echo "bench/shared.sh needs $tool" >&2; exit 1; }
-done
+. bench/setup.sh
+needs wrk redis-server taskset curl
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
-. bench/setup.sh
 setup shared
 
 
