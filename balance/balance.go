@@ -212,6 +212,9 @@ func (s *Set) Get(name string) *Endpoint {
 // Clock returns the set's clock.
 func (s *Set) Clock() health.Clock { return s.clock }
 
+// now is the time of r's pick by the set's clock.
+func (s *Set) now(r Request) time.Time { return r.now(s.clock) }
+
 // Rand returns the set's random source.
 func (s *Set) Rand() Rand { return s.rand }
 

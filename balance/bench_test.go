@@ -56,9 +56,10 @@ var keys = func() []string {
 
 // BenchmarkPickDone: the whole cycle through a pool, Pick then Done, as a
 // proxy runs it: picker, breaker admission, in-flight accounting, the
-// outcome's classification and the EWMA and breaker update. The outcome
-// carries the time it was known, as a proxy that has just measured the
-// latency passes it.
+// outcome's classification and the EWMA and breaker update. The request
+// carries the time it started and the outcome the time it was known, as
+// a proxy's flight passes them (it read the clock for the total's
+// deadline, and to measure the latency).
 func BenchmarkPickDone(b *testing.B) {
 	names := map[int]string{8: "sticky", 9: "sticky_hash"}
 	for i, pol := range benchPolicies(b) {
@@ -69,7 +70,7 @@ func BenchmarkPickDone(b *testing.B) {
 		for _, n := range []int{8, 64, 1024} {
 			p := benchPool(b, pol, n)
 			cycle := func(i int) {
-				pk, err := p.Pick(balance.Request{Key: keys[i&1023]})
+				pk, err := p.Pick(balance.Request{Key: keys[i&1023], At: at})
 				if err != nil {
 					b.Fatal(err)
 				}

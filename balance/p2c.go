@@ -179,8 +179,8 @@ func peakCost(latency float64, measured bool, inflight int64) float64 {
 	return max(latency, peakFloor) * float64(inflight+1)
 }
 
-func (p *peakPicker) Pick(Request) (*Endpoint, error) {
-	now := p.set.clock.Now()
+func (p *peakPicker) Pick(r Request) (*Endpoint, error) {
+	now := p.set.now(r)
 	ep := chooseBest(p.set, p.d, func(ep *Endpoint) float64 {
 		lat, measured := ep.PeakLatency(now)
 		return peakCost(lat, measured, ep.State.Inflight())

@@ -218,9 +218,9 @@ const rejectionTries = 16
 // since it too is proportional. When every available endpoint weighs 0
 // (all failing, none yet open) there is no evidence to prefer any, and it
 // spreads evenly.
-func (p *scoredPicker) Pick(Request) (*Endpoint, error) {
+func (p *scoredPicker) Pick(r Request) (*Endpoint, error) {
 	s := p.set
-	now := s.clock.Now().UnixNano()
+	now := s.now(r).UnixNano()
 	best, top := p.reference(now)
 	if n := len(s.states); n > 0 && top > 0 {
 		for range rejectionTries {

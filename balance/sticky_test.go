@@ -78,6 +78,29 @@ func TestStickyTable(t *testing.T) {
 	}
 }
 
+// A pick dated by its caller (Request.At) is weighed at that time, not
+// the clock's: here a pin expires by the request's date alone.
+func TestStickyTableDatedPick(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
+	p, clock := testPool(t, st, "a", "b", "c")
+	pick := func(at time.Time) {
+		pk, err := p.Pick(balance.Request{Key: "k", At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pk.Done(health.Outcome{Status: 200})
+	}
+	pick(time.Time{})
+	pick(clock.Now().Add(30 * time.Second)) // within the TTL: kept, until 1m30s
+	if s := st.Stats(); s.Pinned != 1 || s.Hits != 1 {
+		t.Fatalf("stats %+v, want 1 pinned, 1 hit", s)
+	}
+	pick(clock.Now().Add(2 * time.Minute)) // the clock has not moved
+	if s := st.Stats(); s.Pinned != 2 {
+		t.Fatalf("a pick dated past the TTL: stats %+v, want the key pinned afresh", s)
+	}
+}
+
 func TestStickyFull(t *testing.T) {
 	for _, onFull := range []balance.OnFull{balance.BreakAffinity, balance.Reject} {
 		st, _ := balance.NewSticky(balance.StickyOptions{OnFull: onFull})

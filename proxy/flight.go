@@ -108,6 +108,7 @@ type Flight struct {
 	pool     *Pool
 	req      Request
 	clock    health.Clock
+	start    time.Time // by clock, read when there is a total to bound; zero: not read
 	deadline time.Time // zero: none
 	tried    []string
 	pick     balance.Pick
@@ -134,7 +135,8 @@ func (p *Pool) Begin(f *Flight, r Request) {
 		f.clock = health.SystemClock{}
 	}
 	if p.Total > 0 {
-		f.deadline = f.clock.Now().Add(p.Total)
+		f.start = f.clock.Now()
+		f.deadline = f.start.Add(p.Total)
 	}
 	if p.Attempts > 1 && p.Budget != nil {
 		p.Budget.Deposit()
@@ -148,7 +150,9 @@ func (f *Flight) Next() (*balance.Endpoint, error) {
 	f.End() // a try not reported is given back
 	r := balance.Request{Key: f.req.Key, Tried: f.tried}
 	if f.attempts == 0 {
-		r.Pin = f.req.Pin
+		// The first pick is dated by the start, when it was read: a
+		// policy that weighs time need not read the clock again.
+		r.Pin, r.At = f.req.Pin, f.start
 	}
 	pk, err := f.pool.Snapshot.Pick(r)
 	if err != nil {

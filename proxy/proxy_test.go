@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -201,6 +202,54 @@ func TestFlightTotal(t *testing.T) {
 	})
 	if len(tried) != 2 {
 		t.Fatalf("tried %v, want 2 tries within the total of a minute", tried)
+	}
+}
+
+// datedPolicy picks the first endpoint not tried and notes the time each
+// pick was dated by.
+type datedPolicy struct{ at []time.Time }
+
+func (*datedPolicy) Name() string { return "dated" }
+func (d *datedPolicy) Build(s *balance.Set) balance.Picker {
+	return pickerFunc(func(r balance.Request) (*balance.Endpoint, error) {
+		d.at = append(d.at, r.At)
+		for _, ep := range s.Endpoints() {
+			if !slices.Contains(r.Tried, ep.Name) {
+				return ep, nil
+			}
+		}
+		return nil, balance.ErrNoEndpoint
+	})
+}
+
+type pickerFunc func(balance.Request) (*balance.Endpoint, error)
+
+func (f pickerFunc) Pick(r balance.Request) (*balance.Endpoint, error) { return f(r) }
+
+// A flight dates its first pick by the start it read for the total, so
+// that a policy weighing time need not read the clock; a retry, later,
+// is left to read it.
+func TestFlightDatesFirstPick(t *testing.T) {
+	p, clock := flightPool(t, 2, nil)
+	pol := &datedPolicy{}
+	bp := p.Snapshot.Pool()
+	if err := bp.Configure(balance.Config{Policy: pol, Endpoints: []balance.EndpointConfig{{Name: "a"}, {Name: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	p.Snapshot = bp.Snapshot()
+	start := clock.Now()
+	fly(t, p, proxy.Request{Idempotent: true}, func(string) proxy.Result {
+		clock.Advance(time.Second)
+		return proxy.Result{Outcome: health.Outcome{Err: health.ConnectError}, Unsent: true}
+	})
+	if len(pol.at) != 2 || !pol.at[0].Equal(start) || !pol.at[1].IsZero() {
+		t.Fatalf("picks dated %v, want the start (%v), then none", pol.at, start)
+	}
+	p.Total = 0 // no total: the start is not read, and no pick is dated
+	pol.at = nil
+	fly(t, p, proxy.Request{}, func(string) proxy.Result { return proxy.Result{Outcome: health.Outcome{Status: 200}} })
+	if len(pol.at) != 1 || !pol.at[0].IsZero() {
+		t.Fatalf("without a total, the pick dated %v, want none", pol.at)
 	}
 }
 
