@@ -142,7 +142,7 @@ echo
 for round in $(seq "$ROUNDS"); do
 	for side in base new; do
 		taskset -c 0 "$out/balance-$side.test" -test.run '^$' -test.bench 'PickDone/.*/n=64$' -test.benchtime 200000x |
-			awk -v side="$side" '/^BenchmarkPickDone/ {n=$1; sub(/^BenchmarkPickDone\//, "", n); sub(/\/n=64.*/, "", n); print side, n, $3}'
+			awk -v side="$side" '/^BenchmarkPickDone/ && $1 !~ /\/parallel/ {n=$1; sub(/^BenchmarkPickDone\//, "", n); sub(/\/n=64.*/, "", n); print side, n, $3}'
 	done
 done > "$out/pickdone.txt"
 printf "%-22s %10s %10s %8s\n" policy base new ratio
