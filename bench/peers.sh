@@ -15,10 +15,10 @@
 # go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
 # docs/img/peers-${CORES}core.svg. WRITE=1 puts the tables into
 # docs/BENCHMARKS.md too, between the markers for this core count.
-# For HTTP/1.1 and HTTP/2 each proxy's CPU time a request is printed too
-# (from /proc), and charted as requests per CPU second: when the load's
-# core is the limit, the rates draw level and the CPU still tells them
-# apart.
+# For HTTP/1.1, TCP and HTTP/2 each proxy's CPU time a request is printed
+# too (from /proc), and charted as requests per CPU second: when the
+# load's core is the limit, the rates draw level and the CPU still tells
+# them apart.
 # ROUNDS=3 runs HTTP/1.1, TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -265,14 +265,18 @@ for target in $h1; do
 	result "HTTP/1.1 per CPU s" "$name" "$(per_cpu_s "$c")"
 done
 echo
-echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s), load on cores $load$of"
-printf "%-10s %12s %12s %14s %14s\n" target SET GET "SET -P 16" "GET -P 16"
+echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
+printf "%-10s %12s %12s %14s %14s %12s %12s\n" target SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
 tcp="direct=19379 rotor=18379 nginx=18380 haproxy=18381" # Caddy has no TCP proxy without a plugin
 for round in $(seq "$ROUNDS"); do
 	for target in $(turn "$tcp" "$round"); do
 		port=${target#*=} name=${target%=*}
+		t0=$(ticks "$name")
 		read -r set get <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
+		v[tcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 2))") "
+		t0=$(ticks "$name")
 		read -r pset pget <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
+		v[ptcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 10))") "
 		v[set-$name]+="$set " v[get-$name]+="$get " v[pset-$name]+="$pset " v[pget-$name]+="$pget "
 	done
 done
@@ -280,13 +284,16 @@ for target in $tcp; do
 	name=${target%=*}
 	set=$(median <<<"${v[set-$name]}") get=$(median <<<"${v[get-$name]}")
 	pset=$(median <<<"${v[pset-$name]}") pget=$(median <<<"${v[pget-$name]}")
-	printf "%-10s %12s %12s %14s %14s\n" "$name" "$set" "$get" "$pset" "$pget"
+	c=$(median <<<"${v[tcpcpu-$name]}") pc=$(median <<<"${v[ptcpcpu-$name]}")
+	printf "%-10s %12s %12s %14s %14s %12s %12s\n" "$name" "$set" "$get" "$pset" "$pget" "$c" "$pc"
 	result "TCP SET" "$name" "$set"
 	result "TCP GET" "$name" "$get"
 	result "TCP SET -P16" "$name" "$pset"
 	result "TCP GET -P16" "$name" "$pget"
+	result "TCP per CPU s" "$name" "$(per_cpu_s "$c")"
+	result "TCP -P16 per CPU s" "$name" "$(per_cpu_s "$pc")"
 done
-for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16"; do result "$t" caddy -; done
+for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16" "TCP per CPU s" "TCP -P16 per CPU s"; do result "$t" caddy -; done
 echo
 echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
 printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
