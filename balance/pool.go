@@ -386,7 +386,8 @@ func (r *Request) now(c health.Clock) time.Time {
 func (s *Snapshot) Pick(r Request) (Pick, error) {
 	if r.Pin == "" && len(r.Tried) == 0 && s.panicThreshold == 0 && s.slowStart == 0 {
 		// The common case: nothing pinned, nothing to refuse.
-		if pk, err := s.pickFrom(&s.primary, r, false); err != ErrNoEndpoint {
+		var pk Pick
+		if err := s.pickFrom(&pk, &s.primary, r, false); err != ErrNoEndpoint {
 			return pk, err
 		}
 		return s.pickRest(r, false)
@@ -406,7 +407,8 @@ func (s *Snapshot) Pick(r Request) (Pick, error) {
 		}
 	}
 	refuse := len(r.Tried) > 0 || s.slowStart > 0
-	if pk, err := s.pickFrom(&s.primary, r, refuse); err != ErrNoEndpoint {
+	var pk Pick
+	if err := s.pickFrom(&pk, &s.primary, r, refuse); err != ErrNoEndpoint {
 		return pk, err
 	}
 	return s.pickRest(r, refuse)
@@ -415,7 +417,8 @@ func (s *Snapshot) Pick(r Request) (Pick, error) {
 // pickRest goes on from the primaries: the backups, then (after refusals)
 // both again without refusing, then the least bad.
 func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
-	pk, err := s.pickFrom(&s.backup, r, refused)
+	var pk Pick
+	err := s.pickFrom(&pk, &s.backup, r, refused)
 	if err == nil {
 		s.pool.backups.Add(1)
 	}
@@ -423,7 +426,7 @@ func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
 		return pk, err
 	}
 	if refused {
-		if pk, err := s.pickFrom(&s.primary, r, false); err != ErrNoEndpoint {
+		if err := s.pickFrom(&pk, &s.primary, r, false); err != ErrNoEndpoint {
 			return pk, err
 		}
 		return s.pickRest(r, false)
@@ -451,22 +454,24 @@ func tried(r Request, ep *Endpoint) bool {
 	return len(r.Tried) > 0 && slices.Contains(r.Tried, ep.Name)
 }
 
-// pickFrom asks t's policy. With strict set, endpoints already tried and
+// pickFrom asks t's policy and puts the pick in pk (in place: a Pick is
+// nine words, and returning it through one more call was a twentieth of
+// the whole Pick+Done). With strict set, endpoints already tried and
 // endpoints in their slow start are refused: the pick is given back
 // uncounted and the policy asked again, without the key, so it may spread
 // elsewhere. After three refusals an endpoint not yet tried is drawn
 // uniformly from those available (a policy that leans hard on the one
 // that just failed would otherwise send the retry straight back to it);
 // only when there is none does it give up with ErrNoEndpoint.
-func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
+func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
 	if t.picker == nil {
-		return Pick{}, ErrNoEndpoint
+		return ErrNoEndpoint
 	}
 	for range 3 {
 		ep, err := t.picker.Pick(r)
 		if err == ErrRejected {
 			s.pool.rejected.Add(1)
-			return Pick{}, err
+			return err
 		}
 		if ep == nil {
 			break
@@ -479,7 +484,8 @@ func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
 			continue
 		}
 		if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-			return s.made(ep, tk, t.observer), nil
+			*pk = s.made(ep, tk, t.observer)
+			return nil
 		}
 		if t.observer != nil {
 			t.observer.Done(ep)
@@ -489,11 +495,12 @@ func (s *Snapshot) pickFrom(t *tier, r Request, strict bool) (Pick, error) {
 		untried := func(ep *Endpoint) bool { return !tried(r, ep) && t.set.Available(ep) }
 		if ep := draw(t.set, untried, nil); ep != nil && s.warm(ep, r) {
 			if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-				return s.made(ep, tk, nil), nil
+				*pk = s.made(ep, tk, nil)
+				return nil
 			}
 		}
 	}
-	return Pick{}, ErrNoEndpoint
+	return ErrNoEndpoint
 }
 
 // warm applies slow start: an endpoint that came back less than SlowStart
