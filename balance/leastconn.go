@@ -18,6 +18,12 @@ import (
 // loaded endpoints are available, whatever the pool's size and load
 // (HAProxy keeps its leastconn servers in a tree for the same reason).
 // Unavailable endpoints stay in their bucket and are stepped over.
+//
+// Keeping the index costs every admit and release a short critical
+// section. A picker that is seldom asked (sticky's, which places only
+// keys it has not seen) stops keeping it once the moves since its last
+// pick would have paid for building it again (twice the endpoints, and
+// 64), and builds it afresh from the counts at its next pick.
 type LeastConn struct{}
 
 var _ Policy = LeastConn{}
@@ -29,7 +35,7 @@ func (LeastConn) Name() string { return "least_conn" }
 // pick, so that a snapshot built beside the running one and never
 // published changes nothing.
 func (LeastConn) Build(s *Set) Picker {
-	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states))}
+	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states)), idleMoves: 2*len(s.states) + 64}
 	seq := watchSeq.Add(1)
 	for i := range p.watches {
 		p.watches[i] = health.Watch{Seq: seq, Changed: func() { p.moved(i) }}
@@ -45,34 +51,37 @@ var watchSeq atomic.Uint64
 const lcLevels = 256
 
 type lcPicker struct {
-	set     *Set
-	watches []health.Watch // one per endpoint
-	ready   atomic.Bool    // the index is kept (or never will be: scan)
+	set       *Set
+	watches   []health.Watch // one per endpoint
+	idleMoves int            // moves without a pick after which the index is let go
 
 	mu sync.Mutex
 	// scan: the index is not kept, as the picker was retired (its
 	// snapshot replaced) or a later picker watches the same states; a
 	// pick scans every endpoint.
-	scan    bool
-	level   []int32   // each endpoint's bucket
-	pos     []int32   // its place in the bucket
-	buckets [][]int32 // endpoints by in-flight count, up to lcLevels-1
-	low     int       // no bucket below it holds an endpoint
+	scan bool
+	// watching: the index is kept up to date. False before the first
+	// pick and after idleMoves moves without one: the next pick builds
+	// it again.
+	watching bool
+	moves    int       // since the last pick
+	level    []int32   // each endpoint's bucket
+	pos      []int32   // its place in the bucket
+	buckets  [][]int32 // endpoints by in-flight count, up to lcLevels-1
+	low      int       // no bucket below it holds an endpoint
 }
 
-// start installs the watches and fills the buckets from the counts now.
-func (p *lcPicker) start() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ready.Load() {
-		return
-	}
-	defer p.ready.Store(true)
-	if p.scan { // retired before its first pick
-		return
-	}
+// watch installs the watches and fills the buckets from the counts now.
+// Called with mu held.
+func (p *lcPicker) watch() {
 	n := len(p.set.states)
-	p.level, p.pos, p.buckets = make([]int32, n), make([]int32, n), make([][]int32, lcLevels)
+	if p.level == nil {
+		p.level, p.pos, p.buckets = make([]int32, n), make([]int32, n), make([][]int32, lcLevels)
+	}
+	for k := range p.buckets {
+		p.buckets[k] = p.buckets[k][:0]
+	}
+	p.low, p.moves, p.watching = 0, 0, true
 	for i := range p.set.states {
 		if !p.set.states[i].SetWatch(&p.watches[i]) {
 			p.scan = true // a picker built later keeps these states
@@ -82,23 +91,33 @@ func (p *lcPicker) start() {
 	}
 }
 
+// unwatch removes the watches: the index is no longer kept. Called with
+// mu held.
+func (p *lcPicker) unwatch() {
+	p.watching = false
+	for i := range p.set.states {
+		p.set.states[i].ClearWatch(&p.watches[i])
+	}
+}
+
 // retire stops keeping the index: the snapshot was replaced. Picks that
 // still come (requests that took the old snapshot) scan.
 func (p *lcPicker) retire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.scan = true
-	for i := range p.set.states {
-		p.set.states[i].ClearWatch(&p.watches[i])
-	}
+	p.unwatch()
 }
 
 // moved is endpoint i's watch: its in-flight count changed. Watches are
-// installed by start, under mu, after the buckets are made.
+// installed by watch, under mu, after the buckets are made.
 func (p *lcPicker) moved(i int) {
 	p.mu.Lock()
-	if !p.scan {
+	if !p.scan && p.watching {
 		p.place(i)
+		if p.moves++; p.moves > p.idleMoves {
+			p.unwatch() // seldom asked: cheaper to build again
+		}
 	}
 	p.mu.Unlock()
 }
@@ -128,15 +147,16 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 	if len(s.states) == 0 {
 		return nil, ErrNoEndpoint
 	}
-	if !p.ready.Load() {
-		p.start()
-	}
 	p.mu.Lock()
+	if !p.scan && !p.watching {
+		p.watch()
+	}
 	if p.scan {
 		p.mu.Unlock()
 		return endpointAt(s, scanLeast(s, nil, false))
 	}
 	defer p.mu.Unlock()
+	p.moves = 0
 	for k := p.low; k < lcLevels; k++ {
 		b := p.buckets[k]
 		if len(b) == 0 {
