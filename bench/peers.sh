@@ -239,24 +239,33 @@ cpu() { [ -n "${pid[$1]:-}" ] && awk -v t="$(($(ticks "$1") - $2))" -v hz="$hz" 
 per_cpu_s() { awk -v c="$1" 'BEGIN {if (c + 0 > 0) printf "%.0f", 1e6 / c; else print "-"}'; }
 # ms prints a duration as wrk or h2load writes it (713.00us, 1.4ms, 2s) in ms.
 ms() { awk -v d="$1" 'BEGIN {if (d ~ /us$/) {sub(/us$/, "", d); d /= 1000} else if (d ~ /ms$/) {sub(/ms$/, "", d)} else if (d ~ /s$/) {sub(/s$/, "", d); d *= 1000}; printf "%.2f", d}'; }
+# each LIST FN runs FN NAME PORT ROUND for every name=port of LIST,
+# ROUNDS times, the targets taking turns.
+each() {
+	local round target
+	for round in $(seq "$ROUNDS"); do
+		for target in $(turn "$1" "$round"); do
+			"$2" "${target%=*}" "${target#*=}" "$round"
+		done
+	done
+}
 of=""
 [ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
 declare -A v
 echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
 printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
 h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
-for round in $(seq "$ROUNDS"); do
-	for target in $(turn "$h1" "$round"); do
-		port=${target#*=} name=${target%=*} f=$out/wrk-${target#*=}-$round.txt
-		t0=$(ticks "$name")
-		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$f"
-		v[cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
-		v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
-		v[p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
-		v[p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
-		v[err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
-	done
-done
+run_h1() {
+	local name=$1 port=$2 f=$out/wrk-$2-$3.txt t0
+	t0=$(ticks "$name")
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$f"
+	v[cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
+	v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
+	v[p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
+	v[p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
+	v[err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
+}
+each "$h1" run_h1
 for target in $h1; do
 	name=${target%=*}
 	r=$(median <<<"${v[rps-$name]}") c=$(median <<<"${v[cpu-$name]}")
@@ -268,18 +277,17 @@ echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
 printf "%-10s %12s %12s %14s %14s %12s %12s\n" target SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
 tcp="direct=19379 rotor=18379 nginx=18380 haproxy=18381" # Caddy has no TCP proxy without a plugin
-for round in $(seq "$ROUNDS"); do
-	for target in $(turn "$tcp" "$round"); do
-		port=${target#*=} name=${target%=*}
-		t0=$(ticks "$name")
-		read -r set get <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
-		v[tcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 2))") "
-		t0=$(ticks "$name")
-		read -r pset pget <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
-		v[ptcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 10))") "
-		v[set-$name]+="$set " v[get-$name]+="$get " v[pset-$name]+="$pset " v[pget-$name]+="$pget "
-	done
-done
+run_tcp() {
+	local name=$1 port=$2 t0 set get pset pget
+	t0=$(ticks "$name")
+	read -r set get <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
+	v[tcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 2))") "
+	t0=$(ticks "$name")
+	read -r pset pget <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
+	v[ptcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 10))") "
+	v[set-$name]+="$set " v[get-$name]+="$get " v[pset-$name]+="$pset " v[pget-$name]+="$pget "
+}
+each "$tcp" run_tcp
 for target in $tcp; do
 	name=${target%=*}
 	set=$(median <<<"${v[set-$name]}") get=$(median <<<"${v[get-$name]}")
@@ -298,18 +306,17 @@ echo
 echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
 printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
 h2="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
-for round in $(seq "$ROUNDS"); do
-	for target in $(turn "$h2" "$round"); do
-		port=${target#*=} name=${target%=*} f=$out/h2load-${target#*=}-$round.txt
-		t0=$(ticks "$name")
-		taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$f" 2>&1 || true
-		v[h2cpu-$name]+="$(cpu "$name" "$t0" "$REQUESTS") "
-		v[h2-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
-		v[mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
-		v[max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
-		v[ok-$name]=$(awk '/^status codes:/ {print $3, $4}' "$f")
-	done
-done
+run_h2() {
+	local name=$1 port=$2 f=$out/h2load-$2-$3.txt t0
+	t0=$(ticks "$name")
+	taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$f" 2>&1 || true
+	v[h2cpu-$name]+="$(cpu "$name" "$t0" "$REQUESTS") "
+	v[h2-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
+	v[mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
+	v[max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
+	v[ok-$name]=$(awk '/^status codes:/ {print $3, $4}' "$f")
+}
+each "$h2" run_h2
 for target in $h2; do
 	name=${target%=*}
 	r=$(median <<<"${v[h2-$name]}") c=$(median <<<"${v[h2cpu-$name]}")
