@@ -40,8 +40,7 @@ go test -c -o "$out/balance-new.test" ./balance
 go build -o "$out/upstream" ./bench/upstream
 taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
-	-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+selfsigned
 
 # config NAME HTTP TCP FORWARD H2: the same config on other ports.
 config() {
@@ -120,7 +119,6 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
 echo "wrk -t1 -c$CONNS -d$DURATION --latency (h2: h2load -n $H2REQUESTS -c 20 -m 10 over TLS) on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
 echo

@@ -61,8 +61,7 @@ wait_port() {
 	return 1
 }
 
-openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
-	-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+selfsigned
 cat "$out/cert.pem" "$out/key.pem" > "$out/both.pem"
 
 taskset -c $load redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
@@ -217,8 +216,6 @@ turn() {
 	local k=$((($2 - 1) % ${#w[@]}))
 	echo "${w[@]:k}" "${w[@]:0:k}"
 }
-# median prints the median of the numbers it reads, "-" when there are none.
-median() { tr ' ' '\n' | { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
 # ticks NAME prints the CPU time, in clock ticks, the proxy NAME has used
 # (nginx's workers included); 0 for the backend direct.
 ticks() {

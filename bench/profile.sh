@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/setup.sh
 needs wrk taskset
+[ "${PROTO:-}" = h2 ] && needs h2load openssl
+[ "${STRACE:-}" = 1 ] && needs strace
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
@@ -22,8 +24,7 @@ setup profile
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
 tls="" scheme=http
 if [ "$PROTO" = h2 ]; then
-	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
-		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+	selfsigned
 	tls=", tls: {cert: cert.pem, key: key.pem}" scheme=https
 fi
 web_config "$out/rotor.yaml" 127.0.0.1:18200 19201 19202 19203 "$tls"

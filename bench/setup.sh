@@ -26,6 +26,16 @@ setup() {
 	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "${tmpfiles[@]}"' EXIT
 }
 
+# selfsigned writes a certificate for 127.0.0.1 and its key to
+# $out/cert.pem and $out/key.pem, for the TLS listeners.
+selfsigned() {
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "subjectAltName=IP:127.0.0.1" \
+		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
+}
+
+# median prints the median of the numbers it reads, "-" when there are none.
+median() { tr ' ' '\n' | { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
+
 # curl_best CORES ROUNDS CURL-ARGS... prints the best of ROUNDS curl runs
 # on CORES (taskset), download or upload speed, in MB/s.
 curl_best() {
