@@ -174,7 +174,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		resp, err := c.roundTrip(r, t.try)
+		resp, err := c.roundTrip(r)
 		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
 			// A server may say 408 on a connection it times out while
 			// idle, before it closes it (net/http's Transport drops such
@@ -345,8 +345,8 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10)
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
 // context ends it whenever it is done. On an error c is closed.
-func (c *conn) roundTrip(r *http.Request, try time.Duration) (*http.Response, error) {
-	ctx := r.Context()
+func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
+	ctx, try := r.Context(), c.t.try
 	if try > 0 {
 		c.conn.SetDeadline(time.Now().Add(try))
 	}
