@@ -167,8 +167,7 @@ func TestFlightRetryRules(t *testing.T) {
 	}
 }
 
-// Retries stay within the budget: with every endpoint failing, 1000
-// requests at budget 0.2 make at most 1000 + 10 (reserve) + 200 tries.
+// The methods that may be sent twice, RFC 9110's and no other spelling.
 func TestIdempotentMethods(t *testing.T) {
 	for method, want := range map[string]bool{
 		"GET": true, "HEAD": true, "OPTIONS": true, "TRACE": true, "PUT": true, "DELETE": true,
@@ -180,6 +179,8 @@ func TestIdempotentMethods(t *testing.T) {
 	}
 }
 
+// Retries stay within the budget: with every endpoint failing, 1000
+// requests at budget 0.2 make at most 1000 + 10 (reserve) + 200 tries.
 func TestFlightBudget(t *testing.T) {
 	p, _ := flightPool(t, 3, proxy.NewBudget(0.2))
 	tries := 0
