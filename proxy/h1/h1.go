@@ -1,4 +1,12 @@
-// Package h1 is the short way to an HTTP/1.1 server: a request that has
+// Package h1 is the short way through HTTP/1.1, both ends of it.
+//
+// From a client (Server, server.go): a cleartext connection's plain
+// requests (no body, origin form, a head the strict reader takes) are
+// read, handled and answered in the connection's goroutine, with no
+// background read, no context of its own and no buffer while it waits;
+// anything else hands the connection to net/http's server.
+//
+// To a server (Transport, this file): a request that has
 // no body and may be sent twice (GET, HEAD, OPTIONS, TRACE), not an
 // upgrade, to an http:// address, is written and answered on a pooled
 // keep-alive connection in the request's own goroutine, where net/http's

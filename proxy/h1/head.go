@@ -1,0 +1,218 @@
+package h1
+
+import (
+	"bytes"
+	"net/http"
+	"net/url"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// parseHead reads a request's head the strict way: it returns the request
+// only when the head is one the server may answer without net/http's
+// server, and nil for everything else, which goes to net/http's server
+// with its bytes untouched (that server then answers it, or refuses it
+// with the status it gives). head is the whole head, its empty line
+// included.
+//
+// Taken: an origin-form target ("/..."), HTTP/1.1 or HTTP/1.0, exactly one
+// valid Host, every line ending in CRLF, names that are tokens and values
+// without control characters, and no body: no Transfer-Encoding and no
+// Content-Length but "0". Left to net/http: bodies, Expect, Upgrade (and
+// so h2c), obs-fold, "*", absolute-form and authority-form targets, bare
+// LF, and anything that does not parse. What is taken becomes the request
+// net/http would have made of the same bytes: the URL parsed by
+// url.ParseRequestURI, Host out of the header map, Pragma: no-cache
+// mirrored in Cache-Control, Close set by the Connection header and the
+// version.
+//
+// base gives the request its context and client address.
+func parseHead(head []byte, base *http.Request) *http.Request {
+	// One string holds every name and value: a single allocation for all
+	// of them.
+	s := string(head)
+	eol := indexCRLF(s, 0)
+	if eol < 0 {
+		return nil
+	}
+	method, target, proto, ok := requestLine(s[:eol])
+	if !ok {
+		return nil
+	}
+	r := new(http.Request)
+	*r = *base
+	r.Method, r.RequestURI, r.Proto, r.ProtoMajor, r.Body = method, target, proto, 1, http.NoBody
+	if proto == "HTTP/1.1" {
+		r.ProtoMinor = 1
+	}
+	// Count the lines first: the map and the values' array are made once,
+	// at their size.
+	lines := bytes.Count(head, crlf) - 2
+	if lines < 0 {
+		return nil
+	}
+	r.Header = make(http.Header, lines)
+	values := make([]string, lines)
+	hosts := 0
+	for at := eol + 2; ; {
+		end := indexCRLF(s, at)
+		if end < 0 {
+			return nil
+		}
+		if end == at {
+			break // the empty line
+		}
+		name, value, ok := field(s[at:end])
+		if !ok {
+			return nil
+		}
+		at = end + 2
+		switch name {
+		case "Host":
+			hosts++
+			r.Host = value
+			continue
+		case "Transfer-Encoding", "Expect", "Upgrade":
+			return nil
+		case "Content-Length":
+			if value != "0" || len(r.Header[name]) > 0 {
+				return nil
+			}
+		}
+		if vs, seen := r.Header[name]; seen {
+			r.Header[name] = append(vs, value)
+			continue
+		}
+		values[0] = value
+		r.Header[name] = values[:1:1]
+		values = values[1:]
+	}
+	if hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
+		return nil
+	}
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return nil
+	}
+	r.URL = u
+	if pragma := r.Header["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
+		if _, ok := r.Header["Cache-Control"]; !ok {
+			r.Header["Cache-Control"] = []string{"no-cache"}
+		}
+	}
+	conn := r.Header["Connection"]
+	if r.ProtoMinor == 0 {
+		r.Close = httpguts.HeaderValuesContainsToken(conn, "close") || !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
+	} else {
+		r.Close = httpguts.HeaderValuesContainsToken(conn, "close")
+	}
+	return r
+}
+
+var crlf = []byte("\r\n")
+
+// headEnd returns the length of the head at the start of b (its empty
+// line included), 0 when it is not all there yet, and -1 when what is
+// there is not a head the strict reader takes (a line ending in a bare
+// LF, or an empty line before the request line).
+func headEnd(b []byte) int {
+	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+		b = b[:i+4]
+		if bytes.Count(b, []byte("\n")) != bytes.Count(b, crlf) || i == 0 {
+			return -1
+		}
+		return i + 4
+	}
+	if bytes.Count(b, []byte("\n")) != bytes.Count(b, crlf) {
+		return -1
+	}
+	return 0
+}
+
+func indexCRLF(s string, from int) int {
+	for i := from; i+1 < len(s); i++ {
+		if s[i] == '\r' {
+			if s[i+1] != '\n' {
+				return -1
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+// requestLine splits "METHOD SP target SP HTTP/1.x".
+func requestLine(line string) (method, target, proto string, ok bool) {
+	sp := -1
+	for i := 0; i < len(line); i++ {
+		if line[i] == ' ' {
+			sp = i
+			break
+		}
+		if !httpguts.IsTokenRune(rune(line[i])) {
+			return "", "", "", false
+		}
+	}
+	if sp <= 0 {
+		return "", "", "", false
+	}
+	method, rest := line[:sp], line[sp+1:]
+	if len(rest) < len(" HTTP/1.1")+1 || rest[0] != '/' {
+		return "", "", "", false
+	}
+	target, proto = rest[:len(rest)-len(" HTTP/1.1")], rest[len(rest)-len("HTTP/1.1"):]
+	if rest[len(target)] != ' ' || proto != "HTTP/1.1" && proto != "HTTP/1.0" {
+		return "", "", "", false
+	}
+	for i := 0; i < len(target); i++ {
+		if c := target[i]; c <= ' ' || c >= 0x7f {
+			return "", "", "", false
+		}
+	}
+	return method, target, proto, true
+}
+
+// field splits a header line into its canonical name and its value
+// without the whitespace around it; ok is false for a line net/http's
+// server may judge differently (obs-fold, no colon, a name that is not a
+// token, whitespace before the colon, a control character in the value).
+func field(line string) (name, value string, ok bool) {
+	colon := -1
+	canonical := true
+	upper := true
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if c == ':' {
+			colon = i
+			break
+		}
+		if !httpguts.IsTokenRune(rune(c)) {
+			return "", "", false
+		}
+		switch {
+		case upper && 'a' <= c && c <= 'z', !upper && 'A' <= c && c <= 'Z':
+			canonical = false
+		}
+		upper = c == '-'
+	}
+	if colon <= 0 {
+		return "", "", false
+	}
+	name = line[:colon]
+	if !canonical {
+		name = http.CanonicalHeaderKey(name)
+	}
+	v := line[colon+1:]
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return "", "", false
+		}
+	}
+	return name, v, true
+}

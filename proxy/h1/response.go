@@ -1,0 +1,386 @@
+package h1
+
+import (
+	"bufio"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// response is the short way's http.ResponseWriter. It frames an answer
+// as net/http's server does: the handler's Content-Length when it gave a
+// valid one; else, for an answer that ends within its first 2 KiB, the
+// length of what it wrote; else chunked for HTTP/1.1 and to the close for
+// HTTP/1.0. A Content-Type is sniffed when none was given, a Date added,
+// the headers a status cannot carry dropped, trailers (declared in
+// Trailer, or named with http.TrailerPrefix) sent after a chunked body,
+// and the header map written with net/http's own Header.WriteSubset
+// (names that are not tokens left out, line breaks in values made
+// spaces).
+type response struct {
+	c      *clientConn
+	req    *http.Request
+	header http.Header
+	bw     *bufio.Writer // nil until the first byte is written
+
+	status  int
+	sent    http.Header // the header as it was at WriteHeader, when the head waits for the body
+	cl      int64       // Content-Length given; -1: none
+	written int64       // body bytes written
+	held    []byte      // the first body bytes, while the head waits for them
+	wait    bool        // the head waits for the first body bytes (to sniff or to count)
+	done    bool        // the handler returned
+	head    bool        // a HEAD request: the body is dropped
+	chunked bool
+
+	closeAfter bool // the connection closes after this answer
+	want10     bool // an HTTP/1.0 request that asked for keep-alive
+}
+
+// bodyAllowed reports whether a status may carry a body (RFC 9110).
+func bodyAllowed(status int) bool {
+	return (status < 100 || status > 199) && status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+func (w *response) Header() http.Header { return w.header }
+
+func (w *response) WriteHeader(code int) {
+	if w.status != 0 {
+		w.c.s.logf("http: superfluous response.WriteHeader call")
+		return
+	}
+	if code < 100 || code > 999 {
+		panic("invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		// Informational: written at once, the header map with it (RFC
+		// 8297: 103 Early Hints), the map left as it is.
+		bw := w.writer()
+		writeStatusLine(bw, w.req.ProtoMinor == 1, code)
+		_ = w.header.WriteSubset(bw, noBodyHeaders)
+		_, _ = bw.WriteString("\r\n")
+		_ = bw.Flush()
+		return
+	}
+	w.status = code
+	cl := w.header.Get("Content-Length")
+	if cl != "" {
+		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
+			w.cl = v
+		}
+	}
+	_, typed := w.header["Content-Type"]
+	w.wait = bodyAllowed(code) && !w.head && (w.cl < 0 || !typed && w.header.Get("Content-Encoding") == "")
+	if w.wait {
+		// What the handler does to its header map from here on is not the
+		// head's (trailers, say): the head waiting for the body keeps a
+		// copy, taken as net/http takes it (an invalid length in it).
+		w.sent = w.header.Clone()
+	}
+	if cl != "" && w.cl < 0 {
+		w.c.s.logf("http: invalid Content-Length of %q", cl)
+		w.header.Del("Content-Length")
+	}
+	if !w.wait {
+		w.writeHead(nil)
+	}
+}
+
+// bufferBeforeChunking is how much of a body of no given length is held
+// to learn whether it ends within it (net/http's size).
+const bufferBeforeChunking = 2048
+
+func (w *response) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !bodyAllowed(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	w.written += int64(len(p))
+	if w.cl >= 0 && w.written > w.cl {
+		return 0, http.ErrContentLength
+	}
+	if w.head {
+		return len(p), nil
+	}
+	if w.wait {
+		if len(w.held)+len(p) <= bufferBeforeChunking {
+			w.held = append(w.held, p...)
+			return len(p), nil
+		}
+		w.commit(p)
+	}
+	return w.writeBody(p)
+}
+
+// commit writes the head that waited, with the body held so far; next
+// is the body about to be written after it, which a type is sniffed from
+// too, as net/http sniffs the first bytes of the body whatever their
+// writes.
+func (w *response) commit(next []byte) {
+	held := w.held
+	w.wait, w.held = false, nil
+	first := held
+	if len(held) < sniffLen && len(next) > 0 {
+		first = append(held[:len(held):len(held)], next[:min(len(next), sniffLen-len(held))]...)
+	}
+	w.writeHead(first)
+	if len(held) > 0 {
+		_, _ = w.writeBody(held)
+	}
+}
+
+// sniffLen is what http.DetectContentType reads at most.
+const sniffLen = 512
+
+func (w *response) writeBody(p []byte) (int, error) {
+	bw := w.writer()
+	if !w.chunked {
+		return bw.Write(p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var size [16]byte
+	_, _ = bw.Write(strconv.AppendInt(size[:0], int64(len(p)), 16))
+	_, _ = bw.WriteString("\r\n")
+	n, err := bw.Write(p)
+	if err == nil {
+		_, err = bw.WriteString("\r\n")
+	}
+	return n, err
+}
+
+// Flush writes what is buffered to the client, the head first.
+func (w *response) Flush() {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.wait {
+		w.commit(nil)
+	}
+	_ = w.writer().Flush()
+}
+
+func (w *response) writer() *bufio.Writer {
+	if w.bw == nil {
+		w.bw = writers.Get().(*bufio.Writer)
+		w.bw.Reset(w.c.tc)
+	}
+	return w.bw
+}
+
+func (w *response) putWriter() {
+	if w.bw != nil {
+		w.bw.Reset(nil)
+		writers.Put(w.bw)
+		w.bw = nil
+	}
+}
+
+// finish ends the answer once the handler returned: the head if it still
+// waits, the last chunk and the trailers, and a flush. It says whether the
+// connection may carry another request.
+func (w *response) finish() error {
+	defer w.putWriter()
+	w.done = true
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.wait {
+		w.commit(nil)
+	}
+	bw := w.writer()
+	if w.chunked {
+		_, _ = bw.WriteString("0\r\n")
+		w.writeTrailers(bw)
+		_, _ = bw.WriteString("\r\n")
+	}
+	if w.cl >= 0 && w.written != w.cl && bodyAllowed(w.status) && !w.head {
+		w.closeAfter = true // the client cannot tell where this answer ends
+	}
+	return bw.Flush()
+}
+
+// writeTrailers writes the declared trailers and those named with
+// http.TrailerPrefix.
+func (w *response) writeTrailers(bw *bufio.Writer) {
+	var t http.Header
+	for _, v := range w.headForTrailers()["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			k = http.CanonicalHeaderKey(strings.TrimSpace(k))
+			switch k {
+			case "", "Transfer-Encoding", "Content-Length", "Trailer":
+				continue
+			}
+			if vv, ok := w.header[k]; ok {
+				if t == nil {
+					t = http.Header{}
+				}
+				t[k] = vv
+			}
+		}
+	}
+	for k, vv := range w.header {
+		if name, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			if t == nil {
+				t = http.Header{}
+			}
+			t[http.CanonicalHeaderKey(name)] = vv
+		}
+	}
+	if t != nil {
+		_ = t.Write(bw)
+	}
+}
+
+// headForTrailers is the header the head was written from.
+func (w *response) headForTrailers() http.Header {
+	if w.sent != nil {
+		return w.sent
+	}
+	return w.header
+}
+
+var noBodyHeaders = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
+
+// writeHead writes the status line and the header, deciding the framing
+// as net/http's server does (its chunkWriter.writeHeader); p is the body
+// held so far, all of it when the handler is done.
+func (w *response) writeHead(p []byte) {
+	h := w.headForTrailers()
+	var exclude map[string]bool
+	drop := func(k string) {
+		if _, ok := h[k]; ok {
+			if exclude == nil {
+				exclude = map[string]bool{}
+			}
+			exclude[k] = true
+		}
+	}
+	trailers := len(h["Trailer"]) > 0
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			drop(k)
+			trailers = true
+		}
+	}
+	var x extraHeader
+	code := w.status
+	body := bodyAllowed(code)
+	te := h.Get("Transfer-Encoding")
+	hasTE := te != ""
+	if _, given := h["Content-Length"]; w.done && !trailers && !hasTE && body && !given && (!w.head || len(p) > 0) {
+		w.cl = int64(len(p))
+		x.contentLength = strconv.Itoa(len(p))
+	}
+	hasCL := w.cl >= 0
+	if w.want10 && (w.head || hasCL || !body) {
+		if _, ok := h["Connection"]; !ok {
+			x.connection = "keep-alive"
+		}
+	} else if w.req.ProtoMinor == 0 {
+		w.closeAfter = true
+	}
+	if h.Get("Connection") == "close" || w.c.s.inShutdown.Load() {
+		w.closeAfter = true
+	}
+	if body {
+		if _, typed := h["Content-Type"]; !typed && h.Get("Content-Encoding") == "" && !hasTE && len(p) > 0 {
+			x.contentType = http.DetectContentType(p)
+		}
+	} else {
+		drop("Content-Length")
+		drop("Transfer-Encoding")
+		if code == http.StatusNotModified {
+			drop("Content-Type")
+		}
+	}
+	if _, dated := h["Date"]; !dated {
+		x.date = *w.c.s.date.Load()
+	}
+	if hasCL && hasTE && te != "identity" {
+		w.c.s.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.cl)
+		drop("Content-Length")
+		x.contentLength = ""
+		hasCL, w.cl = false, -1
+	}
+	switch {
+	case w.head || !body || hasCL:
+		drop("Transfer-Encoding")
+	case w.req.ProtoMinor == 1 && te == "identity":
+		w.closeAfter = true
+		drop("Transfer-Encoding")
+	case w.req.ProtoMinor == 1:
+		w.chunked = true
+		x.transferEncoding = "chunked"
+		if te == "chunked" {
+			drop("Transfer-Encoding")
+		}
+	default:
+		w.closeAfter = true
+		drop("Transfer-Encoding")
+	}
+	if w.chunked {
+		drop("Content-Length")
+	}
+	if w.closeAfter && code != http.StatusSwitchingProtocols &&
+		!httpguts.HeaderValuesContainsToken([]string{h.Get("Connection")}, "close") {
+		drop("Connection")
+		if w.req.ProtoMinor == 1 {
+			x.connection = "close"
+		}
+	}
+	bw := w.writer()
+	writeStatusLine(bw, w.req.ProtoMinor == 1, code)
+	_ = h.WriteSubset(bw, exclude)
+	x.write(bw)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// extraHeader is what the server adds to the handler's header.
+type extraHeader struct {
+	contentType, connection, transferEncoding, contentLength string
+	date                                                     []byte
+}
+
+func (x *extraHeader) write(bw *bufio.Writer) {
+	// In net/http's order.
+	if x.date != nil {
+		_, _ = bw.WriteString("Date: ")
+		_, _ = bw.Write(x.date)
+		_, _ = bw.WriteString("\r\n")
+	}
+	for _, kv := range [...][2]string{
+		{"Content-Length", x.contentLength}, {"Content-Type", x.contentType},
+		{"Connection", x.connection}, {"Transfer-Encoding", x.transferEncoding},
+	} {
+		if kv[1] != "" {
+			_, _ = bw.WriteString(kv[0])
+			_, _ = bw.WriteString(": ")
+			_, _ = bw.WriteString(kv[1])
+			_, _ = bw.WriteString("\r\n")
+		}
+	}
+}
+
+func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	if is11 {
+		_, _ = bw.WriteString("HTTP/1.1 ")
+	} else {
+		_, _ = bw.WriteString("HTTP/1.0 ")
+	}
+	var b [3]byte
+	_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+	if text := http.StatusText(code); text != "" {
+		_ = bw.WriteByte(' ')
+		_, _ = bw.WriteString(text)
+	} else {
+		_, _ = bw.WriteString(" status code ")
+		_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+	}
+	_, _ = bw.WriteString("\r\n")
+}

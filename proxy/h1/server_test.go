@@ -1,0 +1,439 @@
+package h1_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rotor-lb/rotor/proxy/h1"
+)
+
+// serveBoth starts a net/http server and the short way in front of
+// another, both with handler h, and returns their addresses.
+func serveBoth(t *testing.T, h http.Handler, set func(*http.Server)) (plain, short string) {
+	t.Helper()
+	mk := func() *http.Server {
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+		if set != nil {
+			set(hs)
+		}
+		return hs
+	}
+	ln1, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := mk()
+	s := h1.NewServer(mk())
+	go hs.Serve(ln1)
+	go s.Serve(ln2)
+	t.Cleanup(func() {
+		hs.Close()
+		s.Close()
+	})
+	return ln1.Addr().String(), ln2.Addr().String()
+}
+
+var discardLog = log.New(io.Discard, "", 0)
+
+var dateLine = regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
+
+// exchange sends raw, half-closes, and returns everything the server
+// wrote before it closed, its Date headers made alike.
+func exchange(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	b, _ := io.ReadAll(c)
+	return dateLine.ReplaceAllString(string(b), "Date: -\r")
+}
+
+// echo answers with what the handler saw of the request.
+func echo(w http.ResponseWriter, r *http.Request) {
+	var keys []string
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "%s %s %s %s host=%q close=%v cl=%d body=%v ctx=%v\n", r.Method, r.RequestURI, r.URL, r.Proto,
+		r.Host, r.Close, r.ContentLength, r.Body != nil, r.Context().Value(http.ServerContextKey) != nil)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s=%q\n", k, r.Header[k])
+	}
+	b, _ := io.ReadAll(r.Body)
+	fmt.Fprintf(w, "read %q\n", b)
+}
+
+// The short way answers every request byte for byte as net/http's
+// server does (Date aside): framing, sniffing, trailers, 1xx, HTTP/1.0,
+// pipelining, closing; and what it leaves to net/http is answered by
+// it, on the same connection.
+func TestServerAnswersAsNetHTTP(t *testing.T) {
+	get := "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\n\r\n"
+	big := strings.Repeat("x", 5000)
+	cases := []struct {
+		name, req string
+		h         http.HandlerFunc
+	}{
+		{"small body sniffed and counted", get, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "<html>hi") }},
+		{"length and type given", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "5")
+			w.Header().Set("Content-Type", "a/b")
+			io.WriteString(w, "hello")
+		}},
+		{"nothing written", get, func(w http.ResponseWriter, r *http.Request) {}},
+		{"big body chunked", get, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
+		{"big body to HTTP/1.0", "GET / HTTP/1.0\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
+		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
+		{"HTTP/1.0 keep-alive, unknown length", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\nHost: a\r\n\r\n",
+			func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
+		{"HEAD", "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "10")
+		}},
+		{"204 drops its length", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "3")
+			w.WriteHeader(http.StatusNoContent)
+		}},
+		{"304 drops its type", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "a/b")
+			w.Header().Set("Etag", `"x"`)
+			w.WriteHeader(http.StatusNotModified)
+		}},
+		{"declared trailers", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Trailer", "X-Sum, X-None")
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "body")
+			w.Header().Set("X-Sum", "42")
+		}},
+		{"prefixed trailers", get, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "body")
+			w.(http.Flusher).Flush()
+			w.Header().Set(http.TrailerPrefix+"X-Late", "1")
+		}},
+		{"flushed", get, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "a")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "b")
+		}},
+		{"103 early hints", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Link", "</s.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			io.WriteString(w, "done")
+		}},
+		{"client asks to close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /never HTTP/1.1\r\nHost: a\r\n\r\n",
+			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
+		{"handler asks to close", get + get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "close")
+			io.WriteString(w, "bye")
+		}},
+		{"pipelined", get + "GET /two HTTP/1.1\r\nHost: b\r\n\r\n" + get, echo},
+		{"request as the handler sees it", "GET /p%20q/r?s=t HTTP/1.1\r\nhost: Example.com:80\r\nx-lower: 1\r\nX-Two: a\r\nX-Two:  b \r\n" +
+			"Pragma: no-cache\r\nCookie: a=1\r\nCookie: b=2\r\nContent-Length: 0\r\n\r\n", echo},
+		{"more than the length given", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "2")
+			_, err := io.WriteString(w, "abc")
+			fmt.Fprint(w, err)
+		}},
+		{"less than the length given", get + get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, "abc")
+		}},
+		{"invalid length dropped", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "abc")
+			io.WriteString(w, "x")
+		}},
+		{"identity", get + get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Transfer-Encoding", "identity")
+			io.WriteString(w, "x")
+		}},
+		{"unknown status", get, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(599) }},
+		{"line breaks in values", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Split", "a\r\nSet-Cookie: evil")
+			w.Header()["Bad Name"] = []string{"x"}
+		}},
+		{"panic", get, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
+		{"abort cuts the body", get, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "part")
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}},
+		// Left to net/http, on the same connection after a first request
+		// the short way served.
+		{"body", get + "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc" + get, echo},
+		{"chunked body", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", echo},
+		{"expect", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", echo},
+		{"two hosts", get + "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", echo},
+		{"no host", "GET / HTTP/1.1\r\n\r\n", echo},
+		{"bad host", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", echo},
+		{"bare LF", "GET / HTTP/1.1\nHost: a\n\n", echo},
+		{"obs-fold", "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", echo},
+		{"space before colon", "GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n", echo},
+		{"bad name", "GET / HTTP/1.1\r\nHost: a\r\nX(y): a\r\n\r\n", echo},
+		{"control in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n", echo},
+		{"absolute form", "GET http://a/b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", echo},
+		{"HTTP/0.9", "GET /\r\n\r\n", echo},
+		{"unknown version", "GET / HTTP/1.2\r\nHost: a\r\n\r\n", echo},
+		{"space in target", "GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"bad method", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"empty line first", "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"long head", "GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + strings.Repeat("v", 6000) + "\r\n\r\n", echo},
+		{"upgrade", "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n", echo},
+		{"length not zero", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx", echo},
+		{"two lengths", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n", echo},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			plain, short := serveBoth(t, tc.h, func(hs *http.Server) { hs.ErrorLog = discardLog })
+			want := exchange(t, plain, tc.req)
+			got := exchange(t, short, tc.req)
+			if want == "" && tc.name != "panic" && tc.name != "abort cuts the body" {
+				t.Fatal("net/http answered nothing")
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("the short way's answer differs from net/http's (-net/http +short):\n%s", diff)
+			}
+		})
+	}
+}
+
+// startShort serves h the short way with hs's settings.
+func startShort(t *testing.T, hs *http.Server) (*h1.Server, string, chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs.ErrorLog == nil {
+		hs.ErrorLog = discardLog
+	}
+	s := h1.NewServer(hs)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().String(), served
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func readAnswer(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// waitClosed reports how long the server took to close c.
+func waitClosed(t *testing.T, c net.Conn, br *bufio.Reader, start time.Time) time.Duration {
+	t.Helper()
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("read %v, want the server to close the connection", err)
+	}
+	return time.Since(start)
+}
+
+// A client that goes away while its request waits cancels the request's
+// context; one that stays, and sends its next request meanwhile, does
+// not, and that request is answered.
+func TestServerClientGone(t *testing.T) {
+	cancelled := make(chan error, 1)
+	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			select {
+			case <-r.Context().Done():
+				cancelled <- r.Context().Err()
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+		if r.URL.Path == "/slow" {
+			time.Sleep(400 * time.Millisecond)
+			if err := r.Context().Err(); err != nil {
+				t.Errorf("a client still there: context %v", err)
+			}
+		}
+		io.WriteString(w, r.URL.Path)
+	})})
+
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(300 * time.Millisecond) // the watch has begun
+	io.WriteString(c, "GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+	for _, want := range []string{"/slow", "/next"} {
+		if _, body := readAnswer(t, br); body != want {
+			t.Fatalf("answer %q, want %q", body, want)
+		}
+	}
+
+	c2, _ := dial(t, addr)
+	io.WriteString(c2, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n")
+	time.Sleep(50 * time.Millisecond)
+	c2.Close()
+	select {
+	case err := <-cancelled:
+		if err != context.Canceled {
+			t.Fatalf("context ended with %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the request's context was not cancelled when its client went away")
+	}
+}
+
+// An idle connection is closed after the idle timeout; a head not whole
+// after the head timeout is too, and one handed to net/http (longer than
+// the buffer) keeps the deadline it had, not a new one.
+func TestServerTimeouts(t *testing.T) {
+	_, addr, _ := startShort(t, &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		IdleTimeout:       200 * time.Millisecond,
+		ReadHeaderTimeout: 600 * time.Millisecond,
+	})
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, br)
+	if d := waitClosed(t, c, br, time.Now()); d > 2*time.Second {
+		t.Fatalf("idle connection closed after %v, want about 200ms", d)
+	}
+
+	c, br = dial(t, addr)
+	start := time.Now()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
+	if d := waitClosed(t, c, br, start); d < 500*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("a head never finished: closed after %v, want about 600ms", d)
+	}
+
+	c, br = dial(t, addr)
+	start = time.Now()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
+	time.Sleep(400 * time.Millisecond)
+	io.WriteString(c, "X-Long: "+strings.Repeat("v", 5000)) // net/http's from here
+	d := waitClosed(t, c, br, start)
+	if d < 500*time.Millisecond || d > 900*time.Millisecond {
+		t.Fatalf("a long head never finished: closed after %v, want about 600ms from its first byte (1s: the deadline began again)", d)
+	}
+}
+
+// Shutdown closes idle connections at once, lets a request in flight
+// finish with Connection: close, and ends Serve.
+func TestServerShutdown(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	s, addr, served := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})})
+	idle, idleR := dial(t, addr)
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, idleR)
+	busy, busyR := dial(t, addr)
+	io.WriteString(busy, "GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+	<-entered
+
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
+	waitClosed(t, idle, idleR, time.Now())
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with a request in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	resp, body := readAnswer(t, busyR)
+	if body != "ok" || !resp.Close {
+		t.Fatalf("in-flight answer %q, close %v; want ok and Connection: close", body, resp.Close)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-served; err != http.ErrServerClosed {
+		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+	}
+	if _, err := net.Dial("tcp", addr); err == nil {
+		t.Fatal("still accepting after Shutdown")
+	}
+}
+
+// A connection waiting for its next request holds no read buffer; one
+// that has read part of a head holds one until the head is whole.
+func TestServerIdleHoldsNoBuffer(t *testing.T) {
+	s, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})})
+	const n = 20
+	var conns []net.Conn
+	for range n {
+		c, br := dial(t, addr)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		readAnswer(t, br)
+		conns = append(conns, c)
+	}
+	// A connection takes a buffer for each read it tries and gives it
+	// back when the read finds nothing: wait for the count to settle.
+	settle := func(want int64) int64 {
+		deadline := time.Now().Add(5 * time.Second)
+		for s.Buffers() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return s.Buffers()
+	}
+	if got := settle(0); got != 0 {
+		t.Fatalf("%d buffers held by %d idle connections, want none", got, n)
+	}
+	for _, c := range conns {
+		io.WriteString(c, "GET / HTTP/1.1\r\n")
+	}
+	if got := settle(n); got != n {
+		t.Fatalf("%d buffers held by %d connections halfway through a head, want one each", got, n)
+	}
+	for _, c := range conns {
+		io.WriteString(c, "Host: a\r\n\r\n")
+		readAnswer(t, bufio.NewReader(c))
+	}
+	if got := settle(0); got != 0 {
+		t.Fatalf("%d buffers held after the heads were read, want none", got)
+	}
+}
