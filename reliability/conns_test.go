@@ -23,7 +23,7 @@ func TestIdleKeepAlive(t *testing.T) {
 	exchange(t, p.addr("web"), "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // warm: one backend connection
 	time.Sleep(200 * time.Millisecond)
 	baseRSS, baseG, baseFD := p.rss(), p.metric("go_goroutines"), p.fds()
-	n := scale(1000, 5000)
+	n := scale(1000, 10000)
 	conns := holdIdle(t, n, func() net.Conn {
 		c := rawConn(t, p.addr("web"))
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))

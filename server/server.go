@@ -29,6 +29,7 @@ import (
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/forward"
+	"github.com/rotor-lb/rotor/proxy/h1"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 	"github.com/rotor-lb/rotor/proxy/tcp"
 	"github.com/rotor-lb/rotor/shared"
@@ -69,6 +70,7 @@ type listener struct {
 	cfg   config.Listener
 	addr  net.Addr
 	http  *http.Server // http and forward
+	short *h1.Server   // a cleartext http listener's: net/http's server behind it
 	tcp   *tcp.Proxy
 	conns *proxy.Conns // upgrades, tunnels, tcp connections
 }
@@ -237,7 +239,10 @@ func (s *Server) Start() error {
 				// up HTTP/2 for clients.
 				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
 			} else {
-				go s.serve(name, func() error { return li.http.Serve(ln) })
+				// Plain requests are served the short way; the rest (bodies,
+				// upgrades) by li.http, which the short way hands them to.
+				li.short = h1.NewServer(li.http)
+				go s.serve(name, func() error { return li.short.Serve(ln) })
 			}
 		case "forward":
 			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
@@ -438,6 +443,12 @@ func (li *listener) drain(ctx context.Context) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		if li.short != nil {
+			if httpErr = li.short.Shutdown(ctx); httpErr != nil {
+				li.short.Close()
+			}
+			return
+		}
 		if httpErr = li.http.Shutdown(ctx); httpErr != nil {
 			li.http.Close()
 		}
