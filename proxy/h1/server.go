@@ -244,6 +244,10 @@ type clientConn struct {
 	buf  *[bufSize]byte // nil while nothing is buffered
 	r, w int            // buf[r:w] is read and not yet taken
 
+	readFn func(fd uintptr) bool // c.rawRead, made once
+	rn     int                   // what rawRead read
+	rerr   error
+
 	state   atomic.Int32
 	started atomic.Int64 // the tick the request in the handler started at
 
@@ -260,6 +264,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
+	c.readFn = c.rawRead
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	c.ctx, c.cancel = context.WithCancel(ctx)
@@ -364,26 +369,9 @@ func (c *clientConn) fill() error {
 		c.w = copy(c.buf[:], c.buf[c.r:c.w])
 		c.r = 0
 	}
-	var n int
-	var rerr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		if c.buf == nil {
-			c.take()
-		}
-		for {
-			n, rerr = syscall.Read(int(fd), c.buf[c.w:])
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			if c.w == 0 {
-				c.release()
-			}
-			return false
-		}
-		return true
-	})
+	err := c.rc.Read(c.readFn)
+	n, rerr := c.rn, c.rerr
+	c.rn, c.rerr = 0, nil
 	switch {
 	case err != nil:
 		return err
@@ -394,6 +382,28 @@ func (c *clientConn) fill() error {
 	}
 	c.w += n
 	return nil
+}
+
+// rawRead is fill's part inside the raw read: false waits for the socket
+// to be readable, with the buffer given back if it is empty.
+func (c *clientConn) rawRead(fd uintptr) bool {
+	if c.buf == nil {
+		c.take()
+	}
+	for {
+		c.rn, c.rerr = syscall.Read(int(fd), c.buf[c.w:])
+		if c.rerr != syscall.EINTR {
+			break
+		}
+	}
+	if c.rerr == syscall.EAGAIN {
+		c.rn, c.rerr = 0, nil
+		if c.w == 0 {
+			c.release()
+		}
+		return false
+	}
+	return true
 }
 
 func (c *clientConn) take() {
