@@ -44,6 +44,6 @@ go test -race -count=1 -timeout 15m ./...
 # which would redden CI for nothing. FUZZTIME=10m is the long suite's.
 fuzztime=${FUZZTIME:-20000x}
 for target in config:FuzzParse proxy/forward:FuzzRequest proxy/forward:FuzzRouteURL \
-	proxy/forward:FuzzGuardHost server:FuzzRawHTTP1; do
+	proxy/forward:FuzzGuardHost proxy/h1:FuzzServerAgainstNetHTTP server:FuzzRawHTTP1; do
 	go test "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime"
 done

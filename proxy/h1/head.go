@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -15,11 +16,13 @@ import (
 // with the status it gives). head is the whole head, its empty line
 // included.
 //
-// Taken: an origin-form target ("/..."), HTTP/1.1 or HTTP/1.0, exactly one
+// Taken: an origin-form target ("/..."), or an absolute-form one in
+// http:// (a forward proxy's), HTTP/1.1 or HTTP/1.0, exactly one
 // valid Host, every line ending in CRLF, names that are tokens and values
 // without control characters, and no body: no Transfer-Encoding and no
 // Content-Length but "0". Left to net/http: bodies, Expect, Upgrade (and
-// so h2c), obs-fold, "*", absolute-form and authority-form targets, bare
+// so h2c), obs-fold, "*", authority-form (CONNECT) and other absolute-form
+// targets, bare
 // LF, and anything that does not parse. What is taken becomes the request
 // net/http would have made of the same bytes: the URL parsed by
 // url.ParseRequestURI, Host out of the header map, Pragma: no-cache
@@ -95,6 +98,11 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 		return nil
 	}
 	r.URL = u
+	if u.Host != "" {
+		// Absolute form (a forward proxy's request): the target's host is
+		// the request's, whatever the Host header says (RFC 9112, 3.2.2).
+		r.Host = u.Host
+	}
 	if pragma := r.Header["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
 		if _, ok := r.Header["Cache-Control"]; !ok {
 			r.Header["Cache-Control"] = []string{"no-cache"}
@@ -129,6 +137,26 @@ func headEnd(b []byte) int {
 	return 0
 }
 
+// partHead reports whether the whole lines of a head not yet whole are
+// ones the strict reader takes: a request line, then header lines.
+func partHead(b []byte) bool {
+	for first := true; ; first = false {
+		i := bytes.Index(b, crlf)
+		if i < 0 {
+			return true
+		}
+		line := string(b[:i])
+		if first {
+			if _, _, _, ok := requestLine(line); !ok {
+				return false
+			}
+		} else if _, _, ok := field(line); !ok {
+			return false
+		}
+		b = b[i+2:]
+	}
+}
+
 func indexCRLF(s string, from int) int {
 	for i := from; i+1 < len(s); i++ {
 		if s[i] == '\r' {
@@ -157,7 +185,7 @@ func requestLine(line string) (method, target, proto string, ok bool) {
 		return "", "", "", false
 	}
 	method, rest := line[:sp], line[sp+1:]
-	if len(rest) < len(" HTTP/1.1")+1 || rest[0] != '/' {
+	if len(rest) < len(" HTTP/1.1")+1 || rest[0] != '/' && !strings.HasPrefix(rest, "http://") {
 		return "", "", "", false
 	}
 	target, proto = rest[:len(rest)-len(" HTTP/1.1")], rest[len(rest)-len("HTTP/1.1"):]

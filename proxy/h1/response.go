@@ -72,7 +72,9 @@ func (w *response) WriteHeader(code int) {
 		}
 	}
 	_, typed := w.header["Content-Type"]
-	w.wait = bodyAllowed(code) && !w.head && (w.cl < 0 || !typed && w.header.Get("Content-Encoding") == "")
+	// A HEAD answer waits too: what its handler writes is dropped, but
+	// counted and sniffed, as net/http does.
+	w.wait = bodyAllowed(code) && (w.cl < 0 || !typed && w.header.Get("Content-Encoding") == "")
 	if w.wait {
 		// What the handler does to its header map from here on is not the
 		// head's (trailers, say): the head waiting for the body keeps a
@@ -103,15 +105,15 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.cl >= 0 && w.written > w.cl {
 		return 0, http.ErrContentLength
 	}
-	if w.head {
-		return len(p), nil
-	}
 	if w.wait {
 		if len(w.held)+len(p) <= bufferBeforeChunking {
 			w.held = append(w.held, p...)
 			return len(p), nil
 		}
 		w.commit(p)
+	}
+	if w.head {
+		return len(p), nil
 	}
 	return w.writeBody(p)
 }
@@ -128,7 +130,7 @@ func (w *response) commit(next []byte) {
 		first = append(held[:len(held):len(held)], next[:min(len(next), sniffLen-len(held))]...)
 	}
 	w.writeHead(first)
-	if len(held) > 0 {
+	if len(held) > 0 && !w.head {
 		_, _ = w.writeBody(held)
 	}
 }

@@ -248,8 +248,11 @@ type clientConn struct {
 	rn     int                   // what rawRead read
 	rerr   error
 
-	state   atomic.Int32
-	started atomic.Int64 // the tick the request in the handler started at
+	served    int  // requests served
+	afterPOST bool // the last was a POST: CRLFs before the next head are dropped
+	peeked    bool // four bytes of this head came (net/http's Peek(4) between requests)
+	state     atomic.Int32
+	started   atomic.Int64 // the tick the request in the handler started at
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
@@ -311,6 +314,8 @@ func (c *clientConn) serve() {
 		if c.r == c.w {
 			c.release() // nothing of the next request yet: hold no buffer meanwhile
 		}
+		c.served++
+		c.afterPOST, c.peeked = r.Method == http.MethodPost, false
 		if !c.serveRequest(r) {
 			return
 		}
@@ -337,18 +342,36 @@ func (c *clientConn) readHead() (*http.Request, int, error) {
 		c.setHeadBy()
 	}
 	for {
-		if c.buf != nil {
-			switch n := headEnd(c.buf[c.r:c.w]); {
-			case n < 0:
-				return nil, 0, nil
-			case n > 0:
+		if c.w-c.r >= 4 {
+			c.peeked = true
+		}
+		if c.afterPOST && c.peeked {
+			// RFC 9112, 2.2: old clients send a CRLF after a POST's body;
+			// net/http drops up to four CR or LF before the next head.
+			c.afterPOST = false
+			for i := 0; i < 4 && (c.buf[c.r] == '\r' || c.buf[c.r] == '\n'); i++ {
+				c.r++
+			}
+		}
+		if c.buf != nil && !c.afterPOST {
+			n := headEnd(c.buf[c.r:c.w])
+			if n > 0 {
 				return parseHead(c.buf[c.r:c.r+n], c.base), n, nil
-			case c.r == 0 && c.w == bufSize:
-				return nil, 0, nil // longer than the buffer
+			}
+			// Not a head the strict reader takes (net/http answers a bad
+			// line as soon as it reads it), or longer than the buffer.
+			theirs := n < 0 || c.r == 0 && c.w == bufSize || !partHead(c.buf[c.r:c.w])
+			if theirs && c.mayHandOff() {
+				return nil, 0, nil
 			}
 		}
 		st := c.state.Load()
 		if err := c.fill(); err != nil {
+			if c.w > c.r && c.mayHandOff() {
+				// Part of a head, then the end, a reset or the deadline:
+				// net/http's to answer (or not) as it would.
+				return nil, 0, nil
+			}
 			return nil, 0, err
 		}
 		if st != stateHead {
@@ -361,6 +384,11 @@ func (c *clientConn) readHead() (*http.Request, int, error) {
 		}
 	}
 }
+
+// mayHandOff reports whether what is buffered may go to net/http's
+// server now: between requests it waits for four bytes before it reads a
+// head, and closes quietly on fewer.
+func (c *clientConn) mayHandOff() bool { return c.served == 0 || c.peeked }
 
 // fill reads what the connection has into the buffer, waiting for it in
 // the poller with no buffer held.

@@ -21,7 +21,7 @@ import (
 
 // serveBoth starts a net/http server and the short way in front of
 // another, both with handler h, and returns their addresses.
-func serveBoth(t *testing.T, h http.Handler, set func(*http.Server)) (plain, short string) {
+func serveBoth(t testing.TB, h http.Handler, set func(*http.Server)) (plain, short string) {
 	t.Helper()
 	mk := func() *http.Server {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
@@ -55,7 +55,7 @@ var dateLine = regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
 
 // exchange sends raw, half-closes, and returns everything the server
 // wrote before it closed, its Date headers made alike.
-func exchange(t *testing.T, addr, raw string) string {
+func exchange(t testing.TB, addr, raw string) string {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -113,6 +113,12 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 			func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
 		{"HEAD", "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "10")
+		}},
+		{"HEAD, body written", "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "<p>counted, sniffed, dropped")
+		}},
+		{"HEAD, long body written", "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n" + get, func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(big))
 		}},
 		{"204 drops its length", get, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "3")
@@ -195,7 +201,12 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 		{"space before colon", "GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n", echo},
 		{"bad name", "GET / HTTP/1.1\r\nHost: a\r\nX(y): a\r\n\r\n", echo},
 		{"control in value", "GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n", echo},
-		{"absolute form", "GET http://a/b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"absolute form", "GET http://a:8080/b?c HTTP/1.1\r\nHost: other\r\n\r\n", echo},
+		{"absolute form with a user", "GET http://u:p@a/b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"absolute form, https", "GET https://a/b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"absolute form, upper case scheme", "GET HTTP://a/b HTTP/1.1\r\nHost: a\r\n\r\n", echo},
+		{"absolute form without a host header", "GET http://a/b HTTP/1.1\r\n\r\n", echo},
+		{"authority form", "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", echo},
 		{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", echo},
 		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", echo},
 		{"HTTP/0.9", "GET /\r\n\r\n", echo},
@@ -436,4 +447,29 @@ func TestServerIdleHoldsNoBuffer(t *testing.T) {
 	if got := settle(0); got != 0 {
 		t.Fatalf("%d buffers held after the heads were read, want none", got)
 	}
+}
+
+// Raw bytes into both servers: the short way answers whatever it is sent
+// as net/http's server does, byte for byte (Date aside), whether it
+// serves it or hands it over.
+func FuzzServerAgainstNetHTTP(f *testing.F) {
+	for _, seed := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a?b HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\nHost: b\r\n\r\n",
+		"HEAD http://a/b HTTP/1.1\r\nHost: c\r\nX: 1\r\nx: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+		"GET /\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	plain, short := serveBoth(f, http.HandlerFunc(echo), func(hs *http.Server) { hs.ErrorLog = discardLog })
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		want := exchange(t, plain, string(raw))
+		got := exchange(t, short, string(raw))
+		if want != got {
+			t.Errorf("for %q\nnet/http answered %q\nthe short way    %q", raw, want, got)
+		}
+	})
 }
