@@ -70,7 +70,7 @@ type listener struct {
 	cfg   config.Listener
 	addr  net.Addr
 	http  *http.Server // http and forward
-	short *h1.Server   // a cleartext http listener's: net/http's server behind it
+	short *h1.Server   // a cleartext http or forward listener's: net/http's server behind it
 	tcp   *tcp.Proxy
 	conns *proxy.Conns // upgrades, tunnels, tcp connections
 }
@@ -248,7 +248,10 @@ func (s *Server) Start() error {
 			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
 				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			li.http = s.httpServer(l, h)
-			go s.serve(name, func() error { return li.http.Serve(ln) })
+			// Plain absolute-form requests the short way; CONNECT and the
+			// rest by li.http.
+			li.short = h1.NewServer(li.http)
+			go s.serve(name, func() error { return li.short.Serve(ln) })
 		case "tcp":
 			li.tcp = tcp.New(name, func() *tcp.Pool { return s.rt.Load().listeners[name].tcp },
 				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
