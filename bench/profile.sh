@@ -5,8 +5,11 @@
 # cumulative, and the share of time in each layer.
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
 # TLS listener (self-signed certificate), HTTP/1.1 to the backends.
-# STRACE=1 also counts rotor's system calls per request (strace).
-# Needs: wrk, taskset (and h2load, openssl for PROTO=h2; strace for STRACE=1).
+# STRACE=1 also counts rotor's system calls per request (strace);
+# PERF=1 counts its reads, writes and poller waits a request with perf's
+# tracepoints, which do not slow it as strace does.
+# Needs: wrk, taskset (and h2load, openssl for PROTO=h2; strace for
+# STRACE=1; perf, as root, for PERF=1).
 # Usage: bash bench/profile.sh > bench/out/profile.txt
 #        PROTO=h2 bash bench/profile.sh > bench/out/profile-h2.txt
 #   (the profile stays in bench/out/profile/cpu.pprof for go tool pprof)
@@ -16,6 +19,7 @@ cd "$(dirname "$0")/.."
 needs wrk taskset
 [ "${PROTO:-}" = h2 ] && needs h2load openssl
 [ "${STRACE:-}" = 1 ] && needs strace
+[ "${PERF:-}" = 1 ] && needs perf
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
@@ -56,6 +60,17 @@ else
 		echo "# system calls per request (strace -c -f over $n requests)"
 		awk -v n="$n" '$NF ~ /^(read|write|epoll_pwait|futex)$/ {e = ($5 ~ /^[0-9]+$/) ? $5 : 0; printf "%-12s %6.2f a request (%.2f of them errors)\n", $NF, $4 / n, e / n}' "$out/strace.txt"
 	fi
+	if [ "${PERF:-}" = 1 ]; then
+		perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait \
+			-p "$rotor" -o "$out/perf.txt" & pf=$!
+		sleep 0.5
+		n=$(taskset -c 1 wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
+		kill -INT "$pf"
+		wait "$pf" || true
+		echo
+		echo "# system calls per request (perf stat over $n requests)"
+		awk -F, -v n="$n" '$3 ~ /^syscalls:/ {e = $3; sub(/^syscalls:sys_enter_/, "", e); printf "%-12s %6.2f a request\n", e, $1 / n}' "$out/perf.txt"
+	fi
 fi
 kill -TERM "$rotor"
 wait "$rotor" || true
@@ -66,4 +81,4 @@ go tool pprof -top -nodecount=25 "$out/rotor" "$out/cpu.pprof" 2>/dev/null | sed
 echo
 echo "# share of the samples under each layer (cumulative)"
 go tool pprof -top -cum -nodecount=400 "$out/rotor" "$out/cpu.pprof" 2>/dev/null |
-	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*http2serverConn\)\.(runHandler|writeFrameAsync|Flush)|crypto\/tls\.\(\*Conn\)\.Write|runtime\.newstack|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/proxy\/h1\.\(\*Transport\)\.RoundTrip|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
+	awk '$6 ~ /^(net\/http\.\(\*conn\)\.serve|net\/http\.\(\*http2serverConn\)\.(runHandler|writeFrameAsync|Flush)|crypto\/tls\.\(\*Conn\)\.Write|runtime\.newstack|net\/http\.\(\*persistConn\)\.(readLoop|writeLoop)|net\/http\/httputil\.\(\*ReverseProxy\)\.ServeHTTP|net\/http\.\(\*Transport\)\.roundTrip|github\.com\/rotor-lb\/rotor\/proxy\/reverse\..*ServeHTTP|github\.com\/rotor-lb\/rotor\/proxy\/h1\.\(\*Transport\)\.RoundTrip|github\.com\/rotor-lb\/rotor\/proxy\/h1\.\(\*clientConn\)\.serve|github\.com\/rotor-lb\/rotor\/server\..*|runtime\.(gcBgMarkWorker|mallocgc|findRunnable|netpoll)|syscall\.Syscall.*|internal\/poll\.\(\*FD\)\.(Read|Write))$/ {print $5, $6}' | head -30
