@@ -1,0 +1,101 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Through a cleartext listener, one keep-alive connection carries plain
+// requests (answered the short way), pipelined ones, a POST with a body
+// (from which net/http's server answers the connection) and a GET after
+// it; an HTTP/1.0 client gets its answer and the close it asked for.
+func TestShortWayThroughRotor(t *testing.T) {
+	a := newBackend(t, "a")
+	r := startRotor(t, fmt.Sprintf(`listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, a.url()), nil)
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	answer := func(what string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "a" {
+			t.Fatalf("%s: %d %q, want 200 from a", what, resp.StatusCode, body)
+		}
+	}
+	io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+	answer("plain GET")
+	io.WriteString(c, "GET /2 HTTP/1.1\r\nHost: x\r\n\r\nHEAD /3 HTTP/1.1\r\nHost: x\r\n\r\nGET /4 HTTP/1.1\r\nHost: x\r\n\r\n")
+	answer("first pipelined GET")
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead}); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("pipelined HEAD: %v", err)
+	}
+	answer("last pipelined GET")
+	io.WriteString(c, "POST /5 HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nbody")
+	answer("POST with a body")
+	if got := a.lastRequest(); got.Method != http.MethodPost || got.URL.Path != "/5" {
+		t.Fatalf("backend saw %s %s, want POST /5", got.Method, got.URL.Path)
+	}
+	io.WriteString(c, "GET /6 HTTP/1.1\r\nHost: x\r\n\r\n")
+	answer("GET after the POST")
+
+	c10, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c10.Close()
+	_ = c10.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c10, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	all, err := io.ReadAll(c10)
+	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.0 200 OK\r\n") || !strings.HasSuffix(string(all), "\r\n\r\na") {
+		t.Fatalf("HTTP/1.0: %q, %v; want the answer, then the close", all, err)
+	}
+}
+
+// A client that goes away while its request waits for a slow backend is
+// logged 499 client_gone, as through net/http's server: the short way
+// watches a request that takes long.
+func TestShortWayClientGone(t *testing.T) {
+	a := newBackend(t, "a")
+	a.Set(0, 0, true) // hangs until its client goes
+	r := startRotor(t, fmt.Sprintf(`log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, a.url()), nil)
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+	eventually(t, 5*time.Second, "the backend has the request", func() bool { return a.count() == 1 })
+	time.Sleep(300 * time.Millisecond)
+	c.Close()
+	eventually(t, 5*time.Second, "a 499 client_gone in the access log", func() bool {
+		logs := r.logs.String()
+		return strings.Contains(logs, "status=499") && strings.Contains(logs, "client_gone") && strings.Contains(logs, "/slow")
+	})
+}
