@@ -17,19 +17,7 @@ import (
 // it; an HTTP/1.0 client gets its answer and the close it asked for.
 func TestShortWayThroughRotor(t *testing.T) {
 	a := newBackend(t, "a")
-	r := startRotor(t, fmt.Sprintf(`listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: %q}
-`, a.url()), nil)
-	c, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	r, c := oneBackend(t, a, "")
 	br := bufio.NewReader(c)
 	answer := func(what string) {
 		t.Helper()
@@ -59,12 +47,7 @@ pools:
 	io.WriteString(c, "GET /6 HTTP/1.1\r\nHost: x\r\n\r\n")
 	answer("GET after the POST")
 
-	c10, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c10.Close()
-	_ = c10.SetDeadline(time.Now().Add(10 * time.Second))
+	c10 := dialWeb(t, r)
 	io.WriteString(c10, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
 	all, err := io.ReadAll(c10)
 	if err != nil || !strings.HasPrefix(string(all), "HTTP/1.0 200 OK\r\n") || !strings.HasSuffix(string(all), "\r\n\r\na") {
@@ -78,18 +61,7 @@ pools:
 func TestShortWayClientGone(t *testing.T) {
 	a := newBackend(t, "a")
 	a.Set(0, 0, true) // hangs until its client goes
-	r := startRotor(t, fmt.Sprintf(`log: {access: true}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: %q}
-`, a.url()), nil)
-	c, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, c := oneBackend(t, a, "log: {access: true}\n")
 	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	eventually(t, 5*time.Second, "the backend has the request", func() bool { return a.count() == 1 })
 	time.Sleep(300 * time.Millisecond)
@@ -98,4 +70,30 @@ pools:
 		logs := r.logs.String()
 		return strings.Contains(logs, "status=499") && strings.Contains(logs, "client_gone") && strings.Contains(logs, "/slow")
 	})
+}
+
+// oneBackend starts rotor with one http listener over a (head comes
+// before the listeners in the config) and dials the listener.
+func oneBackend(t *testing.T, a *backend, head string) (*rotor, net.Conn) {
+	t.Helper()
+	r := startRotor(t, fmt.Sprintf(`%slisteners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, head, a.url()), nil)
+	return r, dialWeb(t, r)
+}
+
+// dialWeb connects to the listener named web, for ten seconds at most.
+func dialWeb(t *testing.T, r *rotor) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
 }
