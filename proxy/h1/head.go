@@ -119,41 +119,48 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 
 var crlf = []byte("\r\n")
 
-// headEnd returns the length of the head at the start of b (its empty
-// line included), 0 when it is not all there yet, and -1 when what is
-// there is not a head the strict reader takes (a line ending in a bare
-// LF, or an empty line before the request line).
-func headEnd(b []byte) int {
-	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
-		b = b[:i+4]
-		if bytes.Count(b, []byte("\n")) != bytes.Count(b, crlf) || i == 0 {
-			return -1
-		}
-		return i + 4
-	}
-	if bytes.Count(b, []byte("\n")) != bytes.Count(b, crlf) {
-		return -1
-	}
-	return 0
-}
-
-// partHead reports whether the whole lines of a head not yet whole are
-// ones the strict reader takes: a request line, then header lines.
-func partHead(b []byte) bool {
-	for first := true; ; first = false {
-		i := bytes.Index(b, crlf)
+// scanHead looks through a head as it comes, from from, where it left
+// off (the start of a line): it returns the head's length once its empty
+// line came, 0 while more is to come, and -1 when the bytes are not a
+// head the strict reader takes: a line ending in a bare LF, an empty line
+// first, or, while the head is not whole, a whole line parseHead would
+// refuse (net/http answers such a line as soon as it reads it). next is
+// where to go on from: each line is checked once however the head comes,
+// so a client that sends it a byte at a time costs no more than one that
+// sends it whole.
+func scanHead(b []byte, from int) (n, next int) {
+	// A head that came whole is checked by parseHead alone.
+	for at := from; ; {
+		i := bytes.IndexByte(b[at:], '\n')
 		if i < 0 {
-			return true
+			break
 		}
-		line := string(b[:i])
-		if first {
+		lf := at + i
+		if lf == 0 || b[lf-1] != '\r' {
+			return -1, from
+		}
+		if lf-1 == at { // the empty line
+			if at == 0 {
+				return -1, from
+			}
+			return lf + 1, from
+		}
+		at = lf + 1
+	}
+	for {
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return 0, from
+		}
+		line := string(b[from : from+i-1])
+		if from == 0 {
 			if _, _, _, ok := requestLine(line); !ok {
-				return false
+				return -1, from
 			}
 		} else if _, _, ok := field(line); !ok {
-			return false
+			return -1, from
 		}
-		b = b[i+2:]
+		from += i + 1
 	}
 }
 

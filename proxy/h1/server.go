@@ -241,8 +241,9 @@ type clientConn struct {
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
 
-	buf  *[bufSize]byte // nil while nothing is buffered
-	r, w int            // buf[r:w] is read and not yet taken
+	buf     *[bufSize]byte // nil while nothing is buffered
+	r, w    int            // buf[r:w] is read and not yet taken
+	scanned int            // of buf[r:w], the whole lines of the head scanHead checked
 
 	readFn func(fd uintptr) bool // c.rawRead, made once
 	rn     int                   // what rawRead read
@@ -310,7 +311,7 @@ func (c *clientConn) serve() {
 			handedOff = c.handOff()
 			return
 		}
-		c.r += n
+		c.r, c.scanned = c.r+n, 0
 		if c.r == c.w {
 			c.release() // nothing of the next request yet: hold no buffer meanwhile
 		}
@@ -354,13 +355,14 @@ func (c *clientConn) readHead() (*http.Request, int, error) {
 			}
 		}
 		if c.buf != nil && !c.afterPOST {
-			n := headEnd(c.buf[c.r:c.w])
+			var n int
+			n, c.scanned = scanHead(c.buf[c.r:c.w], c.scanned)
 			if n > 0 {
 				return parseHead(c.buf[c.r:c.r+n], c.base), n, nil
 			}
-			// Not a head the strict reader takes (net/http answers a bad
-			// line as soon as it reads it), or longer than the buffer.
-			theirs := n < 0 || c.r == 0 && c.w == bufSize || !partHead(c.buf[c.r:c.w])
+			// Not a head the strict reader takes, or longer than the
+			// buffer.
+			theirs := n < 0 || c.r == 0 && c.w == bufSize
 			if theirs && c.mayHandOff() {
 				return nil, 0, nil
 			}
