@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long reliability suite and long fuzzing, for docs/RELIABILITY.md:
 # the reliability checks at their long sizes (ROTOR_LONG=1: more load,
-# longer runs, 5,000 connections), then every fuzz target for FUZZTIME
+# longer runs, 5,000 connections and 10,000 idle keep-alive clients),
+# then every fuzz target for FUZZTIME
 # (10 minutes each by default). Figures go to bench/out/reliability.txt,
 # one "check | figure" line each; fuzzing's last lines follow.
 # Needs what scripts/test.sh installs (tinyproxy, microsocks).
