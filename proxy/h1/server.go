@@ -15,8 +15,9 @@ import (
 
 // Server serves HTTP/1.x on cleartext connections the short way, in front
 // of a net/http server that it shares its handler and settings with. A
-// request the strict reader takes (parseHead: no body, origin form, a
-// head within the buffer) is read, handed to the handler and answered in
+// request the strict reader takes (parseHead: no body, origin form or
+// http:// absolute form, a head within the buffer) is read, handed to the
+// handler and answered in
 // the connection's own goroutine: no background read and no context a
 // request, and no buffer held while the connection waits for its next
 // request. The first request it does not take hands the connection, with
@@ -34,8 +35,8 @@ type Server struct {
 	HTTP *http.Server
 
 	mu         sync.Mutex
-	conns      map[*clientConn]struct{} // guarded by mu
-	listeners  map[net.Listener]struct{}
+	conns      map[*clientConn]struct{}  // guarded by mu
+	listeners  map[net.Listener]struct{} // guarded by mu
 	inShutdown atomic.Bool
 	tick       atomic.Int64           // 100 ms ticks since Serve
 	date       atomic.Pointer[[]byte] // the Date header's value, updated each tick
@@ -95,7 +96,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		c, err := s.newConn(tc)
-		if err != nil {
+		switch {
+		case errors.Is(err, http.ErrServerClosed):
+			nc.Close()
+			continue
+		case err != nil: // no raw access to it: net/http's
 			s.handoff.give(nc)
 			continue
 		}
