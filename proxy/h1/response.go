@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // response is the short way's http.ResponseWriter. It frames an answer
@@ -36,6 +34,7 @@ type response struct {
 	chunked bool
 
 	closeAfter bool // the connection closes after this answer
+	wantsClose bool // the request asked for the close
 	want10     bool // an HTTP/1.0 request that asked for keep-alive
 }
 
@@ -284,7 +283,7 @@ func (w *response) writeHead(p []byte) {
 		if _, ok := h["Connection"]; !ok {
 			x.connection = "keep-alive"
 		}
-	} else if w.req.ProtoMinor == 0 {
+	} else if w.req.ProtoMinor == 0 || w.wantsClose {
 		w.closeAfter = true
 	}
 	if h.Get("Connection") == "close" || w.c.s.inShutdown.Load() {
@@ -330,7 +329,7 @@ func (w *response) writeHead(p []byte) {
 		drop("Content-Length")
 	}
 	if w.closeAfter && code != http.StatusSwitchingProtocols &&
-		!httpguts.HeaderValuesContainsToken([]string{h.Get("Connection")}, "close") {
+		!hasToken(h.Get("Connection"), "close") {
 		drop("Connection")
 		if w.req.ProtoMinor == 1 {
 			x.connection = "close"
@@ -385,4 +384,41 @@ func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
 		_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
 	}
 	_, _ = bw.WriteString("\r\n")
+}
+
+// hasToken reports whether token is in v as a word, ASCII case aside: a
+// space, a tab, a comma or an end on each side. It is net/http's server's
+// test for close and keep-alive in a Connection header (looser than a
+// list of tokens: "x close" has it), and the short way decides as
+// net/http does.
+func hasToken(v, token string) bool {
+	boundary := func(b byte) bool { return b == ' ' || b == '\t' || b == ',' }
+	for i := 0; i+len(token) <= len(v); i++ {
+		end := i + len(token)
+		if (i == 0 || boundary(v[i-1])) && (end == len(v) || boundary(v[end])) && asciiEqualFold(v[i:end], token) {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiEqualFold is strings.EqualFold for ASCII only: "\u212a" (the Kelvin
+// sign) is not a "k" here.
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

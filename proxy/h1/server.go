@@ -482,7 +482,9 @@ func (c *clientConn) setHeadBy() {
 // connection closes.
 func (c *clientConn) serveRequest(r *http.Request) (keep bool) {
 	w := &response{c: c, req: r, header: make(http.Header), cl: -1, head: r.Method == http.MethodHead,
-		closeAfter: r.Close, want10: r.ProtoMinor == 0 && !r.Close}
+		// As net/http reads them, with its looser test than Close's.
+		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"),
+		want10:     r.ProtoMinor == 0 && hasToken(r.Header.Get("Connection"), "keep-alive")}
 	c.started.Store(c.s.tick.Load())
 	c.state.Store(stateHandler)
 	aborted := c.runHandler(w, r)

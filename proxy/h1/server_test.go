@@ -153,6 +153,11 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 		}},
 		{"client asks to close", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /never HTTP/1.1\r\nHost: a\r\n\r\n",
 			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
+		{"close as a word in a Connection value", "GET / HTTP/1.1\r\nHost: a\r\nConnection: x Close\r\n\r\n" + get, echo},
+		{"HTTP/1.0 keep-alive and close", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n" + get,
+			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
+		{"HTTP/1.0 keep-alive as a word", "GET / HTTP/1.0\r\nHost: a\r\nConnection: x keep-alive\r\n\r\n" + get,
+			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
 		{"handler asks to close", get + get, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Connection", "close")
 			io.WriteString(w, "bye")
