@@ -183,8 +183,9 @@ func (w *response) putWriter() {
 }
 
 // finish ends the answer once the handler returned: the head if it still
-// waits, the last chunk and the trailers, and a flush. It says whether the
-// connection may carry another request.
+// waits, the last chunk and the trailers, and a flush, whose error it
+// returns. closeAfter says then whether the connection may carry another
+// request.
 func (w *response) finish() error {
 	defer w.putWriter()
 	w.done = true
