@@ -22,12 +22,11 @@ import (
 // without control characters, and no body: no Transfer-Encoding and no
 // Content-Length but "0". Left to net/http: bodies, Expect, Upgrade (and
 // so h2c), obs-fold, "*", authority-form (CONNECT) and other absolute-form
-// targets, bare
-// LF, and anything that does not parse. What is taken becomes the request
-// net/http would have made of the same bytes: the URL parsed by
-// url.ParseRequestURI, Host out of the header map, Pragma: no-cache
-// mirrored in Cache-Control, Close set by the Connection header and the
-// version.
+// targets, bare LF, and anything that does not parse. What is taken
+// becomes the request net/http would have made of the same bytes: the
+// URL parsed by url.ParseRequestURI, Host out of the header map, Pragma:
+// no-cache mirrored in Cache-Control, Close set by the Connection header
+// and the version.
 //
 // base gives the request its context and client address.
 func parseHead(head []byte, base *http.Request) *http.Request {

@@ -211,7 +211,7 @@ func (w *response) finish() error {
 // http.TrailerPrefix.
 func (w *response) writeTrailers(bw *bufio.Writer) {
 	var t http.Header
-	for _, v := range w.headForTrailers()["Trailer"] {
+	for _, v := range w.headHeader()["Trailer"] {
 		for _, k := range strings.Split(v, ",") {
 			k = http.CanonicalHeaderKey(strings.TrimSpace(k))
 			switch k {
@@ -239,8 +239,9 @@ func (w *response) writeTrailers(bw *bufio.Writer) {
 	}
 }
 
-// headForTrailers is the header the head was written from.
-func (w *response) headForTrailers() http.Header {
+// headHeader is the header the head is written from: the copy taken at
+// WriteHeader when the head waited for the body, else the handler's.
+func (w *response) headHeader() http.Header {
 	if w.sent != nil {
 		return w.sent
 	}
@@ -253,7 +254,7 @@ var noBodyHeaders = map[string]bool{"Content-Length": true, "Transfer-Encoding":
 // as net/http's server does (its chunkWriter.writeHeader); p is the body
 // held so far, all of it when the handler is done.
 func (w *response) writeHead(p []byte) {
-	h := w.headForTrailers()
+	h := w.headHeader()
 	var exclude map[string]bool
 	drop := func(k string) {
 		if _, ok := h[k]; ok {

@@ -245,6 +245,7 @@ type clientConn struct {
 	cancel   context.CancelFunc
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
+	armed    bool          // the connection's read deadline is the one its next read needs
 
 	buf     *[bufSize]byte // nil while nothing is buffered
 	r, w    int            // buf[r:w] is read and not yet taken
@@ -307,6 +308,7 @@ func (c *clientConn) serve() {
 		c.headBy = c.accepted.Add(d)
 		c.tc.SetReadDeadline(c.headBy)
 	}
+	c.armed = true
 	for {
 		r, n, err := c.readHead()
 		if err != nil {
@@ -344,6 +346,7 @@ func (c *clientConn) readHead() (*http.Request, int, error) {
 		} else {
 			c.tc.SetReadDeadline(time.Time{})
 		}
+		c.armed = true
 	default: // the next request came with the last one
 		c.setHeadBy()
 	}
@@ -373,6 +376,10 @@ func (c *clientConn) readHead() (*http.Request, int, error) {
 			}
 		}
 		st := c.state.Load()
+		if !c.armed {
+			c.tc.SetReadDeadline(c.headBy)
+			c.armed = true
+		}
 		if err := c.fill(); err != nil {
 			if c.w > c.r && c.mayHandOff() {
 				// Part of a head, then the end, a reset or the deadline:
@@ -400,10 +407,7 @@ func (c *clientConn) mayHandOff() bool { return c.served == 0 || c.peeked }
 // fill reads what the connection has into the buffer, waiting for it in
 // the poller with no buffer held.
 func (c *clientConn) fill() error {
-	if c.r > 0 {
-		c.w = copy(c.buf[:], c.buf[c.r:c.w])
-		c.r = 0
-	}
+	c.compact()
 	err := c.rc.Read(c.readFn)
 	n, rerr := c.rn, c.rerr
 	c.rn, c.rerr = 0, nil
@@ -441,6 +445,14 @@ func (c *clientConn) rawRead(fd uintptr) bool {
 	return true
 }
 
+// compact moves what is buffered to the buffer's start.
+func (c *clientConn) compact() {
+	if c.r > 0 {
+		c.w = copy(c.buf[:], c.buf[c.r:c.w])
+		c.r = 0
+	}
+}
+
 func (c *clientConn) take() {
 	c.buf = bufs.Get().(*[bufSize]byte)
 	c.s.buffers.Add(1)
@@ -463,28 +475,28 @@ func (c *clientConn) handOff() bool {
 		pre = append(pre, c.buf[c.r:c.w]...)
 		c.r = c.w
 	}
-	c.s.mu.Lock()
-	delete(c.s.conns, c)
-	c.s.mu.Unlock()
 	return c.s.handoff.give(&prefixConn{TCPConn: c.tc, pre: pre, clamp: c.headBy})
 }
 
-// setHeadBy bounds the head that begins now by the head timeout.
+// setHeadBy bounds the head that begins now by the head timeout. The
+// deadline is set on the connection only if the head needs another read:
+// most come whole in the read that began them.
 func (c *clientConn) setHeadBy() {
 	c.headBy = time.Time{}
 	if d := c.s.headTimeout(); d > 0 {
 		c.headBy = time.Now().Add(d)
 	}
-	c.tc.SetReadDeadline(c.headBy)
+	c.armed = false
 }
 
 // serveRequest runs the handler and finishes its answer; false: the
 // connection closes.
 func (c *clientConn) serveRequest(r *http.Request) (keep bool) {
+	conn := r.Header.Get("Connection")
 	w := &response{c: c, req: r, header: make(http.Header), cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.
-		wantsClose: r.Close || hasToken(r.Header.Get("Connection"), "close"),
-		want10:     r.ProtoMinor == 0 && hasToken(r.Header.Get("Connection"), "keep-alive")}
+		wantsClose: r.Close || hasToken(conn, "close"),
+		want10:     r.ProtoMinor == 0 && hasToken(conn, "keep-alive")}
 	c.started.Store(c.s.tick.Load())
 	c.state.Store(stateHandler)
 	aborted := c.runHandler(w, r)
@@ -588,14 +600,9 @@ func (c *clientConn) stopWatch() {
 		if c.buf == nil {
 			c.take()
 		}
-		if c.r > 0 {
-			c.w = copy(c.buf[:], c.buf[c.r:c.w])
-			c.r = 0
-		}
-		if c.w < bufSize {
-			c.buf[c.w] = c.watchByte[0]
-			c.w++
-		}
+		c.compact() // a head was taken from it: there is room
+		c.buf[c.w] = c.watchByte[0]
+		c.w++
 	}
 	c.setHeadBy()
 }
