@@ -239,19 +239,13 @@ func (s *Server) Start() error {
 				// up HTTP/2 for clients.
 				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
 			} else {
-				// Plain requests are served the short way; the rest (bodies,
-				// upgrades) by li.http, which the short way hands them to.
-				li.short = h1.NewServer(li.http)
-				go s.serve(name, func() error { return li.short.Serve(ln) })
+				s.serveCleartext(li, ln)
 			}
 		case "forward":
 			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
 				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			li.http = s.httpServer(l, h)
-			// Plain absolute-form requests the short way; CONNECT and the
-			// rest by li.http.
-			li.short = h1.NewServer(li.http)
-			go s.serve(name, func() error { return li.short.Serve(ln) })
+			s.serveCleartext(li, ln)
 		case "tcp":
 			li.tcp = tcp.New(name, func() *tcp.Pool { return s.rt.Load().listeners[name].tcp },
 				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
@@ -301,6 +295,14 @@ func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: l.MaxConcurrentStreams},
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+}
+
+// serveCleartext serves a cleartext http or forward listener: plain
+// requests the short way (h1.Server), the rest (bodies, upgrades,
+// CONNECT) by li.http, which the short way hands them to.
+func (s *Server) serveCleartext(li *listener, ln net.Listener) {
+	li.short = h1.NewServer(li.http)
+	go s.serve(li.cfg.Name, func() error { return li.short.Serve(ln) })
 }
 
 func (s *Server) serve(name string, f func() error) {
@@ -444,16 +446,17 @@ func (li *listener) drain(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var httpErr, connErr error
 	wg.Add(2)
+	var srv interface {
+		Shutdown(context.Context) error
+		Close() error
+	} = li.http
+	if li.short != nil {
+		srv = li.short // shuts li.http down too
+	}
 	go func() {
 		defer wg.Done()
-		if li.short != nil {
-			if httpErr = li.short.Shutdown(ctx); httpErr != nil {
-				li.short.Close()
-			}
-			return
-		}
-		if httpErr = li.http.Shutdown(ctx); httpErr != nil {
-			li.http.Close()
+		if httpErr = srv.Shutdown(ctx); httpErr != nil {
+			srv.Close()
 		}
 	}()
 	go func() {
