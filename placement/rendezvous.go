@@ -30,6 +30,7 @@ var (
 type hrwSnap struct {
 	nodes   []Node
 	seeds   []uint64  // xxhash of each node's name
+	pre     []uint64  // seed ^ seed>>33: mix64's first step, taken ahead
 	weights []float64 // each node's weight
 	uniform bool      // all weights equal: compare raw hashes
 }
@@ -49,9 +50,10 @@ func (r *Rendezvous) Set(nodes []Node) error {
 	if err != nil {
 		return err
 	}
-	s := &hrwSnap{nodes: nodes, seeds: make([]uint64, len(nodes)), weights: make([]float64, len(nodes)), uniform: true}
+	s := &hrwSnap{nodes: nodes, seeds: make([]uint64, len(nodes)), pre: make([]uint64, len(nodes)), weights: make([]float64, len(nodes)), uniform: true}
 	for i, n := range nodes {
 		s.seeds[i] = XXHash.Sum(n.Name)
+		s.pre[i] = s.seeds[i] ^ s.seeds[i]>>33
 		s.weights[i] = float64(n.Weight)
 		if n.Weight != nodes[0].Weight {
 			s.uniform = false
@@ -192,20 +194,24 @@ func (r *Rendezvous) Explain(key string, n int) (Explanation, error) {
 // all weights equal: the hot loop of the common case, with no log, no
 // float and no call. The order is score's (the top 53 bits of mix64,
 // ties by name), so that Owner and AppendOwners agree even on a near tie,
-// but computed more cheaply: mix64's last step, x ^= x>>33, leaves the
-// top 33 bits as they were, so the loop compares those (top33) and works
-// the full order out only on a tie of them, about one key in 2^33/N.
-// Four nodes a step: their hashes are independent, so the processor
-// computes them side by side, and they are held against the best one by
-// one, in straight-line code (a loop over the four cost a tenth more at
-// ten nodes), only when one of them might beat it.
+// but computed more cheaply. mix64's last step, x ^= x>>33, leaves the top
+// 33 bits as they were, so the loop compares those (top33pre) and works the
+// full order out only on a tie of them, about one key in 2^33/N. Its first
+// step, x ^= x>>33, is linear in xor: for x = kh^seed it is
+// (kh^kh>>33) ^ (seed^seed>>33), the key's half taken once a lookup and the
+// seed's once a Set (pre), which leaves two multiplies, a shift and two
+// xors a node. Four nodes a step: their hashes are independent, so the
+// processor computes them side by side, and they are held against the best
+// one by one, in straight-line code (a loop over the four cost a tenth more
+// at ten nodes), only when one of them might beat it.
 func (s *hrwSnap) uniformOwner(kh uint64) int {
-	seeds := s.seeds
-	best, bestTop := 0, top33(kh^seeds[0])
+	pre := s.pre
+	k := kh ^ kh>>33
+	best, bestTop := 0, top33pre(k^pre[0])
 	i := 1
-	for ; i+4 <= len(seeds); i += 4 {
-		q := seeds[i : i+4 : i+4]
-		t0, t1, t2, t3 := top33(kh^q[0]), top33(kh^q[1]), top33(kh^q[2]), top33(kh^q[3])
+	for ; i+4 <= len(pre); i += 4 {
+		q := pre[i : i+4 : i+4]
+		t0, t1, t2, t3 := top33pre(k^q[0]), top33pre(k^q[1]), top33pre(k^q[2]), top33pre(k^q[3])
 		if t0 < bestTop && t1 < bestTop && t2 < bestTop && t3 < bestTop {
 			continue
 		}
@@ -222,19 +228,26 @@ func (s *hrwSnap) uniformOwner(kh uint64) int {
 			best, bestTop = i+3, t3
 		}
 	}
-	for ; i < len(seeds); i++ {
-		if t := top33(kh ^ seeds[i]); t > bestTop || t == bestTop && s.beats(kh, i, best) {
+	for ; i < len(pre); i++ {
+		if t := top33pre(k ^ pre[i]); t > bestTop || t == bestTop && s.beats(kh, i, best) {
 			best, bestTop = i, t
 		}
 	}
 	return best
 }
 
-// top33 is the top 33 bits of mix64(x), which its last step leaves alone.
-func top33(x uint64) uint64 { return premix(x) >> 31 }
+// top33pre is the top 33 bits of mix64(x) given x^x>>33: mix64 without its
+// first step, which the caller took, and its last, which leaves those bits
+// alone.
+func top33pre(y uint64) uint64 {
+	y *= 0xff51afd7ed558ccd
+	y ^= y >> 33
+	y *= 0xc4ceb9fe1a85ec53
+	return y >> 31
+}
 
 // beats reports whether node i ranks above node j for kh in score's
-// order: on the tie of top33 that calls it.
+// order: on the tie of top33pre that calls it.
 func (s *hrwSnap) beats(kh uint64, i, j int) bool {
 	return s.better(s.score(kh, i), i, s.score(kh, j), j)
 }

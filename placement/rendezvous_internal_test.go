@@ -32,7 +32,7 @@ func TestRendezvousFastLoopRanksAsScore(t *testing.T) {
 			}
 		}
 	}
-	tie := &hrwSnap{nodes: []Node{{Name: "c"}, {Name: "b"}, {Name: "d"}, {Name: "e"}, {Name: "a"}, {Name: "f"}}, seeds: []uint64{7, 7, 7, 7, 7, 7}, uniform: true}
+	tie := &hrwSnap{nodes: []Node{{Name: "c"}, {Name: "b"}, {Name: "d"}, {Name: "e"}, {Name: "a"}, {Name: "f"}}, seeds: []uint64{7, 7, 7, 7, 7, 7}, pre: []uint64{7, 7, 7, 7, 7, 7}, uniform: true}
 	for _, kh := range []uint64{0, 1, 42, 1 << 63} {
 		if got := tie.uniformOwner(kh); tie.nodes[got].Name != "a" {
 			t.Fatalf("a tie went to %s, want a (by name)", tie.nodes[got].Name)
