@@ -17,8 +17,11 @@
 // backends this way, and the forward proxy's direct and SOCKS5 routes to
 // plain-http targets.
 //
-// Both ways serialise with net/http's own code (Request.Write and
-// ReadResponse), so the bytes a server sees do not depend on the way. A
+// The bytes a server sees do not depend on the way, nor does what is made
+// of its answer: the short way writes a plain request and reads a plain
+// answer itself (exchange.go), exactly as net/http's Request.Write and
+// ReadResponse would (tests and fuzz targets hold each to its net/http
+// twin), and leaves anything else to those two. A
 // pooled connection the server closed while it was idle is found out when
 // the next request fails on it with nothing read, or is answered 408, and
 // that request goes again on a fresh connection, as net/http's Transport
@@ -367,7 +370,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	c.read, c.limit = 0, c.t.maxHead
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(c.conn)
-	err := r.Write(bw)
+	err := writeRequest(bw, r)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -375,7 +378,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	writers.Put(bw)
 	var resp *http.Response
 	for err == nil {
-		resp, err = http.ReadResponse(c.br, r)
+		resp, err = readResponse(c.br, r)
 		if err != nil || resp.StatusCode >= 200 {
 			break
 		}

@@ -102,17 +102,8 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 		// the request's, whatever the Host header says (RFC 9112, 3.2.2).
 		r.Host = u.Host
 	}
-	if pragma := r.Header["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
-		if _, ok := r.Header["Cache-Control"]; !ok {
-			r.Header["Cache-Control"] = []string{"no-cache"}
-		}
-	}
-	conn := r.Header["Connection"]
-	if r.ProtoMinor == 0 {
-		r.Close = httpguts.HeaderValuesContainsToken(conn, "close") || !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
-	} else {
-		r.Close = httpguts.HeaderValuesContainsToken(conn, "close")
-	}
+	pragmaNoCache(r.Header)
+	r.Close = closes(r.ProtoMinor, r.Header["Connection"])
 	return r
 }
 

@@ -1,0 +1,338 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"slices"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// writeRequest writes r, a request of the short way (no body), as
+// Request.Write writes it, byte for byte: directly when its parts are
+// plain, through Request.Write otherwise. Plain: no Close, no
+// Transfer-Encoding or Trailer, no opaque URL, an ASCII Host that is
+// valid and has no zone, a target without control characters, values
+// with no CR or LF and no space or tab at either end, and no trace
+// watching what is written. Request.Write's rules: the request line, Host
+// (the request's, else the URL's), User-Agent (Go's unless the header
+// has one; none when it is empty), then the other fields sorted by name,
+// names that are not tokens left out.
+func writeRequest(bw *bufio.Writer, r *http.Request) error {
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
+	if r.Close || len(r.TransferEncoding) > 0 || r.Trailer != nil || r.URL.Opaque != "" ||
+		!plainHost(host) || watched(r) {
+		return r.Write(bw)
+	}
+	target := r.URL.RequestURI()
+	if strings.ContainsFunc(target, isCTL) {
+		return r.Write(bw)
+	}
+	ua := "Go-http-client/1.1"
+	if v, ok := r.Header["User-Agent"]; ok {
+		ua = ""
+		if len(v) > 0 {
+			ua = v[0]
+		}
+	}
+	// The names to write, sorted; an array on the stack holds a common
+	// request's.
+	var buf [24]string
+	names := buf[:0]
+	for name, values := range r.Header {
+		switch name {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(name) {
+			continue
+		}
+		for _, v := range values {
+			if !plainValue(v) {
+				return r.Write(bw)
+			}
+		}
+		names = append(names, name)
+	}
+	if !plainValue(ua) {
+		return r.Write(bw)
+	}
+	slices.Sort(names)
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	bw.WriteString(method)
+	bw.WriteByte(' ')
+	bw.WriteString(target)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	if ua != "" {
+		bw.WriteString("User-Agent: ")
+		bw.WriteString(ua)
+		bw.WriteString("\r\n")
+	}
+	for _, name := range names {
+		for _, v := range r.Header[name] {
+			bw.WriteString(name)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	_, err := bw.WriteString("\r\n")
+	return err
+}
+
+// plainHost: a Host Request.Write sends as it is (ASCII needs no
+// Punycode; a valid one is not dropped; no zone to remove).
+func plainHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= 0x80 || host[i] == '%' {
+			return false
+		}
+	}
+	return httpguts.ValidHostHeader(host)
+}
+
+// plainValue: a value Request.Write sends as it is (it turns CR and LF
+// into spaces and trims whitespace at both ends).
+func plainValue(v string) bool {
+	if v == "" {
+		return true
+	}
+	if isSpace(v[0]) || isSpace(v[len(v)-1]) {
+		return false
+	}
+	return strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
+
+func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
+
+// watched reports whether a trace wants to hear of the request's writing.
+func watched(r *http.Request) bool {
+	t := httptrace.ContextClientTrace(r.Context())
+	return t != nil && (t.WroteHeaderField != nil || t.WroteHeaders != nil || t.WroteRequest != nil)
+}
+
+// readResponse reads a server's answer to r from br: the strict way when
+// its head is plain and came whole in what br holds, through net/http's
+// ReadResponse otherwise (from the same bytes: the strict way only looks
+// at them until it takes them).
+func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
+	if _, err := br.Peek(1); err == nil {
+		b, _ := br.Peek(br.Buffered())
+		if n := bytes.Index(b, crlfcrlf); n > 0 {
+			n += len(crlfcrlf)
+			if resp := parseResponse(b[:n], br, r); resp != nil {
+				br.Discard(n)
+				return resp, nil
+			}
+		}
+	}
+	return http.ReadResponse(br, r)
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// parseResponse reads an answer's head the strict way: it returns the
+// response only when it is one net/http's ReadResponse would make the
+// same of, and nil for everything else, which ReadResponse then reads.
+// head is the whole head, its empty line included; the body, if any,
+// follows it in br.
+//
+// Taken: HTTP/1.1 or HTTP/1.0, a final status from 200 to 599 with a
+// reason without control characters, every line ending in CRLF, names
+// that are tokens and values without control characters, no
+// Transfer-Encoding, and one Content-Length of digits alone (none only
+// where no body can follow: an answer to HEAD, 204 and 304). Left to
+// ReadResponse: informational answers, chunked and read-to-the-close
+// bodies, repeated Content-Length, obs-fold, bare LF, and anything that
+// does not parse. The response is ReadResponse's to the field: its
+// ContentLength, Close by the version and the Connection header (a
+// "close" deleted from an HTTP/1.1 answer's header, as ReadResponse does),
+// Pragma: no-cache mirrored in Cache-Control, a body that ends with io.EOF
+// on its last byte and with io.ErrUnexpectedEOF when the connection ends
+// before it.
+func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Response {
+	s := string(head) // one allocation for every name and value
+	eol := indexCRLF(s, 0)
+	if eol < 0 {
+		return nil
+	}
+	code, minor, ok := statusLine(s[:eol])
+	if !ok {
+		return nil
+	}
+	lines := bytes.Count(head, crlf) - 2
+	if lines < 0 {
+		return nil
+	}
+	// The response and its body are made as one.
+	a := &struct {
+		resp http.Response
+		body fixedBody
+	}{}
+	resp := &a.resp
+	*resp = http.Response{
+		Status: s[len("HTTP/1.1 "):eol], StatusCode: code,
+		Proto: s[:len("HTTP/1.1")], ProtoMajor: 1, ProtoMinor: minor,
+		Header: make(http.Header, lines), Request: r, Body: http.NoBody,
+	}
+	values := make([]string, lines)
+	length := int64(-1)
+	for at := eol + 2; ; {
+		end := indexCRLF(s, at)
+		if end < 0 {
+			return nil
+		}
+		if end == at {
+			break // the empty line
+		}
+		name, value, ok := field(s[at:end])
+		if !ok {
+			return nil
+		}
+		at = end + 2
+		switch name {
+		case "Transfer-Encoding":
+			return nil
+		case "Content-Length":
+			if length >= 0 {
+				return nil
+			}
+			if length = digits(value); length < 0 {
+				return nil
+			}
+		}
+		if vs, seen := resp.Header[name]; seen {
+			resp.Header[name] = append(vs, value)
+			continue
+		}
+		values[0] = value
+		resp.Header[name] = values[:1:1]
+		values = values[1:]
+	}
+	switch {
+	case r.Method == http.MethodHead:
+		resp.ContentLength = length // -1 without a Content-Length
+	case code == http.StatusNoContent || code == http.StatusNotModified:
+		resp.ContentLength = 0
+	case length < 0:
+		return nil // to the close: ReadResponse's
+	default:
+		resp.ContentLength = length
+		if length > 0 {
+			a.body = fixedBody{br: br, left: length}
+			resp.Body = &a.body
+		}
+	}
+	pragmaNoCache(resp.Header)
+	resp.Close = closes(minor, resp.Header["Connection"])
+	if resp.Close && minor == 1 {
+		resp.Header.Del("Connection")
+	}
+	return resp
+}
+
+// statusLine checks "HTTP/1.x NNN reason" for a final status and returns
+// its code and x.
+func statusLine(line string) (code, minor int, ok bool) {
+	if len(line) < len("HTTP/1.1 200") || line[:len("HTTP/1.")] != "HTTP/1." || line[8] != ' ' {
+		return 0, 0, false
+	}
+	switch line[7] {
+	case '0':
+	case '1':
+		minor = 1
+	default:
+		return 0, 0, false
+	}
+	c := line[9:12]
+	if c[0] < '2' || c[0] > '5' || c[1] < '0' || c[1] > '9' || c[2] < '0' || c[2] > '9' {
+		return 0, 0, false
+	}
+	if len(line) > 12 && line[12] != ' ' {
+		return 0, 0, false
+	}
+	for i := 13; i < len(line); i++ {
+		if b := line[i]; b < ' ' && b != '\t' || b == 0x7f {
+			return 0, 0, false
+		}
+	}
+	return int(c[0]-'0')*100 + int(c[1]-'0')*10 + int(c[2]-'0'), minor, true
+}
+
+// digits is a Content-Length of one to 18 digits, and -1 for anything
+// else (longer ones are ReadResponse's to judge).
+func digits(v string) int64 {
+	if len(v) == 0 || len(v) > 18 {
+		return -1
+	}
+	n := int64(0)
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return -1
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n
+}
+
+// pragmaNoCache mirrors "Pragma: no-cache" in Cache-Control when there
+// is none, as net/http does for requests and responses it reads.
+func pragmaNoCache(h http.Header) {
+	if pragma := h["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
+		if _, ok := h["Cache-Control"]; !ok {
+			h["Cache-Control"] = []string{"no-cache"}
+		}
+	}
+}
+
+// closes reports whether a message of HTTP/1.minor with these
+// Connection values closes its connection after it: "close" in 1.1, and
+// anything but "keep-alive" in 1.0.
+func closes(minor int, connection []string) bool {
+	if httpguts.HeaderValuesContainsToken(connection, "close") {
+		return true
+	}
+	return minor == 0 && !httpguts.HeaderValuesContainsToken(connection, "keep-alive")
+}
+
+// fixedBody is a body of a known length, read from the connection's
+// buffered reader as net/http's would be: io.EOF with its last bytes,
+// io.ErrUnexpectedEOF if the connection ends before them.
+type fixedBody struct {
+	br   *bufio.Reader
+	left int64
+}
+
+func (b *fixedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.br.Read(p)
+	b.left -= int64(n)
+	switch {
+	case err == io.EOF:
+		b.left, err = 0, io.ErrUnexpectedEOF // and io.EOF from then on
+	case err == nil && n > 0 && b.left == 0:
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (b *fixedBody) Close() error { return nil }

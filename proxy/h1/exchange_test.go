@@ -1,0 +1,319 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// read is what a client sees of an answer: the response's fields, its
+// body read to the end, and what the reader still holds after it.
+type read struct {
+	Err                      string
+	Status                   string
+	StatusCode               int
+	Proto                    string
+	ProtoMajor, ProtoMinor   int
+	Header, Trailer          http.Header
+	ContentLength            int64
+	TransferEncoding         []string
+	Close, Uncompressed      bool
+	NoBody                   bool
+	Body, BodyErr, Remainder string
+}
+
+// readWith reads raw as the answer to a request with method, with parse
+// (readResponse or net/http's ReadResponse), and reports whether the
+// strict way took it.
+func readWith(raw []byte, method string, parse func(*bufio.Reader, *http.Request) (*http.Response, error)) read {
+	br := bufio.NewReader(bytes.NewReader(raw))
+	resp, err := parse(br, &http.Request{Method: method})
+	if err != nil {
+		return read{Err: err.Error()}
+	}
+	got := read{
+		Status: resp.Status, StatusCode: resp.StatusCode, Proto: resp.Proto,
+		ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
+		Header: resp.Header, Trailer: resp.Trailer, ContentLength: resp.ContentLength,
+		TransferEncoding: resp.TransferEncoding, Close: resp.Close, Uncompressed: resp.Uncompressed,
+		NoBody: resp.Body == http.NoBody,
+	}
+	body, err := io.ReadAll(resp.Body)
+	got.Body, got.BodyErr = string(body), fmt.Sprint(err)
+	if n, err := resp.Body.Read(make([]byte, 1)); n != 0 || err != io.EOF && err != http.ErrBodyReadAfterClose {
+		got.BodyErr += fmt.Sprintf("; read after the end: %d, %v", n, err)
+	}
+	rest, _ := io.ReadAll(br)
+	got.Remainder = string(rest)
+	return got
+}
+
+// taken reports whether the strict way takes raw's head.
+func taken(raw []byte, method string) bool {
+	br := bufio.NewReader(bytes.NewReader(raw))
+	b, _ := br.Peek(br.Size())
+	n := bytes.Index(b, crlfcrlf)
+	return n > 0 && parseResponse(b[:n+4], br, &http.Request{Method: method}) != nil
+}
+
+// readBoth checks that readResponse makes of raw what ReadResponse makes
+// of it, and returns whether the strict way took it.
+func readBoth(t *testing.T, raw []byte, method string) bool {
+	t.Helper()
+	want := readWith(raw, method, http.ReadResponse)
+	got := readWith(raw, method, readResponse)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s %q: the strict way differs from ReadResponse (-want +got):\n%s", method, raw, diff)
+	}
+	return taken(raw, method)
+}
+
+// The strict reader makes of an answer what net/http's ReadResponse makes
+// of it, field by field, body and what follows it included; it takes the
+// plain answers and leaves the others to ReadResponse.
+func TestReadResponseAsNetHTTP(t *testing.T) {
+	const ok = "HTTP/1.1 200 OK\r\n"
+	cases := []struct {
+		name, method, raw string
+		take              bool
+	}{
+		{"plain", "GET", ok + "Content-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello", true},
+		{"next answer after it", "GET", ok + "Content-Length: 2\r\n\r\nhiHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", true},
+		{"empty body", "GET", ok + "Content-Length: 0\r\n\r\n", true},
+		{"no reason", "GET", "HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx", true},
+		{"not found", "GET", "HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno!", true},
+		{"599", "GET", "HTTP/1.1 599 Odd\r\nContent-Length: 0\r\n\r\n", true},
+		{"reason with a tab", "GET", "HTTP/1.1 200 A\tB\r\nContent-Length: 0\r\n\r\n", true},
+		{"204 without length", "GET", "HTTP/1.1 204 No Content\r\nX: y\r\n\r\nafter", true},
+		{"304 with length", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\nafter", true},
+		{"HEAD with length", "HEAD", ok + "Content-Length: 100\r\n\r\n", true},
+		{"HEAD without length", "HEAD", ok + "X: y\r\n\r\n", true},
+		{"HTTP/1.0", "GET", "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", true},
+		{"HTTP/1.0 keep-alive", "GET", "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx", true},
+		{"close", "GET", ok + "Connection: close\r\nContent-Length: 1\r\n\r\nx", true},
+		{"close among others", "GET", ok + "Connection: x, close\r\nContent-Length: 1\r\n\r\nx", true},
+		{"close in 1.0", "GET", "HTTP/1.0 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx", true},
+		{"pragma", "GET", ok + "Pragma: no-cache\r\nContent-Length: 0\r\n\r\n", true},
+		{"pragma and cache-control", "GET", ok + "Pragma: no-cache\r\nCache-Control: max-age=1\r\nContent-Length: 0\r\n\r\n", true},
+		{"repeated names", "GET", ok + "Set-Cookie: a=1\r\nX: 1\r\nset-cookie: b=2\r\nContent-Length: 0\r\n\r\n", true},
+		{"names to canonicalise", "GET", ok + "content-length: 3\r\nx-FOO-bar: 1\r\n\r\nabc", true},
+		{"spaces around values", "GET", ok + "X: \t a b \t\r\nY:\r\nContent-Length:  2 \r\n\r\nab", true},
+		{"trailer announced, no chunks", "GET", ok + "Trailer: X\r\nContent-Length: 0\r\n\r\n", true},
+		{"body cut short", "GET", ok + "Content-Length: 10\r\n\r\nabc", true},
+		{"no body at all", "GET", ok + "Content-Length: 10\r\n\r\n", true},
+		{"big length", "GET", ok + "Content-Length: 999999999999999999\r\n\r\nabc", true},
+
+		{"chunked", "GET", ok + "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
+		{"identity", "GET", ok + "Transfer-Encoding: identity\r\nContent-Length: 1\r\n\r\nx", false},
+		{"to the close", "GET", ok + "X: y\r\n\r\nall of it", false},
+		{"two lengths alike", "GET", ok + "Content-Length: 1\r\nContent-Length: 1\r\n\r\nx", false},
+		{"two lengths apart", "GET", ok + "Content-Length: 1\r\nContent-Length: 2\r\n\r\nxy", false},
+		{"signed length", "GET", ok + "Content-Length: +1\r\n\r\nx", false},
+		{"hex length", "GET", ok + "Content-Length: 0x1\r\n\r\nx", false},
+		{"empty length", "GET", ok + "Content-Length: \r\n\r\nx", false},
+		{"19 digits", "GET", ok + "Content-Length: 1000000000000000000\r\n\r\nx", false},
+		{"obs-fold", "GET", ok + "X: a\r\n b\r\nContent-Length: 0\r\n\r\n", false},
+		{"bare LF", "GET", "HTTP/1.1 200 OK\nContent-Length: 0\n\n", false},
+		{"bare LF in a value", "GET", ok + "X: a\nContent-Length: 0\r\n\r\n", false},
+		{"CR alone", "GET", ok + "X: a\rb\r\nContent-Length: 0\r\n\r\n", false},
+		{"space before colon", "GET", ok + "X : a\r\nContent-Length: 0\r\n\r\n", false},
+		{"control in value", "GET", ok + "X: a\x01\r\nContent-Length: 0\r\n\r\n", false},
+		{"control in reason", "GET", "HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n", false},
+		{"continue first", "GET", "HTTP/1.1 100 Continue\r\n\r\n" + ok + "Content-Length: 0\r\n\r\n", false},
+		{"early hints", "GET", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false},
+		{"switching", "GET", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", false},
+		{"600", "GET", "HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n", false},
+		{"HTTP/1.2", "GET", "HTTP/1.2 200 OK\r\nContent-Length: 0\r\n\r\n", false},
+		{"HTTP/2", "GET", "HTTP/2 200 OK\r\nContent-Length: 0\r\n\r\n", false},
+		{"two spaces", "GET", "HTTP/1.1  200 OK\r\nContent-Length: 0\r\n\r\n", false},
+		{"tab after the code", "GET", "HTTP/1.1 200\tOK\r\nContent-Length: 0\r\n\r\n", false},
+		{"short code", "GET", "HTTP/1.1 20 OK\r\nContent-Length: 0\r\n\r\n", false},
+		{"head not whole", "GET", ok + "Content-Length: 0\r\n", false},
+		{"nothing", "GET", "", false},
+		{"garbage", "GET", "hello\r\n\r\n", false},
+		{"name not a token", "GET", ok + "X(y): 1\r\nContent-Length: 0\r\n\r\n", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if took := readBoth(t, []byte(c.raw), c.method); took != c.take {
+				t.Errorf("the strict way took it: %v, want %v", took, c.take)
+			}
+		})
+	}
+}
+
+// A head larger than what one read brings is ReadResponse's, read on
+// from the bytes the strict way looked at.
+func TestReadResponseLongHead(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", 5000) + "\r\nContent-Length: 2\r\n\r\nhi"
+	if readBoth(t, []byte(raw), "GET") {
+		t.Error("the strict way took a head longer than its buffer")
+	}
+}
+
+// The strict reader allocates less than ReadResponse for a plain answer:
+// one string for the head, the response with its body, the header map
+// (two) and its values.
+func TestReadResponseAllocs(t *testing.T) {
+	raw := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: Mon, 30 Nov 2026 17:00:00 GMT\r\nContent-Length: 5\r\n\r\nhello")
+	req := &http.Request{Method: "GET"}
+	rd := bytes.NewReader(raw)
+	br := bufio.NewReader(rd)
+	allocs := func(parse func(*bufio.Reader, *http.Request) (*http.Response, error)) float64 {
+		return testing.AllocsPerRun(100, func() {
+			rd.Reset(raw)
+			br.Reset(rd)
+			resp, err := parse(br, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+		})
+	}
+	strict, net := allocs(readResponse), allocs(http.ReadResponse)
+	t.Logf("allocations a response: the strict way %v, ReadResponse %v", strict, net)
+	if strict > 5 || strict >= net {
+		t.Errorf("the strict way allocates %v a response, ReadResponse %v; want at most 5 and fewer", strict, net)
+	}
+}
+
+func FuzzAnswerAgainstNetHTTP(f *testing.F) {
+	for _, seed := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello",
+		"HTTP/1.0 304 Not Modified\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.1 200 OK\r\nPragma: no-cache\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+	} {
+		f.Add([]byte(seed), false)
+		f.Add([]byte(seed), true)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, head bool) {
+		method := "GET"
+		if head {
+			method = "HEAD"
+		}
+		readBoth(t, raw, method)
+	})
+}
+
+// writeWith writes r with write into a buffer and returns what it wrote,
+// or its error.
+func writeWith(r *http.Request, write func(*bufio.Writer, *http.Request) error) string {
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	if err := write(bw, r); err != nil {
+		return "error: " + err.Error()
+	}
+	bw.Flush()
+	return b.String()
+}
+
+func netWrite(bw *bufio.Writer, r *http.Request) error { return r.Write(bw) }
+
+// writeBoth checks that writeRequest writes what Request.Write writes.
+func writeBoth(t *testing.T, r *http.Request) {
+	t.Helper()
+	want, got := writeWith(r, netWrite), writeWith(r, writeRequest)
+	if want != got {
+		t.Errorf("Request.Write wrote %q\nthe strict way   %q", want, got)
+	}
+}
+
+// The short way writes a request as Request.Write writes it, byte for
+// byte, and does so without allocating for a plain one.
+func TestWriteRequestAsNetHTTP(t *testing.T) {
+	plain := func() *http.Request {
+		r, err := http.NewRequest("GET", "http://backend:8080/a/b?c=d&e", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Host = "example.com"
+		r.Header = http.Header{
+			"Accept": {"*/*"}, "User-Agent": {"curl/8"}, "X-Forwarded-For": {"10.0.0.1, 127.0.0.1"},
+			"X-Real-Ip": {"127.0.0.1"}, "Cookie": {"a=1", "b=2"}, "Z-Last": {""},
+		}
+		return r
+	}
+	cases := []struct {
+		name string
+		set  func(*http.Request)
+	}{
+		{"plain", func(*http.Request) {}},
+		{"no Host of its own", func(r *http.Request) { r.Host = "" }},
+		{"no user agent", func(r *http.Request) { delete(r.Header, "User-Agent") }},
+		{"an empty user agent", func(r *http.Request) { r.Header["User-Agent"] = []string{""} }},
+		{"user agent with no value", func(r *http.Request) { r.Header["User-Agent"] = nil }},
+		{"HEAD", func(r *http.Request) { r.Method = "HEAD" }},
+		{"no method", func(r *http.Request) { r.Method = "" }},
+		{"no header", func(r *http.Request) { r.Header = nil }},
+		{"excluded names", func(r *http.Request) {
+			r.Header["Host"] = []string{"evil"}
+			r.Header["Content-Length"] = []string{"5"}
+			r.Header["Transfer-Encoding"] = []string{"chunked"}
+			r.Header["Trailer"] = []string{"X"}
+		}},
+		{"a name not a token", func(r *http.Request) { r.Header["Bad Name"] = []string{"x"} }},
+		{"a lower-case name", func(r *http.Request) { r.Header["x-lower"] = []string{"x"} }},
+		{"a value with CRLF", func(r *http.Request) { r.Header["X"] = []string{"a\r\nInjected: 1"} }},
+		{"a value with spaces", func(r *http.Request) { r.Header["X"] = []string{" a\t"} }},
+		{"a user agent with spaces", func(r *http.Request) { r.Header["User-Agent"] = []string{" ua "} }},
+		{"close", func(r *http.Request) { r.Close = true }},
+		{"close said already", func(r *http.Request) { r.Close = true; r.Header["Connection"] = []string{"close"} }},
+		{"an IPv6 zone", func(r *http.Request) { r.Host = "[fe80::1%25eth0]:80" }},
+		{"a host with a space", func(r *http.Request) { r.Host = "a b" }},
+		{"a host not ASCII", func(r *http.Request) { r.Host = "bücher.example" }},
+		{"an escaped path", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/a b", "" }},
+		{"a raw path", func(r *http.Request) { r.URL.Path, r.URL.RawPath = "/a/b", "/a%2Fb" }},
+		{"a bare ?", func(r *http.Request) { r.URL.RawQuery, r.URL.ForceQuery = "", true }},
+		{"no path", func(r *http.Request) { r.URL.Path = "" }},
+		{"a control character in the query", func(r *http.Request) { r.URL.RawQuery = "a=\x01" }},
+		{"opaque", func(r *http.Request) { r.URL.Opaque = "//x/y" }},
+		{"many names", func(r *http.Request) {
+			for i := range 40 {
+				r.Header[fmt.Sprintf("X-%02d", 40-i)] = []string{"v"}
+			}
+		}},
+		{"traced", func(r *http.Request) {
+			*r = *r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{WroteHeaders: func() {}}))
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := plain()
+			c.set(r)
+			writeBoth(t, r)
+		})
+	}
+	r := plain()
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	if n := testing.AllocsPerRun(100, func() {
+		b.Reset()
+		bw.Reset(&b)
+		writeRequest(bw, r)
+	}); n > 1 {
+		t.Errorf("the strict way allocates %v a plain request, want at most 1 (the target with its query)", n)
+	}
+}
+
+func FuzzWriteRequestAgainstNetHTTP(f *testing.F) {
+	f.Add("GET", "/a?b", "example.com", "User-Agent", "x", "X-Y", "z", false)
+	f.Add("HEAD", "/", "", "x-lower", " a ", "Bad Name", "v", true)
+	f.Fuzz(func(t *testing.T, method, target, host, k1, v1, k2, v2 string, close bool) {
+		u, err := url.Parse("http://backend" + target)
+		if err != nil {
+			return
+		}
+		r := &http.Request{Method: method, URL: u, Host: host, Close: close, Header: http.Header{k1: {v1}, k2: {v2, v1}}}
+		writeBoth(t, r)
+	})
+}
