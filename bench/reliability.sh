@@ -16,8 +16,7 @@ report="$PWD/$out/reliability.txt"
 echo "# ROTOR_LONG=1 go test ./reliability -count=1 -v -timeout 60m" >> "$report"
 ROTOR_LONG=1 ROTOR_FIGURES="$report" go test ./reliability -count=1 -v -timeout 60m | grep -E '^(--- |FAIL|ok)'
 fuzztime=${FUZZTIME:-10m}
-for target in config:FuzzParse proxy/forward:FuzzRequest proxy/forward:FuzzRouteURL \
-	proxy/forward:FuzzGuardHost proxy/h1:FuzzServerAgainstNetHTTP server:FuzzRawHTTP1; do
+for target in $(grep -v '^#' scripts/fuzz-targets); do
 	echo "# go test ./${target%%:*} -run '^\$' -fuzz '^${target##*:}\$' -fuzztime $fuzztime" >> "$report"
 	go test "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime" 2>&1 | tail -3 | tee -a "$report"
 done

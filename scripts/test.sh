@@ -43,7 +43,6 @@ go test -race -count=1 -timeout 15m ./...
 # "context deadline exceeded" and no failing input (go.dev/issue/75804),
 # which would redden CI for nothing. FUZZTIME=10m is the long suite's.
 fuzztime=${FUZZTIME:-20000x}
-for target in config:FuzzParse proxy/forward:FuzzRequest proxy/forward:FuzzRouteURL \
-	proxy/forward:FuzzGuardHost proxy/h1:FuzzServerAgainstNetHTTP server:FuzzRawHTTP1; do
+for target in $(grep -v '^#' scripts/fuzz-targets); do
 	go test "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime"
 done
