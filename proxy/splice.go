@@ -3,7 +3,9 @@ package proxy
 import (
 	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 )
 
 // Splice copies both ways between a and b until both directions end, and
@@ -15,7 +17,7 @@ import (
 // between two TCP connections would splice through a pair of pipes per
 // direction, four descriptors more per connection, kept in a pool until a
 // garbage collection. A proxied connection costs its two sockets and
-// nothing else; see copyConn for the buffers.
+// nothing else; see copyConn for the buffers (an idle one holds none).
 func Splice(a, b net.Conn) (aToB, bToA int64) {
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn, n *int64) {
@@ -35,7 +37,9 @@ func Splice(a, b net.Conn) (aToB, bToA int64) {
 }
 
 // waitBuffer is what one direction of a connection holds while it waits
-// for bytes. A read that fills it means more is coming: the copy goes on
+// for bytes when it reads from something other than a socket (a wrapped
+// or buffered connection; from a socket, copyRaw holds nothing while it
+// waits). A read that fills it means more is coming: the copy goes on
 // through a pooled copyBuffer until a read comes back short (the socket
 // is drained), and gives it back before it waits again. An idle
 // connection so holds 2 x 4 KiB, not 2 x 32 KiB that a burst once
@@ -44,8 +48,14 @@ func Splice(a, b net.Conn) (aToB, bToA int64) {
 const waitBuffer = 4 << 10
 
 // copyConn copies src to dst until src ends (io.EOF, reported as nil, as
-// io.Copy does) or either fails, and returns the bytes written.
+// io.Copy does) or either fails, and returns the bytes written. From a
+// socket it copies the raw way (copyRaw).
 func copyConn(dst io.Writer, src io.Reader) (int64, error) {
+	if sc, ok := src.(syscall.Conn); ok {
+		if rr, err := sc.SyscallConn(); err == nil {
+			return copyRaw(dst, rr)
+		}
+	}
 	sp := waitBuffers.Get().(*[waitBuffer]byte)
 	defer waitBuffers.Put(sp)
 	small := sp[:]
@@ -99,3 +109,65 @@ var (
 	// allocation a direction.
 	waitBuffers = sync.Pool{New: func() any { return new([waitBuffer]byte) }}
 )
+
+// copyRaw is copyConn from a socket: the same reads and writes, but the
+// buffer is taken only when bytes came (in a raw read) and given back
+// before the copy waits, so an idle direction holds none. Every short
+// read is followed by one that finds nothing before the copy waits, as
+// Go's Read does: waiting at once would save that read a message, but
+// could sleep through the end of the stream when it came with the last
+// bytes (one readiness for both, and the poller does not tell a
+// half-close apart).
+func copyRaw(dst io.Writer, rr syscall.RawConn) (int64, error) {
+	var (
+		total int64
+		big   *[32 << 10]byte
+	)
+	defer func() {
+		if big != nil {
+			copyBuffers.Put(big)
+		}
+	}()
+	var n int
+	var err error
+	read := func(fd uintptr) bool {
+		if big == nil {
+			big = copyBuffers.Get().(*[32 << 10]byte)
+		}
+		for {
+			n, err = syscall.Read(int(fd), big[:])
+			if err != syscall.EINTR {
+				break
+			}
+		}
+		if err == syscall.EAGAIN {
+			copyBuffers.Put(big)
+			big = nil
+			return false // wait for bytes
+		}
+		return true
+	}
+	for {
+		if rerr := rr.Read(read); rerr != nil {
+			return total, rerr
+		}
+		switch {
+		case err != nil:
+			return total, os.NewSyscallError("read", err)
+		case n == 0:
+			return total, nil // the end of the stream
+		}
+		w, werr := dst.Write(big[:n])
+		total += int64(w)
+		if werr != nil {
+			return total, werr
+		}
+		if w != n {
+			return total, io.ErrShortWrite
+		}
+		if n < len(big) {
+			copyBuffers.Put(big) // drained: the wait holds no buffer
+			big = nil
+		}
+	}
+}

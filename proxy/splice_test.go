@@ -2,9 +2,11 @@ package proxy_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/rotor-lb/rotor/proxy"
 )
@@ -100,4 +102,124 @@ func BenchmarkSplice(b *testing.B) {
 	client.Close()
 	backend.Close()
 	<-counts
+}
+
+// Small messages both ways, one at a time and in bursts, each answered:
+// none waits on a readiness the copy missed (a raw read that waits
+// without trying first must not sleep through bytes that came while it
+// wrote).
+func TestSpliceMessagesBothWays(t *testing.T) {
+	client, backend, counts := spliced(t)
+	defer client.Close()
+	defer backend.Close()
+	go func() { // the backend echoes every byte
+		_, _ = io.Copy(backend, backend)
+		_ = backend.(*net.TCPConn).CloseWrite()
+	}()
+	_ = client.SetDeadline(time.Now().Add(20 * time.Second))
+	buf := make([]byte, 64<<10)
+	sent := 0
+	for round := range 3000 {
+		burst := 1 + round%7
+		var msg []byte
+		for i := range burst {
+			msg = append(msg, fmt.Sprintf("message %d.%d;", round, i)...)
+		}
+		if _, err := client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		sent += len(msg)
+		if _, err := io.ReadFull(client, buf[:len(msg)]); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !bytes.Equal(buf[:len(msg)], msg) {
+			t.Fatalf("round %d: echoed %q, want %q", round, buf[:len(msg)], msg)
+		}
+	}
+	_ = client.(*net.TCPConn).CloseWrite()
+	if rest, _ := io.ReadAll(client); len(rest) != 0 {
+		t.Fatalf("%d bytes more than sent came back", len(rest))
+	}
+	if c := <-counts; c != [2]int64{int64(sent), int64(sent)} {
+		t.Fatalf("Splice counted %v, want [%d %d]", c, sent, sent)
+	}
+}
+
+// A backend that stops reading fills the copy's way to it: the bytes
+// wait, and all arrive in order once it reads again. Meanwhile closing the
+// client's side, as a drain does, is not held up by the copy waiting on
+// the backend, and ends the splice.
+func TestSpliceSlowReader(t *testing.T) {
+	client, a := pair(t)
+	b, backend := pair(t)
+	defer client.Close()
+	defer backend.Close()
+	done := make(chan [2]int64, 1)
+	go func() {
+		in, out := proxy.Splice(a, b)
+		done <- [2]int64{in, out}
+	}()
+	up := make([]byte, 16<<20)
+	for i := range up {
+		up[i] = byte(i * 13)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := client.Write(up)
+		wrote <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the backend reads nothing: the buffers fill
+	got := make([]byte, len(up))
+	if _, err := io.ReadFull(backend, got); err != nil || !bytes.Equal(got, up) {
+		t.Fatalf("after the stall, %v; intact: %v", err, bytes.Equal(got, up))
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+
+	go func() { _, _ = client.Write(up) }() // fills the way to the backend again
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan struct{})
+	go func() {
+		a.Close()
+		b.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the spliced connections waited on the stalled backend")
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Splice did not end after its connections closed")
+	}
+}
+
+// A client that sends its last bytes and half-closes at once, many times
+// over: the end of the stream reaches the backend every time, however it
+// came with the bytes (a copy that waited after a short read, instead of
+// reading once more, would sleep through an end that came in the same
+// readiness as the last bytes).
+func TestSpliceHalfCloseAfterLastBytes(t *testing.T) {
+	for i := range 200 {
+		client, backend, counts := spliced(t)
+		payload := bytes.Repeat([]byte{'x'}, 1+i*37)
+		if _, err := client.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+		_ = client.(*net.TCPConn).CloseWrite()
+		_ = backend.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(backend)
+		if err != nil || len(got) != len(payload) {
+			t.Fatalf("connection %d: the backend read %d of %d bytes and then %v", i, len(got), len(payload), err)
+		}
+		_ = backend.(*net.TCPConn).CloseWrite()
+		if c := <-counts; c[0] != int64(len(payload)) {
+			t.Fatalf("connection %d: Splice counted %d bytes up, want %d", i, c[0], len(payload))
+		}
+		client.Close()
+		backend.Close()
+	}
 }
