@@ -6,8 +6,9 @@
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
 # TLS listener (self-signed certificate), HTTP/1.1 to the backends.
 # STRACE=1 also counts rotor's system calls per request (strace);
-# PERF=1 counts its reads, writes and poller waits a request with perf's
-# tracepoints, which do not slow it as strace does.
+# PERF=1 counts its reads, writes, poller waits, futex calls, sleeps and
+# all its system calls a request with perf's tracepoints, which do not slow
+# it as strace does.
 # Needs: wrk, taskset (and h2load, openssl for PROTO=h2; strace for
 # STRACE=1; perf, as root, for PERF=1).
 # Usage: bash bench/profile.sh > bench/out/profile.txt
@@ -61,7 +62,7 @@ else
 		awk -v n="$n" '$NF ~ /^(read|write|epoll_pwait|futex)$/ {e = ($5 ~ /^[0-9]+$/) ? $5 : 0; printf "%-12s %6.2f a request (%.2f of them errors)\n", $NF, $4 / n, e / n}' "$out/strace.txt"
 	fi
 	if [ "${PERF:-}" = 1 ]; then
-		perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait \
+		perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,raw_syscalls:sys_enter \
 			-p "$rotor" -o "$out/perf.txt" & pf=$!
 		sleep 0.5
 		n=$(taskset -c 1 wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
@@ -69,7 +70,7 @@ else
 		wait "$pf" || true
 		echo
 		echo "# system calls per request (perf stat over $n requests)"
-		awk -F, -v n="$n" '$3 ~ /^syscalls:/ {e = $3; sub(/^syscalls:sys_enter_/, "", e); printf "%-12s %6.2f a request\n", e, $1 / n}' "$out/perf.txt"
+		awk -F, -v n="$n" '$3 ~ /syscalls:sys_enter/ {e = $3; sub(/^(raw_)?syscalls:sys_enter_?/, "", e); if (e == "") e = "(all)"; printf "%-12s %6.2f a request\n", e, $1 / n}' "$out/perf.txt"
 	fi
 fi
 kill -TERM "$rotor"
