@@ -233,26 +233,44 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 // and X-Real-IP from a trusted peer are kept (X-Forwarded-For extended);
 // from anyone else they are dropped and set afresh, so a client cannot
 // spoof its address. The original Host is passed on, as Caddy does.
+// X-Forwarded-* are set as httputil's SetXForwarded sets them (ReverseProxy
+// has removed the client's before Rewrite), their values in one array:
+// one allocation for the four fields.
 func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	info, _ := pr.In.Context().Value(ctxKey{}).(*reqInfo)
 	trust := info != nil && info.trusted
-	if v := pr.In.Header.Values("X-Forwarded-For"); trust && len(v) > 0 {
-		pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
+	in, out := pr.In.Header, pr.Out.Header
+	vals := make([]string, 4)
+	set := func(i int, name, v string) {
+		vals[i] = v
+		out[name] = vals[i : i+1 : i+1]
 	}
-	pr.SetXForwarded()
+	client, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	if err == nil {
+		if prior := in["X-Forwarded-For"]; trust && len(prior) > 0 {
+			set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
+		} else {
+			set(0, "X-Forwarded-For", client)
+		}
+	}
+	set(1, "X-Forwarded-Host", pr.In.Host)
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	set(2, "X-Forwarded-Proto", proto)
 	if trust {
 		for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
-			if v := pr.In.Header.Get(k); v != "" {
-				pr.Out.Header.Set(k, v)
+			if v := in.Get(k); v != "" {
+				out[k] = []string{v}
 			}
 		}
 	}
-	if v := pr.In.Header.Get("X-Real-IP"); !trust || v == "" {
-		host, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	if v := in.Get("X-Real-Ip"); !trust || v == "" {
 		if err != nil {
-			host = pr.In.RemoteAddr
+			client = pr.In.RemoteAddr
 		}
-		pr.Out.Header.Set("X-Real-IP", host)
+		set(3, "X-Real-Ip", client)
 	}
 	pr.Out.Host = pr.In.Host
 }

@@ -1,12 +1,17 @@
 package reverse
 
 import (
+	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
 	"github.com/rotor-lb/rotor/proxy"
@@ -82,3 +87,67 @@ func TestTrusted(t *testing.T) {
 		t.Error("trusted with no list")
 	}
 }
+
+// rewrite sets the forwarding headers as httputil's SetXForwarded does,
+// with rotor's rules for trusted peers and X-Real-IP on top: against
+// those rules written with SetXForwarded, for every mix of trust, prior
+// headers, TLS and client addresses.
+func TestRewriteAsSetXForwarded(t *testing.T) {
+	want := func(pr *httputil.ProxyRequest, trust bool) {
+		if v := pr.In.Header.Values("X-Forwarded-For"); trust && len(v) > 0 {
+			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), v...)
+		}
+		pr.SetXForwarded()
+		if trust {
+			for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v := pr.In.Header.Get(k); v != "" {
+					pr.Out.Header.Set(k, v)
+				}
+			}
+		}
+		if v := pr.In.Header.Get("X-Real-IP"); !trust || v == "" {
+			host, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+			if err != nil {
+				host = pr.In.RemoteAddr
+			}
+			pr.Out.Header.Set("X-Real-IP", host)
+		}
+		pr.Out.Host = pr.In.Host
+	}
+	h := &Handler{}
+	for _, trust := range []bool{false, true} {
+		for _, remote := range []string{"127.0.0.1:5000", "[::1]:5000", "@unix"} {
+			for _, prior := range []http.Header{
+				{},
+				{"X-Forwarded-For": {"203.0.113.7"}, "X-Forwarded-Host": {"a.example"}, "X-Forwarded-Proto": {"https"}, "X-Real-Ip": {"203.0.113.7"}},
+				{"X-Forwarded-For": {"1.1.1.1", "2.2.2.2"}, "X-Real-Ip": {""}},
+			} {
+				for _, tls := range []bool{false, true} {
+					in := httptest.NewRequest("GET", "http://in.example/a", nil)
+					in.RemoteAddr, in.Header = remote, prior.Clone()
+					if !tls {
+						in.TLS = nil
+					} else if in.TLS == nil {
+						in.TLS = &tlsState
+					}
+					in = in.WithContext(context.WithValue(in.Context(), ctxKey{}, &reqInfo{trusted: trust}))
+					mk := func() *httputil.ProxyRequest {
+						out := in.Clone(in.Context())
+						for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+							out.Header.Del(k) // as ReverseProxy does before Rewrite
+						}
+						return &httputil.ProxyRequest{In: in, Out: out}
+					}
+					w, g := mk(), mk()
+					want(w, trust)
+					h.rewrite(g)
+					if diff := cmp.Diff(w.Out.Header, g.Out.Header); diff != "" || w.Out.Host != g.Out.Host {
+						t.Errorf("trusted %v, %s, %v, TLS %v: (-want +got)\n%s", trust, remote, prior, tls, diff)
+					}
+				}
+			}
+		}
+	}
+}
+
+var tlsState tls.ConnectionState
