@@ -64,12 +64,16 @@ func mix64(x uint64) uint64 {
 
 // premix is mix64 but for its last step, x ^= x>>33, which leaves the
 // top 33 bits as they are: what a comparison of those bits needs.
-func premix(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	return x
+func premix(x uint64) uint64 { return premixed(x ^ x>>33) }
+
+// premixed is premix given its first step already taken: x^x>>33, which
+// is linear in xor, so a placer can take it for a key and for a node
+// apart (rendezvous).
+func premixed(y uint64) uint64 {
+	y *= 0xff51afd7ed558ccd
+	y ^= y >> 33
+	y *= 0xc4ceb9fe1a85ec53
+	return y
 }
 
 // sumBytes is Sum for a byte slice, used while building tables so that

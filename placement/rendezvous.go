@@ -29,10 +29,19 @@ var (
 
 type hrwSnap struct {
 	nodes   []Node
-	seeds   []uint64  // xxhash of each node's name
-	pre     []uint64  // seed ^ seed>>33: mix64's first step, taken ahead
-	weights []float64 // each node's weight
-	uniform bool      // all weights equal: compare raw hashes
+	seeds   []uint64   // xxhash of each node's name
+	pre     []uint64   // seed ^ seed>>33: mix64's first step, taken ahead
+	weights []float64  // each node's weight
+	uniform bool       // all weights equal: compare raw hashes
+	groups  []hrwGroup // not uniform: the nodes of each weight
+}
+
+// hrwGroup is the nodes of one weight: within it, the score only grows
+// with the hash, so its best node is found by hash, with one log.
+type hrwGroup struct {
+	weight float64
+	nodes  []int    // indices into the snapshot's nodes
+	pre    []uint64 // their pre, in the same order
 }
 
 // NewRendezvous builds a rendezvous placer over nodes.
@@ -57,6 +66,19 @@ func (r *Rendezvous) Set(nodes []Node) error {
 		s.weights[i] = float64(n.Weight)
 		if n.Weight != nodes[0].Weight {
 			s.uniform = false
+		}
+	}
+	if !s.uniform {
+		at := map[int]int{} // weight -> its group
+		for i, n := range nodes {
+			g, ok := at[n.Weight]
+			if !ok {
+				g = len(s.groups)
+				at[n.Weight] = g
+				s.groups = append(s.groups, hrwGroup{weight: float64(n.Weight)})
+			}
+			s.groups[g].nodes = append(s.groups[g].nodes, i)
+			s.groups[g].pre = append(s.groups[g].pre, s.pre[i])
 		}
 	}
 	r.mu.Lock()
@@ -109,17 +131,90 @@ func (r *Rendezvous) Owner(key string) (string, error) {
 		return "", ErrNoNodes
 	}
 	kh := XXHash.Sum(key)
-	best := 0
 	if s.uniform {
 		return s.nodes[s.uniformOwner(kh)].Name, nil
 	}
-	bestScore := s.score(kh, 0)
-	for i := 1; i < len(s.nodes); i++ {
+	return s.nodes[s.weightedOwner(kh)].Name, nil
+}
+
+// weightedOwner is the index of the node with the highest score for kh,
+// weights not all equal, in score's order exactly, with a log a weight
+// rather than a log a node. Within a group of one weight the score
+// w / -ln(u) never falls as the hash (and u) grows, so the group's best
+// is its highest hash: the loop finds each group's two highest hashes and
+// scores the first. When the second's u is so
+// close to the first's that their scores might round alike (or a
+// non-monotone last bit of the log reorder them), the group is scored
+// node by node, as Owner did for every node: that is when
+// (u1-u2)/u1 <= 1e-12 * -ln(u1), as ln(u1/u2) >= (u1-u2)/u1 bounds the
+// gap of the logs from below, far above the errors of a log and a
+// division (a few parts in 1e16). The groups' bests are then held
+// against each other by score and name.
+func (s *hrwSnap) weightedOwner(kh uint64) int {
+	k := kh ^ kh>>33
+	best, bestScore := -1, 0.0
+	for gi := range s.groups {
+		g := &s.groups[gi]
+		// The two highest hashes (53 bits, unitFloat's); a hash equal to
+		// the highest comes second, and the check below then scores the
+		// group node by node, names included.
+		// Four nodes a step, as uniformOwner does: most steps have no
+		// hash above the second's and are passed over with one branch.
+		pre := g.pre
+		j1, h1 := 0, mixPre(k^pre[0])>>11
+		j2, h2 := -1, uint64(0)
+		j := 1
+		for ; j+4 <= len(pre); j += 4 {
+			q := pre[j : j+4 : j+4]
+			hs := [4]uint64{mixPre(k^q[0]) >> 11, mixPre(k^q[1]) >> 11, mixPre(k^q[2]) >> 11, mixPre(k^q[3]) >> 11}
+			if j2 >= 0 && hs[0] <= h2 && hs[1] <= h2 && hs[2] <= h2 && hs[3] <= h2 {
+				continue
+			}
+			for o, h := range hs {
+				if h > h2 || j2 < 0 {
+					if h > h1 {
+						j2, h2 = j1, h1
+						j1, h1 = j+o, h
+					} else {
+						j2, h2 = j+o, h
+					}
+				}
+			}
+		}
+		for ; j < len(pre); j++ {
+			if h := mixPre(k^pre[j]) >> 11; h > h2 || j2 < 0 {
+				if h > h1 {
+					j2, h2 = j1, h1
+					j1, h1 = j, h
+				} else {
+					j2, h2 = j, h
+				}
+			}
+		}
+		u1 := (float64(h1) + 0.5) / (1 << 53) // unitFloat
+		x1 := -math.Log(u1)
+		top, sc := g.nodes[j1], g.weight/x1
+		if j2 >= 0 {
+			if u2 := (float64(h2) + 0.5) / (1 << 53); u1-u2 <= 1e-12*u1*x1 {
+				top, sc = s.bestIn(kh, g)
+			}
+		}
+		if best < 0 || s.better(sc, top, bestScore, best) {
+			best, bestScore = top, sc
+		}
+	}
+	return best
+}
+
+// bestIn is group g's best node for kh, scored node by node.
+func (s *hrwSnap) bestIn(kh uint64, g *hrwGroup) (int, float64) {
+	best, bestScore := g.nodes[0], s.score(kh, g.nodes[0])
+	for _, i := range g.nodes[1:] {
 		if sc := s.score(kh, i); s.better(sc, i, bestScore, best) {
 			best, bestScore = i, sc
 		}
 	}
-	return s.nodes[best].Name, nil
+	return best, bestScore
 }
 
 // AppendOwners appends the n highest-scoring nodes, best first. Each rank
@@ -239,11 +334,12 @@ func (s *hrwSnap) uniformOwner(kh uint64) int {
 // top33pre is the top 33 bits of mix64(x) given x^x>>33: mix64 without its
 // first step, which the caller took, and its last, which leaves those bits
 // alone.
-func top33pre(y uint64) uint64 {
-	y *= 0xff51afd7ed558ccd
-	y ^= y >> 33
-	y *= 0xc4ceb9fe1a85ec53
-	return y >> 31
+func top33pre(y uint64) uint64 { return premixed(y) >> 31 }
+
+// mixPre is mix64(x) given x^x>>33.
+func mixPre(y uint64) uint64 {
+	y = premixed(y)
+	return y ^ y>>33
 }
 
 // beats reports whether node i ranks above node j for kh in score's
