@@ -16,7 +16,8 @@ import (
 // Weights use the logarithmic method (Schindelhauer & Schomaker 2005): the
 // score is w / -ln(u) for u = hash(key, node) mapped into (0, 1), which
 // gives each node a share of keys exactly proportional to its weight. When
-// every weight is equal the log is skipped, as it cannot change the order.
+// every weight is equal the log is skipped, as it cannot change the order;
+// otherwise a lookup takes one log a distinct weight, not one a node.
 type Rendezvous struct {
 	mu   sync.Mutex // serialises membership changes
 	snap atomic.Pointer[hrwSnap]
