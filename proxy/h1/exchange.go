@@ -191,19 +191,12 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 	}
 	values := make([]string, lines)
 	length := int64(-1)
-	for at := eol + 2; ; {
-		end := indexCRLF(s, at)
-		if end < 0 {
-			return nil
-		}
-		if end == at {
-			break // the empty line
-		}
-		name, value, ok := field(s[at:end])
+	fields := headerLines{s: s, at: eol + 2}
+	for {
+		name, value, ok := fields.next()
 		if !ok {
-			return nil
+			break
 		}
-		at = end + 2
 		switch name {
 		case "Transfer-Encoding":
 			return nil
@@ -215,13 +208,10 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 				return nil
 			}
 		}
-		if vs, seen := resp.Header[name]; seen {
-			resp.Header[name] = append(vs, value)
-			continue
-		}
-		values[0] = value
-		resp.Header[name] = values[:1:1]
-		values = values[1:]
+		values = addField(resp.Header, values, name, value)
+	}
+	if fields.bad {
+		return nil
 	}
 	switch {
 	case r.Method == http.MethodHead:

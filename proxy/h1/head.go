@@ -56,19 +56,12 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	r.Header = make(http.Header, lines)
 	values := make([]string, lines)
 	hosts := 0
-	for at := eol + 2; ; {
-		end := indexCRLF(s, at)
-		if end < 0 {
-			return nil
-		}
-		if end == at {
-			break // the empty line
-		}
-		name, value, ok := field(s[at:end])
+	fields := headerLines{s: s, at: eol + 2}
+	for {
+		name, value, ok := fields.next()
 		if !ok {
-			return nil
+			break
 		}
-		at = end + 2
 		switch name {
 		case "Host":
 			hosts++
@@ -81,15 +74,9 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 				return nil
 			}
 		}
-		if vs, seen := r.Header[name]; seen {
-			r.Header[name] = append(vs, value)
-			continue
-		}
-		values[0] = value
-		r.Header[name] = values[:1:1]
-		values = values[1:]
+		values = addField(r.Header, values, name, value)
 	}
-	if hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
+	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
 		return nil
 	}
 	u, err := url.ParseRequestURI(target)
@@ -152,6 +139,47 @@ func scanHead(b []byte, from int) (n, next int) {
 		}
 		from += i + 1
 	}
+}
+
+// headerLines walks the field lines of a whole head, from the line after
+// the first.
+type headerLines struct {
+	s   string
+	at  int
+	bad bool // a line field refuses, or no empty line
+}
+
+// next returns the next field, by field's rules; false at the empty line
+// that ends the head, or at a line that is not a plain field (bad is then
+// set).
+func (l *headerLines) next() (name, value string, ok bool) {
+	end := indexCRLF(l.s, l.at)
+	if end < 0 {
+		l.bad = true
+		return "", "", false
+	}
+	if end == l.at {
+		return "", "", false
+	}
+	if name, value, ok = field(l.s[l.at:end]); !ok {
+		l.bad = true
+		return "", "", false
+	}
+	l.at = end + 2
+	return name, value, true
+}
+
+// addField adds value to h's name. The first value of each name is taken
+// from values, one array for the whole head (a slice of capacity one, so
+// that a second value appends elsewhere); it returns what is left of it.
+func addField(h http.Header, values []string, name, value string) []string {
+	if vs, seen := h[name]; seen {
+		h[name] = append(vs, value)
+		return values
+	}
+	values[0] = value
+	h[name] = values[:1:1]
+	return values[1:]
 }
 
 func indexCRLF(s string, from int) int {
