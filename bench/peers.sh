@@ -242,8 +242,22 @@ each() {
 	local round target
 	for round in $(seq "$ROUNDS"); do
 		for target in $(turn "$1" "$round"); do
+			settle
 			"$2" "${target%=*}" "${target#*=}" "$round"
 		done
+	done
+}
+# settle waits, up to 10 s, until the proxies are idle: a Go server goes
+# on working for a while after a load (its collector, returning memory),
+# on the core the next target is measured on.
+settle() {
+	local a b name
+	for _ in $(seq 50); do
+		a=0
+		for name in "${!pid[@]}"; do a=$((a + $(ticks "$name"))); done
+		[ "$a" = "${b:-}" ] && return
+		b=$a
+		sleep 0.2
 	done
 }
 of=""
