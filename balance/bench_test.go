@@ -156,3 +156,44 @@ func BenchmarkLeastConnBusy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickOwnerDown: keyed picks whose owner is down (its breaker
+// open), at n endpoints: the walk to the next owner.
+func BenchmarkPickOwnerDown(b *testing.B) {
+	for _, algo := range []string{"ring", "rendezvous", "maglev"} {
+		for _, n := range []int{64, 1024} {
+			pol, err := balance.NewKeyed(algo, balance.KeyedOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := benchPool(b, pol, n)
+			down := p.Snapshot().Get("e0")
+			down.State.SetDown(true, time.Now())
+			var owned []string // keys e0 owns
+			for i := 0; len(owned) < 64 && i < 1_000_000; i++ {
+				k := "key" + strconv.Itoa(i)
+				down.State.SetDown(false, time.Now())
+				pk, err := p.Pick(balance.Request{Key: k})
+				down.State.SetDown(true, time.Now())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if pk.Endpoint == down {
+					owned = append(owned, k)
+				}
+				pk.Done(health.Outcome{Status: 200})
+			}
+			b.Run(algo+"/n="+strconv.Itoa(n), func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					pk, err := p.Pick(balance.Request{Key: owned[i%len(owned)]})
+					if err != nil || pk.Endpoint == down {
+						b.Fatal("picked the endpoint that is down", err)
+					}
+					pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond})
+					i++
+				}
+			})
+		}
+	}
+}

@@ -248,3 +248,52 @@ func TestKeyedBoundedSpreadsHotKey(t *testing.T) {
 		t.Fatalf("with the units released, hot went to %s, not its ring owner %s", first.Endpoint.Name, owner)
 	}
 }
+
+// A key whose first owners are down goes to the first one up, however far
+// down the placer's order that is (past the few owners asked for first),
+// for every placer that walks its order.
+func TestKeyedWalksToFirstAvailableOwner(t *testing.T) {
+	const n = 40
+	names := letters(n)
+	nodes := make([]placement.Node, n)
+	for i, name := range names {
+		nodes[i] = placement.Node{Name: name, Weight: 1 + i%3}
+		names[i] = name + "=" + strconv.Itoa(1+i%3)
+	}
+	for _, algo := range []string{"ring", "rendezvous", "maglev"} {
+		pol, err := balance.NewKeyed(algo, balance.KeyedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := testPool(t, pol, names...)
+		var placer placement.Placer
+		switch algo {
+		case "ring":
+			placer, err = placement.NewRing(nodes, placement.RingOptions{})
+		case "rendezvous":
+			placer, err = placement.NewRendezvous(nodes)
+		case "maglev":
+			placer, err = placement.NewMaglev(nodes, placement.MaglevOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 12 {
+			k := "k" + strconv.Itoa(i)
+			owners, _ := placement.Owners(placer, k, n)
+			for _, down := range []int{1, 2, 3, 5, 9, 17, n - 1} {
+				for _, o := range owners[:down] {
+					state(p, o).SetDown(true, t0)
+				}
+				pk := pickKey(t, p, k)
+				if pk.Endpoint.Name != owners[down] {
+					t.Fatalf("%s, %s with its first %d owners down: went to %s, want %s", algo, k, down, pk.Endpoint.Name, owners[down])
+				}
+				pk.Done(health.Outcome{Status: 200})
+				for _, o := range owners[:down] {
+					state(p, o).SetDown(false, t0)
+				}
+			}
+		}
+	}
+}
