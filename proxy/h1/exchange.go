@@ -130,14 +130,22 @@ func watched(r *http.Request) bool {
 // ReadResponse otherwise (from the same bytes: the strict way only looks
 // at them until it takes them).
 func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
-	if _, err := br.Peek(1); err == nil {
-		b, _ := br.Peek(br.Buffered())
-		if n := bytes.Index(b, crlfcrlf); n > 0 {
-			n += len(crlfcrlf)
-			if resp := parseResponse(b[:n], br, r); resp != nil {
-				br.Discard(n)
-				return resp, nil
-			}
+	if _, err := br.Peek(1); err != nil {
+		// What ReadResponse returns when its first read fails: that
+		// error (a reset, a timeout), the end of the stream as unexpected.
+		// Asking it again would read again, and a reset socket reads as
+		// ended.
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	b, _ := br.Peek(br.Buffered())
+	if n := bytes.Index(b, crlfcrlf); n > 0 {
+		n += len(crlfcrlf)
+		if resp := parseResponse(b[:n], br, r); resp != nil {
+			br.Discard(n)
+			return resp, nil
 		}
 	}
 	return http.ReadResponse(br, r)

@@ -317,3 +317,30 @@ func FuzzWriteRequestAgainstNetHTTP(f *testing.F) {
 		writeBoth(t, r)
 	})
 }
+
+// onceErr fails its first read with err and ends after it, as a socket
+// does once it was reset.
+type onceErr struct {
+	err  error
+	done bool
+}
+
+func (o *onceErr) Read([]byte) (int, error) {
+	if o.done {
+		return 0, io.EOF
+	}
+	o.done = true
+	return 0, o.err
+}
+
+// A first read that fails is reported as ReadResponse reports it: that
+// error, not the end of the stream a second read would find.
+func TestReadResponseFirstReadFails(t *testing.T) {
+	reset := fmt.Errorf("connection reset by peer")
+	for _, parse := range []func(*bufio.Reader, *http.Request) (*http.Response, error){http.ReadResponse, readResponse} {
+		_, err := parse(bufio.NewReader(&onceErr{err: reset}), &http.Request{Method: "GET"})
+		if err != reset {
+			t.Errorf("got %v, want the first read's error", err)
+		}
+	}
+}
