@@ -182,8 +182,8 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 	if !ok {
 		return nil
 	}
-	lines := bytes.Count(head, crlf) - 2
-	if lines < 0 {
+	fields, h, ok := newHeaderLines(head, s, eol)
+	if !ok {
 		return nil
 	}
 	// The response and its body are made as one.
@@ -195,11 +195,9 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 	*resp = http.Response{
 		Status: s[len("HTTP/1.1 "):eol], StatusCode: code,
 		Proto: s[:len("HTTP/1.1")], ProtoMajor: 1, ProtoMinor: minor,
-		Header: make(http.Header, lines), Request: r, Body: http.NoBody,
+		Header: h, Request: r, Body: http.NoBody,
 	}
-	values := make([]string, lines)
 	length := int64(-1)
-	fields := headerLines{s: s, at: eol + 2}
 	for {
 		name, value, ok := fields.next()
 		if !ok {
@@ -216,7 +214,7 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 				return nil
 			}
 		}
-		values = addField(resp.Header, values, name, value)
+		fields.add(resp.Header, name, value)
 	}
 	if fields.bad {
 		return nil

@@ -47,16 +47,12 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	if proto == "HTTP/1.1" {
 		r.ProtoMinor = 1
 	}
-	// Count the lines first: the map and the values' array are made once,
-	// at their size.
-	lines := bytes.Count(head, crlf) - 2
-	if lines < 0 {
+	fields, h, ok := newHeaderLines(head, s, eol)
+	if !ok {
 		return nil
 	}
-	r.Header = make(http.Header, lines)
-	values := make([]string, lines)
+	r.Header = h
 	hosts := 0
-	fields := headerLines{s: s, at: eol + 2}
 	for {
 		name, value, ok := fields.next()
 		if !ok {
@@ -74,7 +70,7 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 				return nil
 			}
 		}
-		values = addField(r.Header, values, name, value)
+		fields.add(r.Header, name, value)
 	}
 	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
 		return nil
@@ -142,11 +138,24 @@ func scanHead(b []byte, from int) (n, next int) {
 }
 
 // headerLines walks the field lines of a whole head, from the line after
-// the first.
+// the first, and files them in a header map.
 type headerLines struct {
-	s   string
-	at  int
-	bad bool // a line field refuses, or no empty line
+	s      string
+	at     int
+	bad    bool     // a line field refuses, or no empty line
+	values []string // one array for the head's values, taken one by one
+}
+
+// newHeaderLines returns a walk over head's fields (s is head as a string,
+// eol the end of its first line) and a header map; the lines are counted
+// first, so that the map and the values' array are made once, at their
+// size. ok is false when head has too few lines to be a head.
+func newHeaderLines(head []byte, s string, eol int) (l headerLines, h http.Header, ok bool) {
+	n := bytes.Count(head, crlf) - 2
+	if n < 0 {
+		return headerLines{}, nil, false
+	}
+	return headerLines{s: s, at: eol + 2, values: make([]string, n)}, make(http.Header, n), true
 }
 
 // next returns the next field, by field's rules; false at the empty line
@@ -169,17 +178,17 @@ func (l *headerLines) next() (name, value string, ok bool) {
 	return name, value, true
 }
 
-// addField adds value to h's name. The first value of each name is taken
-// from values, one array for the whole head (a slice of capacity one, so
-// that a second value appends elsewhere); it returns what is left of it.
-func addField(h http.Header, values []string, name, value string) []string {
+// add adds value to h's name. The first value of each name is taken from
+// the head's array (a slice of capacity one, so that a second value
+// appends elsewhere).
+func (l *headerLines) add(h http.Header, name, value string) {
 	if vs, seen := h[name]; seen {
 		h[name] = append(vs, value)
-		return values
+		return
 	}
-	values[0] = value
-	h[name] = values[:1:1]
-	return values[1:]
+	l.values[0] = value
+	h[name] = l.values[:1:1]
+	l.values = l.values[1:]
 }
 
 func indexCRLF(s string, from int) int {
