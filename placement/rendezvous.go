@@ -226,8 +226,21 @@ func (r *Rendezvous) AppendOwners(dst []string, key string, n int) ([]string, er
 	if len(s.nodes) == 0 {
 		return dst, ErrNoNodes
 	}
-	n = min(n, len(s.nodes))
-	kh := XXHash.Sum(key)
+	return s.appendOwners(dst, XXHash.Sum(key), min(n, len(s.nodes))), nil
+}
+
+// appendOwners is AppendOwners for the key hash kh, n at most the nodes.
+// With weights, a few owners are found from each weight's few highest
+// hashes (weightedTop) when that is cheaper than ranking every node.
+func (s *hrwSnap) appendOwners(dst []string, kh uint64, n int) []string {
+	if !s.uniform && n <= 8 && len(s.groups)*(n+1) <= len(s.nodes) {
+		if top, ok := s.weightedTop(kh, n); ok {
+			for _, c := range top {
+				dst = append(dst, s.nodes[c.i].Name)
+			}
+			return dst
+		}
+	}
 	prev, prevScore := -1, math.Inf(1)
 	for range n {
 		best, bestScore := -1, math.Inf(-1)
@@ -243,7 +256,65 @@ func (r *Rendezvous) AppendOwners(dst []string, key string, n int) ([]string, er
 		dst = append(dst, s.nodes[best].Name)
 		prev, prevScore = best, bestScore
 	}
-	return dst, nil
+	return dst
+}
+
+// hrwCand is a node and its hash (53 bits), then its score.
+type hrwCand struct {
+	i  int
+	h  uint64
+	sc float64
+}
+
+// weightedTop returns the n best nodes for kh, best first, in score's
+// order exactly, weights not all equal: the n best of any weight are among
+// that weight's n highest hashes (weightedOwner's reasoning), so each
+// weight gives its n+1 highest, and unless the n-th and the (n+1)-th
+// might score alike (then ok is false, and the caller ranks every node),
+// its n highest are scored with the other weights' and the best n kept.
+func (s *hrwSnap) weightedTop(kh uint64, n int) (top []hrwCand, ok bool) {
+	k := kh ^ kh>>33
+	all := make([]hrwCand, 0, len(s.groups)*(n+1))
+	for gi := range s.groups {
+		g := &s.groups[gi]
+		mine := all[len(all):len(all)] // this weight's highest, highest first
+		for j, p := range g.pre {
+			h := mixPre(k^p) >> 11
+			if len(mine) == n+1 && h <= mine[n].h {
+				continue
+			}
+			if len(mine) < n+1 {
+				mine = append(mine, hrwCand{})
+			}
+			at := len(mine) - 1
+			for at > 0 && mine[at-1].h < h {
+				mine[at] = mine[at-1]
+				at--
+			}
+			mine[at] = hrwCand{i: g.nodes[j], h: h}
+		}
+		if len(mine) == n+1 {
+			un, next := (float64(mine[n-1].h)+0.5)/(1<<53), (float64(mine[n].h)+0.5)/(1<<53)
+			if un-next <= 1e-12*un*-math.Log(un) {
+				return nil, false
+			}
+			mine = mine[:n]
+		}
+		all = all[:len(all)+len(mine)]
+	}
+	for c := range all {
+		all[c].sc = s.score(kh, all[c].i)
+	}
+	for r := range n {
+		b := r
+		for c := r + 1; c < len(all); c++ {
+			if s.better(all[c].sc, all[c].i, all[b].sc, all[b].i) {
+				b = c
+			}
+		}
+		all[r], all[b] = all[b], all[r]
+	}
+	return all[:n], true
 }
 
 // Nodes returns a copy of the node set.

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -151,5 +152,67 @@ func TestRendezvousWeightedNearTie(t *testing.T) {
 	}
 	if got := s.weightedOwner(kh); s.nodes[got].Name != "a" {
 		t.Fatalf("the key went to %s, want a (equal scores, by name)", s.nodes[got].Name)
+	}
+	if _, ok := s.weightedTop(kh, 1); ok {
+		t.Fatal("weightedTop took a weight whose first two may score alike")
+	}
+	if got := s.appendOwners(nil, kh, 2); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("owners %v, want [a b]", got)
+	}
+}
+
+// With weights, a few owners come from each weight's highest hashes:
+// they are the first of every node ranked by score, for many keys, sets
+// and counts; and when a weight's n-th and (n+1)-th might score alike the
+// lookup ranks every node instead (the near tie built below).
+func TestRendezvousWeightedOwnersRankAsScore(t *testing.T) {
+	ranked := func(s *hrwSnap, kh uint64, n int) []string {
+		order := make([]int, len(s.nodes))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int {
+			if a == b {
+				return 0
+			}
+			if s.better(s.score(kh, a), a, s.score(kh, b), b) {
+				return -1
+			}
+			return 1
+		})
+		var names []string
+		for _, i := range order[:n] {
+			names = append(names, s.nodes[i].Name)
+		}
+		return names
+	}
+	fast := 0
+	for _, size := range []int{20, 64, 200} {
+		for _, spread := range []int{2, 3, 7} {
+			var nodes []Node
+			for i := range size {
+				nodes = append(nodes, Node{Name: "n" + strconv.Itoa(i), Weight: 1 + (i*5+1)%spread})
+			}
+			r, err := NewRendezvous(nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := r.snap.Load()
+			for _, k := range Keys(300) {
+				kh := XXHash.Sum(k)
+				for m := 1; m <= 9; m++ {
+					if _, ok := s.weightedTop(kh, m); ok && m <= 8 && len(s.groups)*(m+1) <= size {
+						fast++
+					}
+					got, want := s.appendOwners(nil, kh, m), ranked(s, kh, m)
+					if !slices.Equal(got, want) {
+						t.Fatalf("size %d spread %d %s n=%d: %v, ranked by score %v", size, spread, k, m, got, want)
+					}
+				}
+			}
+		}
+	}
+	if fast == 0 {
+		t.Fatal("the weights' highest hashes were never used")
 	}
 }
