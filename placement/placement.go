@@ -129,6 +129,7 @@ func removeNode(nodes []Node, name string) ([]Node, error) {
 func copyNodes(nodes []Node) []Node { return append([]Node(nil), nodes...) }
 
 // unitFloat maps a 64-bit hash to a float in the open interval (0, 1).
-func unitFloat(h uint64) float64 {
-	return (float64(h>>11) + 0.5) / (1 << 53)
-}
+func unitFloat(h uint64) float64 { return unit53(h >> 11) }
+
+// unit53 is unitFloat of a hash's top 53 bits, given as such.
+func unit53(h53 uint64) float64 { return (float64(h53) + 0.5) / (1 << 53) }

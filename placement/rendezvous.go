@@ -143,62 +143,38 @@ func (r *Rendezvous) Owner(key string) (string, error) {
 // rather than a log a node. Within a group of one weight the score
 // w / -ln(u) never falls as the hash (and u) grows, so the group's best
 // is its highest hash: the loop finds each group's two highest hashes and
-// scores the first. When the second's u is so
-// close to the first's that their scores might round alike (or a
-// non-monotone last bit of the log reorder them), the group is scored
-// node by node, as Owner did for every node: that is when
-// (u1-u2)/u1 <= 1e-12 * -ln(u1), as ln(u1/u2) >= (u1-u2)/u1 bounds the
-// gap of the logs from below, far above the errors of a log and a
-// division (a few parts in 1e16). The groups' bests are then held
+// scores the first. When the second's u is so close to the first's that
+// their scores might round alike (mayTie), the group is scored node by
+// node, as Owner did for every node. The groups' bests are then held
 // against each other by score and name.
 func (s *hrwSnap) weightedOwner(kh uint64) int {
 	k := kh ^ kh>>33
 	best, bestScore := -1, 0.0
 	for gi := range s.groups {
 		g := &s.groups[gi]
-		// The two highest hashes (53 bits, unitFloat's); a hash equal to
-		// the highest comes second, and the check below then scores the
-		// group node by node, names included.
 		// Four nodes a step, as uniformOwner does: most steps have no
 		// hash above the second's and are passed over with one branch.
 		pre := g.pre
-		j1, h1 := 0, mixPre(k^pre[0])>>11
-		j2, h2 := -1, uint64(0)
+		t := top2{j1: 0, h1: mixPre(k^pre[0]) >> 11, j2: -1}
 		j := 1
 		for ; j+4 <= len(pre); j += 4 {
 			q := pre[j : j+4 : j+4]
 			hs := [4]uint64{mixPre(k^q[0]) >> 11, mixPre(k^q[1]) >> 11, mixPre(k^q[2]) >> 11, mixPre(k^q[3]) >> 11}
-			if j2 >= 0 && hs[0] <= h2 && hs[1] <= h2 && hs[2] <= h2 && hs[3] <= h2 {
+			if t.j2 >= 0 && hs[0] <= t.h2 && hs[1] <= t.h2 && hs[2] <= t.h2 && hs[3] <= t.h2 {
 				continue
 			}
 			for o, h := range hs {
-				if h > h2 || j2 < 0 {
-					if h > h1 {
-						j2, h2 = j1, h1
-						j1, h1 = j+o, h
-					} else {
-						j2, h2 = j+o, h
-					}
-				}
+				t.offer(j+o, h)
 			}
 		}
 		for ; j < len(pre); j++ {
-			if h := mixPre(k^pre[j]) >> 11; h > h2 || j2 < 0 {
-				if h > h1 {
-					j2, h2 = j1, h1
-					j1, h1 = j, h
-				} else {
-					j2, h2 = j, h
-				}
-			}
+			t.offer(j, mixPre(k^pre[j])>>11)
 		}
-		u1 := (float64(h1) + 0.5) / (1 << 53) // unitFloat
+		u1 := unit53(t.h1)
 		x1 := -math.Log(u1)
-		top, sc := g.nodes[j1], g.weight/x1
-		if j2 >= 0 {
-			if u2 := (float64(h2) + 0.5) / (1 << 53); u1-u2 <= 1e-12*u1*x1 {
-				top, sc = s.bestIn(kh, g)
-			}
+		top, sc := g.nodes[t.j1], g.weight/x1
+		if t.j2 >= 0 && mayTie(u1, x1, unit53(t.h2)) {
+			top, sc = s.bestIn(kh, g)
 		}
 		if best < 0 || s.better(sc, top, bestScore, best) {
 			best, bestScore = top, sc
@@ -206,6 +182,34 @@ func (s *hrwSnap) weightedOwner(kh uint64) int {
 	}
 	return best
 }
+
+// top2 is a group's two highest hashes (53 bits, unitFloat's) and where
+// they are; a hash equal to the highest comes second, and mayTie then
+// has the group scored node by node, names included.
+type top2 struct {
+	j1, j2 int // j2 < 0: no second yet
+	h1, h2 uint64
+}
+
+func (t *top2) offer(j int, h uint64) {
+	if h <= t.h2 && t.j2 >= 0 {
+		return
+	}
+	if h > t.h1 {
+		t.j2, t.h2 = t.j1, t.h1
+		t.j1, t.h1 = j, h
+	} else {
+		t.j2, t.h2 = j, h
+	}
+}
+
+// mayTie reports whether a node whose u is next may score as the one
+// whose u is u1 (x1 = -ln u1) in the same weight: when the two are so
+// close that w / -ln(u) might round alike, or a last bit of the log
+// reorder them. ln(u1/next) >= (u1-next)/u1 bounds the logs' gap from
+// below, so a gap over 1e-12 of x1 is far above the errors of a log and a
+// division (a few parts in 1e16).
+func mayTie(u1, x1, next float64) bool { return u1-next <= 1e-12*u1*x1 }
 
 // bestIn is group g's best node for kh, scored node by node.
 func (s *hrwSnap) bestIn(kh uint64, g *hrwGroup) (int, float64) {
@@ -294,8 +298,7 @@ func (s *hrwSnap) weightedTop(kh uint64, n int) (top []hrwCand, ok bool) {
 			mine[at] = hrwCand{i: g.nodes[j], h: h}
 		}
 		if len(mine) == n+1 {
-			un, next := (float64(mine[n-1].h)+0.5)/(1<<53), (float64(mine[n].h)+0.5)/(1<<53)
-			if un-next <= 1e-12*un*-math.Log(un) {
+			if un := unit53(mine[n-1].h); mayTie(un, -math.Log(un), unit53(mine[n].h)) {
 				return nil, false
 			}
 			mine = mine[:n]

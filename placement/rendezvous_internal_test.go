@@ -58,15 +58,7 @@ func TestRendezvousWeightedLoopRanksAsScore(t *testing.T) {
 	}
 	for _, n := range []int{2, 3, 5, 8, 17, 64, 100} {
 		for _, spread := range []int{2, 3, 7, 1000} {
-			var nodes []Node
-			for i := range n {
-				nodes = append(nodes, Node{Name: "n" + strconv.Itoa(i), Weight: 1 + (i*7+3)%spread})
-			}
-			r, err := NewRendezvous(nodes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := r.snap.Load()
+			s := weightedSnap(t, n, func(i int) int { return 1 + (i*7+3)%spread })
 			if s.uniform {
 				continue
 			}
@@ -189,15 +181,7 @@ func TestRendezvousWeightedOwnersRankAsScore(t *testing.T) {
 	fast := 0
 	for _, size := range []int{20, 64, 200} {
 		for _, spread := range []int{2, 3, 7} {
-			var nodes []Node
-			for i := range size {
-				nodes = append(nodes, Node{Name: "n" + strconv.Itoa(i), Weight: 1 + (i*5+1)%spread})
-			}
-			r, err := NewRendezvous(nodes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := r.snap.Load()
+			s := weightedSnap(t, size, func(i int) int { return 1 + (i*5+1)%spread })
 			for _, k := range Keys(300) {
 				kh := XXHash.Sum(k)
 				for m := 1; m <= 9; m++ {
@@ -215,4 +199,19 @@ func TestRendezvousWeightedOwnersRankAsScore(t *testing.T) {
 	if fast == 0 {
 		t.Fatal("the weights' highest hashes were never used")
 	}
+}
+
+// weightedSnap is the snapshot of a rendezvous placer over n nodes named
+// n0, n1..., node i of the given weight.
+func weightedSnap(t *testing.T, n int, weight func(i int) int) *hrwSnap {
+	t.Helper()
+	var nodes []Node
+	for i := range n {
+		nodes = append(nodes, Node{Name: "n" + strconv.Itoa(i), Weight: weight(i)})
+	}
+	r, err := NewRendezvous(nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.snap.Load()
 }
