@@ -42,10 +42,14 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 			ua = v[0]
 		}
 	}
-	// The names to write, sorted; an array on the stack holds a common
-	// request's.
-	var buf [24]string
-	names := buf[:0]
+	// The fields to write, sorted by name; an array on the stack holds a
+	// common request's.
+	type kv struct {
+		name   string
+		values []string
+	}
+	var buf [24]kv
+	fields := buf[:0]
 	for name, values := range r.Header {
 		switch name {
 		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
@@ -59,12 +63,12 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 				return r.Write(bw)
 			}
 		}
-		names = append(names, name)
+		fields = append(fields, kv{name, values})
 	}
 	if !plainValue(ua) {
 		return r.Write(bw)
 	}
-	slices.Sort(names)
+	slices.SortFunc(fields, func(a, b kv) int { return strings.Compare(a.name, b.name) })
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -80,9 +84,9 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 		bw.WriteString(ua)
 		bw.WriteString("\r\n")
 	}
-	for _, name := range names {
-		for _, v := range r.Header[name] {
-			bw.WriteString(name)
+	for _, f := range fields {
+		for _, v := range f.values {
+			bw.WriteString(f.name)
 			bw.WriteString(": ")
 			bw.WriteString(v)
 			bw.WriteString("\r\n")
@@ -140,15 +144,24 @@ func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	b, _ := br.Peek(br.Buffered())
-	if n := bytes.Index(b, crlfcrlf); n > 0 {
-		n += len(crlfcrlf)
-		if resp := parseResponse(b[:n], br, r); resp != nil {
-			br.Discard(n)
-			return resp, nil
-		}
+	if resp, n := strictResponse(br, r); resp != nil {
+		br.Discard(n)
+		return resp, nil
 	}
 	return http.ReadResponse(br, r)
+}
+
+// strictResponse is parseResponse over the head br holds, and the head's
+// length; nil when the head is not whole in it or not taken. It reads
+// nothing.
+func strictResponse(br *bufio.Reader, r *http.Request) (*http.Response, int) {
+	b, _ := br.Peek(br.Buffered())
+	n := bytes.Index(b, crlfcrlf)
+	if n <= 0 {
+		return nil, 0
+	}
+	n += len(crlfcrlf)
+	return parseResponse(b[:n], br, r), n
 }
 
 var crlfcrlf = []byte("\r\n\r\n")
@@ -261,10 +274,8 @@ func statusLine(line string) (code, minor int, ok bool) {
 	if len(line) > 12 && line[12] != ' ' {
 		return 0, 0, false
 	}
-	for i := 13; i < len(line); i++ {
-		if b := line[i]; b < ' ' && b != '\t' || b == 0x7f {
-			return 0, 0, false
-		}
+	if len(line) > 13 && !plainText(line[13:]) {
+		return 0, 0, false
 	}
 	return int(c[0]-'0')*100 + int(c[1]-'0')*10 + int(c[2]-'0'), minor, true
 }

@@ -59,9 +59,9 @@ func readWith(raw []byte, method string, parse func(*bufio.Reader, *http.Request
 // taken reports whether the strict way takes raw's head.
 func taken(raw []byte, method string) bool {
 	br := bufio.NewReader(bytes.NewReader(raw))
-	b, _ := br.Peek(br.Size())
-	n := bytes.Index(b, crlfcrlf)
-	return n > 0 && parseResponse(b[:n+4], br, &http.Request{Method: method}) != nil
+	br.Peek(1) // one read, as readResponse makes
+	resp, _ := strictResponse(br, &http.Request{Method: method})
+	return resp != nil
 }
 
 // readBoth checks that readResponse makes of raw what ReadResponse makes

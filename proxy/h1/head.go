@@ -271,10 +271,19 @@ func field(line string) (name, value string, ok bool) {
 	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
 		v = v[:len(v)-1]
 	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return "", "", false
-		}
+	if !plainText(v) {
+		return "", "", false
 	}
 	return name, v, true
+}
+
+// plainText reports whether s has no control character but tab: what a
+// field value or a reason phrase may hold for the strict readers.
+func plainText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
