@@ -78,7 +78,7 @@ GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$ou
 pid[new]=$!
 hz=$(getconf CLK_TCK)
 # ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
-ticks() { awk '{print $14 + $15}' "/proc/${pid[$1]}/stat"; }
+ticks() { cpu_ticks "${pid[$1]}"; }
 cat > "$out/forward.lua" <<'LUA'
 wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"

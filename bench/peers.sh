@@ -219,12 +219,8 @@ turn() {
 # ticks NAME prints the CPU time, in clock ticks, the proxy NAME has used
 # (nginx's workers included); 0 for the backend direct.
 ticks() {
-	local t=0 p
 	[ -n "${pid[$1]:-}" ] || { echo 0; return; }
-	for p in "${pid[$1]}" $(pgrep -P "${pid[$1]}"); do
-		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
-	done
-	echo "$t"
+	cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}")
 }
 hz=$(getconf CLK_TCK)
 # cpu NAME T0 REQUESTS prints the microseconds of CPU NAME spent a request

@@ -33,6 +33,16 @@ selfsigned() {
 		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
 }
 
+# cpu_ticks PID...: the CPU time, user and system, the processes have used
+# so far, in clock ticks (getconf CLK_TCK a second); 0 for one gone.
+cpu_ticks() {
+	local t=0 p
+	for p in "$@"; do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+
 # median prints the median of the numbers it reads, "-" when there are none.
 median() { tr ' ' '\n' | { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
 
