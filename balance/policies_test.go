@@ -381,7 +381,7 @@ func TestScoredSkipsOpenAndFallsBack(t *testing.T) {
 	// Everything open: still tries the least bad, and says so.
 	before := p.Stats().Fallbacks
 	pk, err := p.Pick(balance.Request{})
-	if err != nil || !pk.Fallback {
+	if err != nil || !pk.Fallback() {
 		t.Fatalf("all open: pick %+v, err %v; want a fallback pick", pk, err)
 	}
 	pk.Done(health.Outcome{Status: 200})

@@ -396,14 +396,14 @@ func (s *Snapshot) Pick(r Request) (Pick, error) {
 	if r.Pin != "" {
 		if ep := s.byName[r.Pin]; ep != nil && !tried(r, ep) && s.tierOf(ep).set.Available(ep) {
 			if t, ok := ep.State.Admit(p.clock, s.tuning); ok {
-				return s.made(ep, t, nil), nil
+				return s.made(ep, t, 0), nil
 			}
 		}
 	}
 	if s.panicThreshold > 0 && s.primary.set.Len() > 0 && healthyShare(s.primary.set) < s.panicThreshold {
 		if ep := s.leastBad(&s.primary, r, false); ep != nil {
 			p.panics.Add(1)
-			return s.made(ep, ep.State.AdmitFallback(s.tuning), nil), nil
+			return s.made(ep, ep.State.AdmitFallback(s.tuning), 0), nil
 		}
 	}
 	refuse := len(r.Tried) > 0 || s.slowStart > 0
@@ -434,9 +434,7 @@ func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
 	for _, t := range [2]*tier{&s.primary, &s.backup} {
 		if ep := s.leastBad(t, r, true); ep != nil {
 			s.pool.fallbacks.Add(1)
-			pk := s.made(ep, ep.State.AdmitFallback(s.tuning), nil)
-			pk.Fallback = true
-			return pk, nil
+			return s.made(ep, ep.State.AdmitFallback(s.tuning), leastBad), nil
 		}
 	}
 	s.pool.unavailable.Add(1)
@@ -454,7 +452,7 @@ func tried(r Request, ep *Endpoint) bool {
 	return len(r.Tried) > 0 && slices.Contains(r.Tried, ep.Name)
 }
 
-// pickFrom asks t's policy and puts the pick in pk (in place: a Pick is
+// pickFrom asks t's policy and puts the pick in pk (in place: a Pick was
 // nine words, and returning it through one more call was a twentieth of
 // the whole Pick+Done). With strict set, endpoints already tried and
 // endpoints in their slow start are refused: the pick is given back
@@ -484,7 +482,7 @@ func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
 			continue
 		}
 		if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-			*pk = s.made(ep, tk, t.observer)
+			*pk = s.made(ep, tk, byPolicy)
 			return nil
 		}
 		if t.observer != nil {
@@ -495,7 +493,7 @@ func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
 		untried := func(ep *Endpoint) bool { return !tried(r, ep) && t.set.Available(ep) }
 		if ep := draw(t.set, untried, nil); ep != nil && s.warm(ep, r) {
 			if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-				*pk = s.made(ep, tk, nil)
+				*pk = s.made(ep, tk, 0)
 				return nil
 			}
 		}
@@ -555,21 +553,40 @@ func healthyShare(s *Set) float64 {
 // its health: not draining, not at its in-flight cap.
 func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.Full() }
 
-func (s *Snapshot) made(ep *Endpoint, t health.Ticket, obs Observer) Pick {
-	return Pick{Endpoint: ep, ticket: t, observer: obs, snap: s}
+func (s *Snapshot) made(ep *Endpoint, t health.Ticket, how pickHow) Pick {
+	return Pick{Endpoint: ep, ticket: t, snap: s, how: how}
 }
 
 // Pick is one pick: the endpoint, and the hooks that report its outcome
 // and end it.
+//
+// A Pick and an error fit in the nine registers Go returns results in; a
+// result one word larger goes through memory, copied field by field on
+// its way out of each call, which cost a pick and its outcome a fifth of
+// their time. What can be found from the snapshot (the picker to tell,
+// the tuning) is found there rather than kept here.
 type Pick struct {
 	Endpoint *Endpoint
-	// Fallback says nothing was available and this is the least bad.
-	Fallback bool
 
-	ticket   health.Ticket
-	observer Observer  // the picker that chose it, when it keeps accounts
-	snap     *Snapshot // its classifier and clock
+	ticket health.Ticket
+	snap   *Snapshot // its classifier, clock and pickers
+	how    pickHow
 }
+
+// pickHow says how a pick was made.
+type pickHow uint8
+
+const (
+	// byPolicy: the tier's picker chose it; one that keeps accounts
+	// (an Observer) is told when it ends.
+	byPolicy pickHow = 1 << iota
+	// leastBad: nothing was available and this is the least bad.
+	leastBad
+)
+
+// Fallback reports whether nothing was available and this is the least
+// bad endpoint.
+func (pk *Pick) Fallback() bool { return pk.how&leastBad != 0 }
 
 // Probe reports whether this request is the breaker's half-open probe.
 func (pk *Pick) Probe() bool { return pk.ticket.Probe() }
@@ -599,8 +616,10 @@ func (pk *Pick) Release() {
 		return
 	}
 	pk.ticket.Release()
-	if pk.observer != nil {
-		pk.observer.Done(pk.Endpoint)
+	if pk.how&byPolicy != 0 {
+		if obs := pk.snap.tierOf(pk.Endpoint).observer; obs != nil {
+			obs.Done(pk.Endpoint)
+		}
 	}
 }
 

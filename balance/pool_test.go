@@ -185,8 +185,8 @@ func TestBackupsOnlyWhenPrimariesAreOut(t *testing.T) {
 	openBreaker(t, p, "b0")
 	openBreaker(t, p, "b1")
 	pk := pickKeyless(t, p)
-	if !pk.Fallback || pk.Endpoint.Backup || p.Stats().Fallbacks != 1 {
-		t.Fatalf("all out: picked %s fallback=%v, stats %+v; want a primary as fallback", pk.Endpoint.Name, pk.Fallback, p.Stats())
+	if !pk.Fallback() || pk.Endpoint.Backup || p.Stats().Fallbacks != 1 {
+		t.Fatalf("all out: picked %s fallback=%v, stats %+v; want a primary as fallback", pk.Endpoint.Name, pk.Fallback(), p.Stats())
 	}
 	pk.Done(health.Outcome{Status: 200})
 }
@@ -284,8 +284,8 @@ func TestPinAndTried(t *testing.T) {
 	}
 	// Everything tried: an endpoint is still given rather than none.
 	pk, err := p.Pick(balance.Request{Tried: []string{"a", "b", "c"}})
-	if err != nil || pk.Fallback {
-		t.Fatalf("all tried: %v fallback=%v, want an ordinary pick", err, pk.Fallback)
+	if err != nil || pk.Fallback() {
+		t.Fatalf("all tried: %v fallback=%v, want an ordinary pick", err, pk.Fallback())
 	}
 	pk.Done(health.Outcome{Status: 200})
 }

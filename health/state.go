@@ -47,16 +47,27 @@ const (
 // the EWMAs but cannot move the breaker (sony/gobreaker's generation
 // counter). The zero Ticket belongs to no endpoint; its methods do nothing.
 type Ticket struct {
-	s     *State
-	cfg   *Config // the tuning the request was admitted under
-	gen   uint32
-	probe bool // the one half-open probe
-	// fallback: admitted past the breaker because nothing was available.
-	fallback bool
+	s    *State
+	cfg  *Config // the tuning the request was admitted under
+	gen  uint32
+	kind ticketKind
 }
 
+// ticketKind says how a ticket was admitted. It is one field rather than
+// two flags so that a Ticket, and a pick holding one, stays within the
+// registers Go returns results in: a result that does not fit goes through
+// memory, copied field by field, and those copies were a fifth of a
+// whole pick and outcome.
+type ticketKind uint8
+
+const (
+	ordinary ticketKind = iota
+	probe               // the one half-open probe
+	fallback            // admitted past the breaker, nothing being available
+)
+
 // Probe reports whether the ticket is the half-open probe.
-func (t Ticket) Probe() bool { return t.probe }
+func (t Ticket) Probe() bool { return t.kind == probe }
 
 // Release ends the request: the endpoint's in-flight count goes down.
 // Call it once per ticket, when the request (or the connection it opened)
@@ -73,7 +84,7 @@ func (t Ticket) Release() {
 // the current one. Call it at most once per ticket.
 func (t Ticket) Observe(v Verdict, latency time.Duration, now time.Time) {
 	if t.s != nil {
-		t.s.observe(t, v, latency, now)
+		t.s.observe(&t, v, latency, now)
 	}
 }
 
@@ -293,14 +304,14 @@ func (s *State) Breaker(now time.Time) BreakerState {
 // at a time. The clock is read only when the breaker is not closed.
 func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 	if BreakerState(s.breaker.Load()) == Closed {
-		return s.ticket(cfg, s.gen(), false, false), true
+		return s.ticket(cfg, s.gen(), ordinary), true
 	}
 	now := clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch BreakerState(s.breaker.Load()) {
 	case Closed:
-		return s.ticket(cfg, s.gen(), false, false), true
+		return s.ticket(cfg, s.gen(), ordinary), true
 	case Open:
 		if now.UnixNano() < s.openUntil.Load() {
 			return Ticket{}, false
@@ -312,7 +323,7 @@ func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	s.probing.Store(true)
-	return s.ticket(cfg, s.gen(), true, false), true
+	return s.ticket(cfg, s.gen(), probe), true
 }
 
 // AdmitFallback admits a request past the breaker, and counts it in
@@ -320,21 +331,21 @@ func (s *State) Admit(clock Clock, cfg *Config) (Ticket, bool) {
 // endpoint is tried anyway. A success on such a request closes an open
 // breaker, as a probe's would; a failure leaves it as it is.
 func (s *State) AdmitFallback(cfg *Config) Ticket {
-	return s.ticket(cfg, s.gen(), false, true)
+	return s.ticket(cfg, s.gen(), fallback)
 }
 
-func (s *State) ticket(cfg *Config, gen uint32, probe, fallback bool) Ticket {
+func (s *State) ticket(cfg *Config, gen uint32, kind ticketKind) Ticket {
 	if cfg == nil {
 		cfg = &defaultConfig
 	}
 	s.admitted.Add(1)
 	s.changed()
-	return Ticket{s: s, cfg: cfg, gen: gen, probe: probe, fallback: fallback}
+	return Ticket{s: s, cfg: cfg, gen: gen, kind: kind}
 }
 
 var defaultConfig = Config{}.Normalize()
 
-func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Time) {
+func (s *State) observe(t *Ticket, v Verdict, latency time.Duration, now time.Time) {
 	switch v {
 	case Success:
 		s.successes.Add(1)
@@ -346,13 +357,13 @@ func (s *State) observe(t Ticket, v Verdict, latency time.Duration, now time.Tim
 	cfg := t.cfg
 	if r := s.reporter.Load(); r != nil && v != Ignore {
 		// A shared store learns the same outcome.
-		(*r)(Report{Name: s.name, OK: v == Success, Latency: latency, At: now, Probe: t.probe || t.fallback,
+		(*r)(Report{Name: s.name, OK: v == Success, Latency: latency, At: now, Probe: t.kind != ordinary,
 			SuccessDecay: cfg.SuccessDecay, LatencyDecay: cfg.LatencyDecay, Threshold: cfg.Threshold, Cooldown: cfg.Cooldown})
 	}
 	if v == Ignore {
 		// Not the endpoint's doing: learn nothing, but free the probe slot
 		// so another request can probe.
-		if t.probe {
+		if t.kind == probe {
 			s.mu.Lock()
 			if t.gen == s.gen() {
 				s.probing.Store(false)
@@ -401,12 +412,12 @@ func blend(w *atomic.Uint64, x, decay float64) {
 // generation can. In the closed state, which every healthy endpoint is
 // in, it counts the failures in a row without a lock, and takes it only
 // to open; the rest (a probe's or a fallback's outcome) takes it.
-func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
+func (s *State) step(ok bool, t *Ticket, now time.Time, cfg *Config) {
 	if BreakerState(s.breaker.Load()) == Closed {
 		s.count(ok, t, now, cfg)
 		return
 	}
-	if !t.probe && !t.fallback {
+	if t.kind == ordinary {
 		return
 	}
 	s.mu.Lock()
@@ -422,7 +433,7 @@ func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
 			s.open(now, cfg)
 		}
 	case Open:
-		if ok && t.fallback {
+		if ok && t.kind == fallback {
 			s.close(now)
 		}
 	}
@@ -431,7 +442,7 @@ func (s *State) step(ok bool, t Ticket, now time.Time, cfg *Config) {
 // count counts an outcome of a closed breaker's generation toward the
 // failures in a row: a success ends the run, and the failure that brings
 // it to the threshold opens the breaker.
-func (s *State) count(ok bool, t Ticket, now time.Time, cfg *Config) {
+func (s *State) count(ok bool, t *Ticket, now time.Time, cfg *Config) {
 	for {
 		r := s.run.Load()
 		if uint32(r>>32) != t.gen {
