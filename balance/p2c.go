@@ -52,17 +52,9 @@ func inflightCost(ep *Endpoint) float64 { return float64(ep.State.Inflight()) }
 
 func (p *p2cPicker) Pick(Request) (*Endpoint, error) {
 	s := p.set
-	if n := len(s.states); p.d == 2 && n >= 2 {
-		// The common case without the general loop: two distinct
-		// indices from two draws, i uniform and j uniform over the rest.
-		i := intn(s.rand, n)
-		j := intn(s.rand, n-1)
-		if j >= i {
-			j++
-		}
-		a, b := &s.states[i], &s.states[j]
-		if a.Available(s.clock, a.max) && b.Available(s.clock, b.max) {
-			if b.Inflight() < a.Inflight() {
+	if p.d == 2 {
+		if i, j, ok := drawTwo(s); ok {
+			if s.states[j].Inflight() < s.states[i].Inflight() {
 				return s.endpoints[j], nil
 			}
 			return s.endpoints[i], nil
@@ -72,6 +64,25 @@ func (p *p2cPicker) Pick(Request) (*Endpoint, error) {
 		return ep, nil
 	}
 	return nil, ErrNoEndpoint
+}
+
+// drawTwo is two choices' common case without chooseBest's loop: two
+// distinct indices from two draws, i uniform and j uniform over the rest,
+// both available. When either is not (or there are fewer than two
+// endpoints), ok is false and the caller takes the general way, which
+// draws again.
+func drawTwo(s *Set) (i, j int, ok bool) {
+	n := len(s.states)
+	if n < 2 {
+		return 0, 0, false
+	}
+	i = intn(s.rand, n)
+	j = intn(s.rand, n-1)
+	if j >= i {
+		j++
+	}
+	a, b := &s.states[i], &s.states[j]
+	return i, j, a.Available(s.clock, a.max) && b.Available(s.clock, b.max)
 }
 
 // chooseBest draws up to d distinct available endpoints at random and
@@ -180,13 +191,22 @@ func peakCost(latency float64, measured bool, inflight int64) float64 {
 }
 
 func (p *peakPicker) Pick(r Request) (*Endpoint, error) {
-	now := p.set.now(r)
-	ep := chooseBest(p.set, p.d, func(ep *Endpoint) float64 {
+	s := p.set
+	now := s.now(r)
+	cost := func(ep *Endpoint) float64 {
 		lat, measured := ep.PeakLatency(now)
 		return peakCost(lat, measured, ep.State.Inflight())
-	})
-	if ep == nil {
-		return nil, ErrNoEndpoint
 	}
-	return ep, nil
+	if p.d == 2 {
+		if i, j, ok := drawTwo(s); ok {
+			if a, b := s.endpoints[i], s.endpoints[j]; cost(b) < cost(a) {
+				return b, nil
+			}
+			return s.endpoints[i], nil
+		}
+	}
+	if ep := chooseBest(s, p.d, cost); ep != nil {
+		return ep, nil
+	}
+	return nil, ErrNoEndpoint
 }
