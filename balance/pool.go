@@ -600,7 +600,7 @@ func (pk *Pick) Report(o health.Outcome) health.Verdict {
 	if pk.Endpoint == nil {
 		return health.Ignore
 	}
-	v := pk.snap.classifier.Classify(o)
+	v := pk.snap.classifier.Judge(o.Status, o.Err)
 	at := o.At
 	if at.IsZero() {
 		at = pk.snap.pool.clock.Now()

@@ -146,14 +146,20 @@ func (c *Classifier) FailsOn(status int) bool {
 }
 
 // Classify returns the verdict on an outcome.
-func (c *Classifier) Classify(o Outcome) Verdict {
-	switch o.Err {
+func (c *Classifier) Classify(o Outcome) Verdict { return c.Judge(o.Status, o.Err) }
+
+// Judge returns the verdict on an outcome of that status and error: what
+// Classify says, for a caller that has them at hand. (An Outcome is too
+// large to be kept in registers: handed on whole, even to an inlined
+// call, it is copied through memory.)
+func (c *Classifier) Judge(status int, err ErrorKind) Verdict {
+	switch err {
 	case Canceled, Local, Client:
 		return Ignore
 	case ConnectError, Timeout, Broken, Blocked:
 		return Failure
 	}
-	if c.FailsOn(o.Status) {
+	if c.FailsOn(status) {
 		return Failure
 	}
 	return Success
