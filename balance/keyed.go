@@ -85,46 +85,87 @@ func (k *Keyed) Build(s *Set) Picker {
 		// endpoints than table slots. Then the picker places at random.
 		return &keyedPicker{set: s}
 	}
-	bnd, _ := pl.(*placement.Bounded)
-	return &keyedPicker{set: s, placer: pl, bnd: bnd, ok: s.availableNamed}
+	if bnd, ok := pl.(*placement.Bounded); ok {
+		return &boundedPicker{set: s, bnd: bnd, ok: s.availableNamed}
+	}
+	p := &keyedPicker{set: s, placer: pl, ok: s.availableNamed}
+	if x, ok := pl.(placement.Indexer); ok {
+		// The placer's positions are its own order (maglev sorts its
+		// nodes): map them to the set's once, so a pick finds the owner's
+		// endpoint without looking its name up.
+		nodes := pl.Nodes()
+		p.index, p.at = x, make([]int32, len(nodes))
+		for i, n := range nodes {
+			p.at[i] = int32(s.byName[n.Name])
+		}
+	}
+	return p
 }
 
 type keyedPicker struct {
 	set    *Set
 	placer placement.Placer
-	bnd    *placement.Bounded
 	ok     func(string) bool // set.availableNamed, bound once so picks do not allocate
+	// index, when the placer has it: owners by position, at[i] the set's
+	// index of the placer's node i.
+	index placement.Indexer
+	at    []int32
 }
 
 func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {
-	if p.bnd != nil {
-		// Every pick acquires, so that every Done releases what it took;
-		// key-less requests share the key "", which the bound spreads.
-		name, err := p.bnd.AcquireFunc(r.Key, p.ok)
-		if err != nil {
-			return nil, ErrNoEndpoint
-		}
-		if ep := p.set.Get(name); ep != nil {
-			return ep, nil
-		}
-		p.bnd.Release(name)
-		return nil, ErrNoEndpoint
-	}
 	if r.Key == "" || p.placer == nil {
 		if ep := randomAvailable(p.set); ep != nil {
 			return ep, nil
 		}
 		return nil, ErrNoEndpoint
 	}
-	owner, err := p.placer.Owner(r.Key)
-	if err != nil {
-		return nil, ErrNoEndpoint
-	}
-	if ep := p.set.Get(owner); ep != nil && p.set.Available(ep) {
-		return ep, nil
+	if p.index != nil {
+		i, err := p.index.OwnerIndex(r.Key)
+		if err != nil {
+			return nil, ErrNoEndpoint
+		}
+		j := p.at[i]
+		if st := &p.set.states[j]; st.Available(p.set.clock, st.max) {
+			return p.set.endpoints[j], nil
+		}
+	} else {
+		owner, err := p.placer.Owner(r.Key)
+		if err != nil {
+			return nil, ErrNoEndpoint
+		}
+		if ep := p.set.Get(owner); ep != nil && p.set.Available(ep) {
+			return ep, nil
+		}
 	}
 	return walkOwners(p.set, p.placer, r.Key, p.ok)
 }
+
+// boundedPicker places by bounded loads: every pick acquires a unit of
+// the owner's load, which its Done gives back.
+type boundedPicker struct {
+	set *Set
+	bnd *placement.Bounded
+	ok  func(string) bool // set.availableNamed
+}
+
+func (p *boundedPicker) Pick(r Request) (*Endpoint, error) {
+	// Every pick acquires, so that every Done releases what it took;
+	// key-less requests share the key "", which the bound spreads.
+	name, err := p.bnd.AcquireFunc(r.Key, p.ok)
+	if err != nil {
+		return nil, ErrNoEndpoint
+	}
+	if ep := p.set.Get(name); ep != nil {
+		return ep, nil
+	}
+	p.bnd.Release(name)
+	return nil, ErrNoEndpoint
+}
+
+// Done gives the placer its unit back.
+func (p *boundedPicker) Done(ep *Endpoint) { p.bnd.Release(ep.Name) }
+
+var _ Observer = (*boundedPicker)(nil)
 
 // walkOwners returns the first endpoint in key's preference order that ok
 // accepts. It asks the placer for the order a few at a time (2, 4, 8...
@@ -152,12 +193,3 @@ func walkOwners(s *Set, placer placement.Placer, key string, ok func(string) boo
 		checked = len(owners)
 	}
 }
-
-// Done gives a bounded placer its unit back.
-func (p *keyedPicker) Done(ep *Endpoint) {
-	if p.bnd != nil {
-		p.bnd.Release(ep.Name)
-	}
-}
-
-var _ Observer = (*keyedPicker)(nil)

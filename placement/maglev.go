@@ -41,6 +41,7 @@ type Maglev struct {
 
 var (
 	_ Mutable   = (*Maglev)(nil)
+	_ Indexer   = (*Maglev)(nil)
 	_ Explainer = (*Maglev)(nil)
 )
 
@@ -148,7 +149,21 @@ func (m *Maglev) Owner(key string) (string, error) {
 	if len(s.nodes) == 0 {
 		return "", ErrNoNodes
 	}
-	return s.nodes[s.table[XXHash.Sum(key)%uint64(len(s.table))]].Name, nil
+	return s.nodes[s.owner(key)].Name, nil
+}
+
+// OwnerIndex is Owner as a position in Nodes().
+func (m *Maglev) OwnerIndex(key string) (int, error) {
+	s := m.snap.Load()
+	if len(s.nodes) == 0 {
+		return 0, ErrNoNodes
+	}
+	return s.owner(key), nil
+}
+
+// owner is the index of key's owner; the snapshot has nodes.
+func (s *maglevSnap) owner(key string) int {
+	return int(s.table[XXHash.Sum(key)%uint64(len(s.table))])
 }
 
 // AppendOwners appends the owner, then the distinct nodes of the following

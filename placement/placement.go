@@ -59,6 +59,18 @@ type Placer interface {
 	Nodes() []Node
 }
 
+// Indexer is implemented by placers that can name a key's owner by its
+// position in Nodes(): a lookup without the name, for a caller that keeps
+// its own array of nodes (a balancer's endpoints) and would otherwise look
+// the name up again. Positions are those of the set at the moment of the
+// call: a caller that changes a Mutable placer's membership must take
+// Nodes again.
+type Indexer interface {
+	// OwnerIndex returns the position in Nodes() of the node that owns
+	// key, or ErrNoNodes.
+	OwnerIndex(key string) (int, error)
+}
+
 // Mutable is implemented by placers whose membership can change after New.
 // Each change publishes a new snapshot; lookups running at the same time see
 // either the old set or the new one, never a mix.

@@ -222,6 +222,11 @@ func TestEmptySetIsAnError(t *testing.T) {
 		if _, err := p.AppendOwners(nil, "k", 2); !errors.Is(err, placement.ErrNoNodes) {
 			t.Errorf("%s: AppendOwners on empty set: err = %v, want ErrNoNodes", name, err)
 		}
+		if x, ok := p.(placement.Indexer); ok {
+			if _, err := x.OwnerIndex("k"); !errors.Is(err, placement.ErrNoNodes) {
+				t.Errorf("%s: OwnerIndex on empty set: err = %v, want ErrNoNodes", name, err)
+			}
+		}
 		if e, ok := p.(placement.Explainer); ok {
 			if _, err := e.Explain("k", 1); !errors.Is(err, placement.ErrNoNodes) {
 				t.Errorf("%s: Explain on empty set: err = %v, want ErrNoNodes", name, err)
@@ -504,6 +509,46 @@ func TestOwnersIndependentOfOrder(t *testing.T) {
 					t.Errorf("%s (weighted %v), %s: %d of %d keys have different owners", name, weighted, label, differ, len(keys))
 				}
 			}
+		}
+	}
+}
+
+// OwnerIndex names the owner Owner names, by its position in Nodes(),
+// for every placer that has it, weighted or not, and after a change.
+func TestOwnerIndexIsOwner(t *testing.T) {
+	for _, weighted := range []bool{false, true} {
+		ns := nodes(letters(37)...)
+		if weighted {
+			for i := range ns {
+				ns[i].Weight = 1 + i%5
+			}
+		}
+		indexers := 0
+		for name, p := range allOrWeighted(t, ns, weighted) {
+			x, ok := p.(placement.Indexer)
+			if !ok {
+				continue
+			}
+			indexers++
+			for round := range 2 {
+				if round == 1 {
+					must(t, p.Remove(ns[3].Name)) // positions shift
+				}
+				got := p.Nodes()
+				for k := range 5000 {
+					key := "key-" + strconv.Itoa(k)
+					want, err := p.Owner(key)
+					must(t, err)
+					i, err := x.OwnerIndex(key)
+					must(t, err)
+					if i < 0 || i >= len(got) || got[i].Name != want {
+						t.Fatalf("%s weighted=%v round %d: OwnerIndex(%q) = %d, Owner = %s", name, weighted, round, key, i, want)
+					}
+				}
+			}
+		}
+		if indexers < 3 {
+			t.Fatalf("weighted=%v: %d placers have OwnerIndex, want ring, rendezvous and maglev", weighted, indexers)
 		}
 	}
 }

@@ -25,6 +25,7 @@ type Rendezvous struct {
 
 var (
 	_ Mutable   = (*Rendezvous)(nil)
+	_ Indexer   = (*Rendezvous)(nil)
 	_ Explainer = (*Rendezvous)(nil)
 )
 
@@ -131,11 +132,25 @@ func (r *Rendezvous) Owner(key string) (string, error) {
 	if len(s.nodes) == 0 {
 		return "", ErrNoNodes
 	}
-	kh := XXHash.Sum(key)
-	if s.uniform {
-		return s.nodes[s.uniformOwner(kh)].Name, nil
+	return s.nodes[s.owner(XXHash.Sum(key))].Name, nil
+}
+
+// OwnerIndex is Owner as a position in Nodes().
+func (r *Rendezvous) OwnerIndex(key string) (int, error) {
+	s := r.snap.Load()
+	if len(s.nodes) == 0 {
+		return 0, ErrNoNodes
 	}
-	return s.nodes[s.weightedOwner(kh)].Name, nil
+	return s.owner(XXHash.Sum(key)), nil
+}
+
+// owner is the index of the node with the highest score for kh; the
+// snapshot has nodes.
+func (s *hrwSnap) owner(kh uint64) int {
+	if s.uniform {
+		return s.uniformOwner(kh)
+	}
+	return s.weightedOwner(kh)
 }
 
 // weightedOwner is the index of the node with the highest score for kh,

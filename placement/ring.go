@@ -58,6 +58,7 @@ type Ring struct {
 
 var (
 	_ Mutable   = (*Ring)(nil)
+	_ Indexer   = (*Ring)(nil)
 	_ Explainer = (*Ring)(nil)
 )
 
@@ -261,8 +262,21 @@ func (r *Ring) Owner(key string) (string, error) {
 	if len(s.hashes) == 0 {
 		return "", ErrNoNodes
 	}
-	return s.nodes[s.owners[s.search(r.opts.Hash.Sum(key))]].Name, nil
+	return s.nodes[s.owner(r.opts.Hash.Sum(key))].Name, nil
 }
+
+// OwnerIndex is Owner as a position in Nodes().
+func (r *Ring) OwnerIndex(key string) (int, error) {
+	s := r.snap.Load()
+	if len(s.hashes) == 0 {
+		return 0, ErrNoNodes
+	}
+	return s.owner(r.opts.Hash.Sum(key)), nil
+}
+
+// owner is the index of the node of the first point clockwise from h;
+// the ring has points.
+func (s *ringSnap) owner(h uint64) int { return int(s.owners[s.search(h)]) }
 
 // AppendOwners walks clockwise from key's hash and appends the first r
 // distinct nodes it meets, skipping points of nodes already taken.
