@@ -23,6 +23,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
@@ -182,12 +183,16 @@ type Set struct {
 	byName    map[string]int // immutable
 	clock     health.Clock
 	rand      Rand
+	id        uint64 // unique to the set, never 0: what a cached index is valid in
 }
+
+// setIDs numbers sets.
+var setIDs atomic.Uint64
 
 // NewSet builds a set. Pools build their own; this is for pickers used
 // directly and for tests.
 func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
-	s := &Set{endpoints: endpoints, states: make([]slot, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r}
+	s := &Set{endpoints: endpoints, states: make([]slot, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r, id: setIDs.Add(1)}
 	for i, ep := range endpoints {
 		s.byName[ep.Name] = i
 		s.states[i] = slot{State: ep.State, max: ep.MaxInflight, weight: int64(max(ep.Weight, 1))}

@@ -77,13 +77,31 @@ const stickyShards = 32
 
 type shard struct {
 	mu   sync.Mutex
-	pins *simplelru.LRU[string, pin] // guarded by mu
+	pins *simplelru.LRU[string, *pin] // guarded by mu; a hit's pin is renewed in place
 }
 
 type pin struct {
 	name    string
 	expires int64 // unix ns
 	touched int64 // unix ns the shared pin was last kept alive
+	// The endpoint's index in the set with id set: the table outlives
+	// sets (reloads), so a pin names its endpoint, and keeps where the
+	// name was last found so that a hit need not look it up.
+	set uint64
+	at  int32
+}
+
+// in returns the pinned endpoint in s, nil if s has none of that name.
+// Called with the shard's lock held: it caches where it found it.
+func (pn *pin) in(s *Set) *Endpoint {
+	if pn.set != s.id {
+		i, ok := s.byName[pn.name]
+		if !ok {
+			return nil
+		}
+		pn.set, pn.at = s.id, int32(i)
+	}
+	return s.endpoints[pn.at]
 }
 
 // StickyShare is a sticky table several instances share (a Redis store):
@@ -129,7 +147,7 @@ func NewSticky(opts StickyOptions) (*Sticky, error) {
 	if !opts.Hash {
 		per := (opts.MaxEntries + stickyShards - 1) / stickyShards
 		for i := range s.shards {
-			lru, err := simplelru.NewLRU[string, pin](per, nil)
+			lru, err := simplelru.NewLRU[string, *pin](per, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -216,14 +234,14 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 		found = false
 	}
 	if found {
-		ep := p.set.Get(pn.name)
+		ep := pn.in(p.set)
 		switch {
 		case ep != nil && p.set.Available(ep):
 			touch := st.share != nil && now-pn.touched > int64(st.opts.TTL)/4
 			if touch {
 				pn.touched = now
 			}
-			sh.pins.Add(r.Key, pin{name: pn.name, expires: now + int64(st.opts.TTL), touched: pn.touched})
+			pn.expires = now + int64(st.opts.TTL) // Get made it the most recent
 			sh.mu.Unlock()
 			if touch {
 				st.share.Touch(r.Key, pn.name, st.opts.TTL)
@@ -252,7 +270,7 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 		ep = p.claim(r.Key, ep)
 	}
 	sh.mu.Lock()
-	if sh.pins.Add(r.Key, pin{name: ep.Name, expires: now + int64(st.opts.TTL), touched: now}) {
+	if sh.pins.Add(r.Key, &pin{name: ep.Name, expires: now + int64(st.opts.TTL), touched: now}) {
 		st.evicted.Add(1)
 	}
 	// Drop expired keys met at the old end: at most two, so a pick's cost

@@ -78,6 +78,52 @@ func TestStickyTable(t *testing.T) {
 	}
 }
 
+// The table outlives reloads: a pin names its endpoint, wherever the new
+// set puts it, and a pin whose endpoint left is made again elsewhere.
+func TestStickyTableAcrossReloads(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
+	p, _ := testPool(t, st, "a", "b", "c")
+	home := map[string]string{}
+	for i := range 30 {
+		k := "user" + strconv.Itoa(i)
+		pk := pickKey(t, p, k)
+		home[k] = pk.Endpoint.Name
+		pk.Done(health.Outcome{Status: 200})
+	}
+	reload := func(names ...string) {
+		t.Helper()
+		if err := p.Configure(balance.Config{Policy: st, Endpoints: endpointConfigs(names)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same endpoints in another order, and one more in front.
+	reload("d", "c", "b", "a")
+	for k, want := range home {
+		if pk := pickKey(t, p, k); pk.Endpoint.Name != want {
+			t.Fatalf("after a reload that moved every endpoint: %s went to %s, pinned to %s", k, pk.Endpoint.Name, want)
+		}
+	}
+	// b leaves: its keys go elsewhere and stay; the others stay put.
+	reload("a", "d", "c")
+	for k, was := range home {
+		pk := pickKey(t, p, k)
+		switch {
+		case pk.Endpoint.Name == "b":
+			t.Fatalf("%s went to b, which left", k)
+		case was != "b" && pk.Endpoint.Name != was:
+			t.Fatalf("%s moved from %s, which stayed, to %s", k, was, pk.Endpoint.Name)
+		}
+		home[k] = pk.Endpoint.Name
+	}
+	// Back to the first order: every key where it was last pinned.
+	reload("a", "b", "c", "d")
+	for k, want := range home {
+		if pk := pickKey(t, p, k); pk.Endpoint.Name != want {
+			t.Fatalf("after the last reload: %s went to %s, pinned to %s", k, pk.Endpoint.Name, want)
+		}
+	}
+}
+
 // A pick dated by its caller (Request.At) is weighed at that time, not
 // the clock's: here a pin expires by the request's date alone.
 func TestStickyTableDatedPick(t *testing.T) {
