@@ -143,6 +143,12 @@ func NewSticky(opts StickyOptions) (*Sticky, error) {
 	if opts.Inner == nil {
 		opts.Inner = LeastConn{}
 	}
+	if k, ok := opts.Inner.(*Keyed); ok && k.loads != nil {
+		// Bounded loads count a request from its pick to its Done; a
+		// sticky pick that its table or its hash made never took the
+		// unit its Done would give back, and the loads would count low.
+		return nil, fmt.Errorf("inner: bounded counts the requests it places until they end, and most of a sticky policy's picks are its own: choose another inner policy")
+	}
 	s := &Sticky{opts: opts}
 	if !opts.Hash {
 		per := (opts.MaxEntries + stickyShards - 1) / stickyShards

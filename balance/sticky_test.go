@@ -3,6 +3,7 @@ package balance_test
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,30 @@ func TestStickyTableAcrossReloads(t *testing.T) {
 	for k, want := range home {
 		if pk := pickKey(t, p, k); pk.Endpoint.Name != want {
 			t.Fatalf("after the last reload: %s went to %s, pinned to %s", k, pk.Endpoint.Name, want)
+		}
+	}
+}
+
+// bounded cannot be sticky's inner policy: it would be told of the end
+// of requests it never placed.
+func TestStickyRefusesBoundedInner(t *testing.T) {
+	in, err := balance.NewKeyed("bounded", balance.KeyedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hash := range []bool{false, true} {
+		_, err := balance.NewSticky(balance.StickyOptions{Hash: hash, Inner: in})
+		if err == nil || !strings.HasPrefix(err.Error(), "inner: bounded") {
+			t.Fatalf("hash %v: err = %v, want an error naming inner and bounded", hash, err)
+		}
+	}
+	for _, algo := range []string{"ring", "rendezvous", "maglev"} {
+		in, err := balance.NewKeyed(algo, balance.KeyedOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := balance.NewSticky(balance.StickyOptions{Inner: in}); err != nil {
+			t.Fatalf("inner %s: %v", algo, err)
 		}
 	}
 }

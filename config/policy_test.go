@@ -33,6 +33,7 @@ func TestPolicyErrors(t *testing.T) {
 		{"sticky", config.PolicyParams{StickyOnFull: "drop"}, `on_full: "drop" is not break or reject`},
 		{"sticky", config.PolicyParams{StickyInner: "sticky"}, "inner: a sticky policy cannot wrap another"},
 		{"sticky", config.PolicyParams{StickyInner: "nope"}, `inner: "nope" is not a policy`},
+		{"sticky", config.PolicyParams{StickyInner: "bounded"}, "inner: bounded counts the requests it places until they end"},
 		{"sticky", config.PolicyParams{StickyTTL: -1}, "ttl: must be positive"},
 		{"ring", config.PolicyParams{Hash: "crc"}, `hash: "crc" is not a hash (xxhash, md5)`},
 		{"maglev", config.PolicyParams{TableSize: 100}, "maglev table size must be prime (got 100)"},
