@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -20,15 +19,11 @@ import (
 // (HAProxy keeps its leastconn servers in a tree for the same reason).
 // Unavailable endpoints stay in their bucket and are stepped over.
 //
-// An admit or a release does not take the picker's lock: it marks the
-// endpoint in a bitmap (one atomic OR, and none when the mark is already
-// there), and the next pick, under the lock it takes anyway, moves the
-// marked endpoints to the buckets of their counts before it looks. A
-// request costs the index four atomic operations (the pick's lock and
-// unlock, the swap that takes the marks, the admit's mark) instead of
-// a lock and unlock at each of pick, admit and release; and a picker
-// that is seldom asked (sticky's, which places only keys it has not
-// seen) pays a load for most moves, and its next pick catches up.
+// Keeping the index costs every admit and release a short critical
+// section. A picker that is seldom asked (sticky's, which places only
+// keys it has not seen) stops keeping it once the moves since its last
+// pick would have paid for building it again (twice the endpoints, and
+// 64), and builds it afresh from the counts at its next pick.
 type LeastConn struct{}
 
 var _ Policy = LeastConn{}
@@ -40,7 +35,7 @@ func (LeastConn) Name() string { return "least_conn" }
 // pick, so that a snapshot built beside the running one and never
 // published changes nothing.
 func (LeastConn) Build(s *Set) Picker {
-	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states)), marks: make([]atomic.Uint64, (len(s.states)+63)/64)}
+	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states)), idleMoves: 2*len(s.states) + 64}
 	seq := watchSeq.Add(1)
 	for i := range p.watches {
 		p.watches[i] = health.Watch{Seq: seq, Changed: func() { p.moved(i) }}
@@ -56,20 +51,20 @@ var watchSeq atomic.Uint64
 const lcLevels = 256
 
 type lcPicker struct {
-	set     *Set
-	watches []health.Watch // one per endpoint
-	// marks has bit i set when endpoint i's count changed since the
-	// index last placed it. Written by the watches, without mu.
-	marks []atomic.Uint64
+	set       *Set
+	watches   []health.Watch // one per endpoint
+	idleMoves int            // moves without a pick after which the index is let go
 
 	mu sync.Mutex
 	// scan: the index is not kept, as the picker was retired (its
 	// snapshot replaced) or a later picker watches the same states; a
 	// pick scans every endpoint.
 	scan bool
-	// watching: the index is kept up to date; false before the first
-	// pick.
+	// watching: the index is kept up to date. False before the first
+	// pick and after idleMoves moves without one: the next pick builds
+	// it again.
 	watching bool
+	moves    int       // since the last pick
 	level    []int32   // each endpoint's bucket
 	pos      []int32   // its place in the bucket
 	buckets  [][]int32 // endpoints by in-flight count, up to lcLevels-1
@@ -86,7 +81,7 @@ func (p *lcPicker) watch() {
 	for k := range p.buckets {
 		p.buckets[k] = p.buckets[k][:0]
 	}
-	p.low, p.watching = 0, true
+	p.low, p.moves, p.watching = 0, 0, true
 	for i := range p.set.states {
 		if !p.set.states[i].SetWatch(&p.watches[i]) {
 			p.scan = true // a picker built later keeps these states
@@ -96,45 +91,40 @@ func (p *lcPicker) watch() {
 	}
 }
 
-// retire stops keeping the index: the snapshot was replaced. Picks that
-// still come (requests that took the old snapshot) scan.
-func (p *lcPicker) retire() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.scan, p.watching = true, false
+// unwatch removes the watches: the index is no longer kept. Called with
+// mu held.
+func (p *lcPicker) unwatch() {
+	p.watching = false
 	for i := range p.set.states {
 		p.set.states[i].ClearWatch(&p.watches[i])
 	}
 }
 
-// moved is endpoint i's watch: its in-flight count changed. It marks the
-// endpoint for the next pick to place; a mark already there is left
-// without a write. Every change is followed by a mark seen set after it,
-// and the pick takes the marks before it reads the counts, so a change
-// is either read by the pick that takes its mark or marked again for
-// the next.
+// retire stops keeping the index: the snapshot was replaced. Picks that
+// still come (requests that took the old snapshot) scan.
+func (p *lcPicker) retire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scan = true
+	p.unwatch()
+}
+
+// moved is endpoint i's watch: its in-flight count changed. Watches are
+// installed by watch, under mu, after the buckets are made.
 func (p *lcPicker) moved(i int) {
-	w, bit := &p.marks[i>>6], uint64(1)<<(i&63)
-	if w.Load()&bit == 0 {
-		w.Or(bit)
-	}
-}
-
-// catchUp places every marked endpoint, taking the marks. Called with mu
-// held, before a pick looks at the buckets.
-func (p *lcPicker) catchUp() {
-	for k := range p.marks {
-		if p.marks[k].Load() == 0 {
-			continue
-		}
-		for m := p.marks[k].Swap(0); m != 0; m &= m - 1 {
-			p.place(k<<6 | bits.TrailingZeros64(m))
+	p.mu.Lock()
+	if !p.scan && p.watching {
+		p.place(i)
+		if p.moves++; p.moves > p.idleMoves {
+			p.unwatch() // seldom asked: cheaper to build again
 		}
 	}
+	p.mu.Unlock()
 }
 
-// place moves endpoint i to the bucket of its in-flight count now. Called
-// with mu held.
+// place moves endpoint i to the bucket of its in-flight count now. Every
+// change is followed by a place that reads the count after it, so the
+// last one leaves the endpoint where it belongs. Called with mu held.
 func (p *lcPicker) place(i int) {
 	k := int32(min(max(p.set.states[i].Inflight(), 0), lcLevels-1))
 	old := p.level[i]
@@ -165,7 +155,7 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 		p.mu.Unlock()
 		return endpointAt(s, scanLeast(s, nil, false))
 	}
-	p.catchUp()
+	p.moves = 0
 	i := p.least()
 	p.mu.Unlock()
 	return endpointAt(s, i)

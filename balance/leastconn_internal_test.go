@@ -74,11 +74,10 @@ func indexOf(t *testing.T, p Picker) *lcPicker {
 	return nil
 }
 
-// Admits and releases do not take the index's lock: they mark the
-// endpoint, and the next pick places what was marked before it looks. A
-// picker seldom asked (sticky's, for keys it has not seen) pays a mark
-// for each move and catches up at its next pick.
-func TestLeastConnMovesMarkAndPicksCatchUp(t *testing.T) {
+// A least_conn index asked seldom (sticky's, for keys it has not seen)
+// lets its watches go after idleMoves moves without a pick, and its next
+// pick builds it again from the counts then.
+func TestLeastConnIndexSleepsWhenIdle(t *testing.T) {
 	p := NewPool("test", Options{Clock: health.NewManualClock(time.Unix(0, 0)), Rand: NewSeededRand(1)})
 	eps := []EndpointConfig{{Name: "a"}, {Name: "b"}, {Name: "c"}}
 	if err := p.Configure(Config{Policy: LeastConn{}, Endpoints: eps}); err != nil {
@@ -90,56 +89,46 @@ func TestLeastConnMovesMarkAndPicksCatchUp(t *testing.T) {
 	}
 	pk.Release()
 	lc := indexOf(t, p.Snapshot().primary.picker)
-	if !lc.watching || lc.scan {
-		t.Fatalf("after the first pick: watching %v, scan %v; want the index kept", lc.watching, lc.scan)
+	if !lc.watching || lc.idleMoves != 2*3+64 {
+		t.Fatalf("after the first pick: watching %v, idle moves %d; want the index kept, let go after 70", lc.watching, lc.idleMoves)
 	}
-	// Requests that do not ask the picker (a sticky pin's) with the
-	// picker's lock held elsewhere: they must not wait for it.
+	// Requests that do not ask the picker (a sticky pin's) move the index
+	// until it lets go; then they move nothing. The picked request's
+	// admit and release were two moves already.
 	b := p.Snapshot().Get("b")
 	cfg := health.Config{}.Normalize()
-	var held []health.Ticket
-	done := make(chan struct{})
-	lc.mu.Lock()
-	go func() {
-		defer close(done)
-		for range 100 {
-			b.State.AdmitFallback(&cfg).Release()
-		}
-		held = append(held, b.State.AdmitFallback(&cfg), b.State.AdmitFallback(&cfg))
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		lc.mu.Unlock()
-		<-done
-		t.Fatal("admits and releases waited for the picker's lock")
+	for range (lc.idleMoves - 2) / 2 {
+		b.State.AdmitFallback(&cfg).Release()
 	}
-	if got := lc.level[1]; got != 0 || lc.marks[0].Load()&2 == 0 {
-		t.Fatalf("b moved without a pick: bucket %d, marks %b; want bucket 0 and b marked", got, lc.marks[0].Load())
+	if !lc.watching {
+		t.Fatalf("let go after %d moves, before its %d", lc.moves, lc.idleMoves)
 	}
-	lc.mu.Unlock()
-	// The next pick places b first: with two in flight it is not chosen
-	// while a and c are idle.
+	b.State.AdmitFallback(&cfg).Release()
+	if lc.watching {
+		t.Fatalf("still watching after %d moves without a pick", lc.idleMoves+1)
+	}
+	was := lc.level[1]
+	held := []health.Ticket{b.State.AdmitFallback(&cfg), b.State.AdmitFallback(&cfg)}
+	if got := lc.level[1]; got != was {
+		t.Fatalf("b's bucket moved from %d to %d while the index was let go", was, got)
+	}
+	// The next pick builds it again: b, with two in flight, is not chosen
+	// while a and c are idle, and the index follows changes again.
 	for range 20 {
 		pk, err := p.Pick(Request{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if pk.Endpoint.Name == "b" {
-			t.Fatal("b, the busiest, picked: its moves were not taken in")
+			t.Fatal("b, the busiest, picked after the index was built again")
 		}
 		pk.Release()
 	}
-	if lc.level[1] != 2 {
-		t.Fatalf("after a pick: b in bucket %d, want 2", lc.level[1])
+	if !lc.watching || lc.level[1] != 2 {
+		t.Fatalf("after a pick: watching %v, b in bucket %d; want watching, 2", lc.watching, lc.level[1])
 	}
 	for _, tk := range held {
 		tk.Release()
-	}
-	if pk, err := p.Pick(Request{}); err != nil {
-		t.Fatal(err)
-	} else {
-		pk.Release()
 	}
 	if lc.level[1] != 0 {
 		t.Fatalf("b released: bucket %d, want 0", lc.level[1])
