@@ -74,10 +74,12 @@ func (sc *Scored) Build(s *Set) Picker {
 // endpoints answering in microseconds are not told apart by noise.
 const latencyFloor = 0.001
 
-// bestEvery is how many picks may pass, at the least, before the best
-// latency and the largest weight are counted again over every endpoint;
-// with more endpoints than that, as many picks as endpoints, so that the
-// recount costs O(1) a pick. Outcomes lower the best at once and picks
+// bestEvery is how many picks pass, on average, before the best latency
+// and the largest weight are counted again over every endpoint; with more
+// endpoints than that, as many picks as endpoints, so that the recount
+// costs O(1) a pick. A pick recounts with probability 1/max(bestEvery, N),
+// drawn from the set's random source: a count of picks was one more
+// atomic write a pick, on a word every core shares. Outcomes lower the best at once and picks
 // raise the largest weight, so only a best endpoint that has slowed down
 // waits for the recount.
 const bestEvery = 16
@@ -95,7 +97,6 @@ type scoredPicker struct {
 	// an unknown endpoint stops weighing as the best once it is known.
 	settled atomic.Bool
 	dirty   atomic.Bool
-	picks   atomic.Uint64
 	// top is the float64 bits of the largest weight at the last recount,
 	// raised when a pick finds one larger: what rejection sampling
 	// accepts against.
@@ -128,12 +129,12 @@ func storeIf(a *atomic.Uint64, v float64, better func(v, old float64) bool) {
 }
 
 // reference returns the best latency and the largest weight, recounted
-// over the available endpoints every max(bestEvery, N) picks, while none
+// over the available endpoints about every max(bestEvery, N) picks, while none
 // is known, and after an outcome while some endpoint is unknown.
 func (p *scoredPicker) reference(now int64) (best, top float64) {
 	s := p.set
 	best, top = math.Float64frombits(p.best.Load()), math.Float64frombits(p.top.Load())
-	due := p.picks.Add(1)%uint64(max(bestEvery, len(s.states))) == 0 || math.IsInf(best, 1) ||
+	due := intn(s.rand, max(bestEvery, len(s.states))) == 0 || math.IsInf(best, 1) ||
 		!p.settled.Load() && p.dirty.Swap(false)
 	if !due {
 		return best, top
