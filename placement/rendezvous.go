@@ -132,7 +132,13 @@ func (r *Rendezvous) Owner(key string) (string, error) {
 	if len(s.nodes) == 0 {
 		return "", ErrNoNodes
 	}
-	return s.nodes[s.owner(XXHash.Sum(key))].Name, nil
+	// owner's branch, spelled out: through owner, a call the inliner
+	// cannot take, the lookup at 10 nodes cost a twentieth more.
+	kh := XXHash.Sum(key)
+	if s.uniform {
+		return s.nodes[s.uniformOwner(kh)].Name, nil
+	}
+	return s.nodes[s.weightedOwner(kh)].Name, nil
 }
 
 // OwnerIndex is Owner as a position in Nodes().
