@@ -70,6 +70,7 @@ type Sticky struct {
 	shards [stickyShards]*shard // table mode
 	share  StickyShare          // set before first use; nil: this process alone
 
+	// hits counts hash mode's; the table's are counted by shard.
 	pinned, hits, repinned, broken, rejected, unkeyed, evicted, adopted atomic.Int64
 }
 
@@ -78,6 +79,10 @@ const stickyShards = 32
 type shard struct {
 	mu   sync.Mutex
 	pins *simplelru.LRU[string, *pin] // guarded by mu; a hit's pin is renewed in place
+	// hits counts the table's hits in this shard, under mu, which a hit
+	// holds anyway: a counter of the policy's would be one more atomic
+	// write a pick, on a word every core shares.
+	hits int64
 }
 
 type pin struct {
@@ -248,11 +253,11 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 				pn.touched = now
 			}
 			pn.expires = now + int64(st.opts.TTL) // Get made it the most recent
+			sh.hits++
 			sh.mu.Unlock()
 			if touch {
 				st.share.Touch(r.Key, pn.name, st.opts.TTL)
 			}
-			st.hits.Add(1)
 			return ep, nil
 		case ep != nil && p.onlyFull(ep):
 			sh.mu.Unlock()
@@ -354,6 +359,7 @@ func (st *Sticky) Stats() StickyStats {
 		}
 		sh.mu.Lock()
 		s.Entries += sh.pins.Len()
+		s.Hits += sh.hits
 		sh.mu.Unlock()
 	}
 	return s
