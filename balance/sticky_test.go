@@ -21,16 +21,24 @@ func pickKey(t *testing.T, p *balance.Pool, key string) balance.Pick {
 	return pk
 }
 
-func TestStickyTable(t *testing.T) {
-	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
-	p, clock := testPool(t, st, "a", "b", "c")
+// pinKeys picks keys user0..user(n-1) once each and returns where each
+// went.
+func pinKeys(t *testing.T, p *balance.Pool, n int) map[string]string {
+	t.Helper()
 	home := map[string]string{}
-	for i := range 30 {
+	for i := range n {
 		k := "user" + strconv.Itoa(i)
 		pk := pickKey(t, p, k)
 		home[k] = pk.Endpoint.Name
 		pk.Done(health.Outcome{Status: 200})
 	}
+	return home
+}
+
+func TestStickyTable(t *testing.T) {
+	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
+	p, clock := testPool(t, st, "a", "b", "c")
+	home := pinKeys(t, p, 30)
 	for round := range 3 {
 		for k, want := range home {
 			pk := pickKey(t, p, k)
@@ -84,13 +92,7 @@ func TestStickyTable(t *testing.T) {
 func TestStickyTableAcrossReloads(t *testing.T) {
 	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
 	p, _ := testPool(t, st, "a", "b", "c")
-	home := map[string]string{}
-	for i := range 30 {
-		k := "user" + strconv.Itoa(i)
-		pk := pickKey(t, p, k)
-		home[k] = pk.Endpoint.Name
-		pk.Done(health.Outcome{Status: 200})
-	}
+	home := pinKeys(t, p, 30)
 	reload := func(names ...string) {
 		t.Helper()
 		if err := p.Configure(balance.Config{Policy: st, Endpoints: endpointConfigs(names)}); err != nil {
