@@ -9,6 +9,9 @@
 # PERF=1 counts its reads, writes, poller waits, futex calls, sleeps and
 # all its system calls a request with perf's tracepoints, which do not slow
 # it as strace does.
+# CORES=2 gives rotor both cores (GOMAXPROCS=2), shared with the load and
+# the backends, as peers.sh's two-core run does: where a second core's
+# time goes.
 # Needs: wrk, taskset (and h2load, openssl for PROTO=h2; strace for
 # STRACE=1; perf, as root, for PERF=1).
 # Usage: bash bench/profile.sh > bench/out/profile.txt
@@ -24,16 +27,22 @@ needs wrk taskset
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
+CORES=${CORES:-1}
+case "$CORES" in
+1) pin=0 load=1 ;;
+2) pin=0,1 load=0,1 ;;
+*) echo "CORES must be 1 or 2" >&2; exit 1 ;;
+esac
 setup profile
 
-taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
+taskset -c $load "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
 tls="" scheme=http
 if [ "$PROTO" = h2 ]; then
 	selfsigned
 	tls=", tls: {cert: cert.pem, key: key.pem}" scheme=https
 fi
 web_config "$out/rotor.yaml" 127.0.0.1:18200 19201 19202 19203 "$tls"
-GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" --cpu-profile "$out/cpu.pprof" 2>"$out/rotor.log" &
+GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" --cpu-profile "$out/cpu.pprof" 2>"$out/rotor.log" &
 rotor=$!
 pids+=($rotor)
 for url in http://127.0.0.1:19201/ "$scheme://127.0.0.1:18200/"; do
@@ -42,11 +51,11 @@ done
 
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [ "$PROTO" = h2 ]; then
-	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor (one core), $rev"
-	taskset -c 1 h2load -n 100000 -c 20 -m 10 https://127.0.0.1:18200/ | grep -E '^finished in|^status codes'
+	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor ($CORES core(s)), $rev"
+	taskset -c $load h2load -t "$CORES" -n 100000 -c 20 -m 10 https://127.0.0.1:18200/ | grep -E '^finished in|^status codes'
 else
-	echo "# wrk -t1 -c$CONNS -d$DURATION through rotor (one core), $rev"
-	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency http://127.0.0.1:18200/ | grep -E 'Requests/sec|99%'
+	echo "# wrk -t$CORES -c$CONNS -d$DURATION through rotor ($CORES core(s)), $rev"
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency http://127.0.0.1:18200/ | grep -E 'Requests/sec|99%'
 	if [ "${STRACE:-}" = 1 ]; then
 		# System calls per request: strace -c -f on rotor over a 3 s wrk
 		# run of its own. strace slows rotor, so a read finds its bytes
@@ -54,7 +63,7 @@ else
 		# fewer than without it.
 		strace -c -f -p "$rotor" -o "$out/strace.txt" 2>/dev/null & st=$!
 		sleep 0.5
-		n=$(taskset -c 1 wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
+		n=$(taskset -c $load wrk -t"$CORES" -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
 		kill -INT "$st"
 		wait "$st" || true
 		echo
@@ -65,7 +74,7 @@ else
 		perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,raw_syscalls:sys_enter \
 			-p "$rotor" -o "$out/perf.txt" & pf=$!
 		sleep 0.5
-		n=$(taskset -c 1 wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
+		n=$(taskset -c $load wrk -t"$CORES" -c"$CONNS" -d3s http://127.0.0.1:18200/ | awk '/requests in/ {print $1}')
 		kill -INT "$pf"
 		wait "$pf" || true
 		echo
