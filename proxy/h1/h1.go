@@ -45,6 +45,7 @@ import (
 	"net/textproto"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -233,6 +234,10 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	}
 	c = &conn{t: t, host: host, conn: nc, limit: -1}
 	c.br = bufio.NewReader(c)
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
+	}
+	c.last = lastWrite{c: c}
 	return c, false, nil
 }
 
@@ -326,9 +331,11 @@ func (t *Transport) sweepIdle() {
 // request at a time, and reads through itself so that a response's head
 // is bounded.
 type conn struct {
-	t      *Transport // immutable
-	host   string     // immutable
-	conn   net.Conn   // immutable
+	t      *Transport      // immutable
+	host   string          // immutable
+	conn   net.Conn        // immutable
+	rc     syscall.RawConn // immutable; nil: conn has no descriptor to wait on
+	last   lastWrite       // what the request is written through
 	br     *bufio.Reader
 	limit  int64 // bytes the head may still take; <0: no bound (the body streams)
 	read   int64 // bytes read since the request was written
@@ -352,6 +359,71 @@ func (c *conn) Read(p []byte) (int, error) {
 
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
+// lastWrite is what a request is written through: the buffer's flushes
+// while the request is written go to the connection as they come; the
+// last one (final) is sent by sendThenWait.
+type lastWrite struct {
+	c     *conn
+	final bool
+}
+
+func (w *lastWrite) Write(p []byte) (int, error) {
+	if !w.final || w.c.rc == nil {
+		return w.c.conn.Write(p)
+	}
+	return w.c.sendThenWait(p)
+}
+
+// sendThenWait writes the request's last bytes and then waits until the
+// answer can be read, in one raw read of the connection: the wait for
+// readiness is set up before the write, so the answer cannot slip in
+// unnoticed between them, and the read that follows finds its bytes
+// there. The ordinary way, a write and then a read, tries the read at
+// once, and as the server has not answered yet that read finds nothing:
+// one system call a request for nothing. A server cannot answer a
+// request before it is sent, so the only bytes that could have come
+// earlier (a 408 or an end of stream on an idle connection) are followed
+// by the end of the stream, which wakes the wait. When the socket cannot
+// take all of it at once, the rest goes the ordinary way. A deadline or
+// a close while waiting is left for the read to report.
+func (c *conn) sendThenWait(p []byte) (int, error) {
+	n := 0
+	var werr error
+	err := c.rc.Read(func(fd uintptr) bool {
+		if werr != nil || n == len(p) {
+			return true // readable, or a write failed
+		}
+		for n < len(p) {
+			m, err := syscall.Write(int(fd), p[n:])
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil {
+				werr = err
+				return true
+			}
+			n += m
+		}
+		return false
+	})
+	switch {
+	case werr == syscall.EAGAIN:
+		m, err := c.conn.Write(p[n:])
+		return n + m, err
+	case werr != nil:
+		return n, c.writeError(os.NewSyscallError("write", werr))
+	case n < len(p):
+		// Closed or past its deadline before anything could be sent.
+		return n, c.writeError(err)
+	}
+	return n, nil
+}
+
+// writeError is err as the connection's Write would have returned it.
+func (c *conn) writeError(err error) error {
+	return &net.OpError{Op: "write", Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: err}
+}
+
 // roundTrip writes r and reads the answer's head; the body streams from
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
@@ -369,9 +441,11 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	}
 	c.read, c.limit = 0, c.t.maxHead
 	bw := writers.Get().(*bufio.Writer)
-	bw.Reset(c.conn)
+	bw.Reset(&c.last)
+	c.last.final = false
 	err := writeRequest(bw, r)
 	if err == nil {
+		c.last.final = true
 		err = bw.Flush()
 	}
 	bw.Reset(nil)

@@ -260,6 +260,45 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 	}
 }
 
+// The last bytes of a request are written inside the wait for the
+// answer (sendThenWait): an answer that comes at once, before or after
+// the wait begins, is never missed. A missed one would hold the request
+// until its try of five seconds ran out.
+func TestShortWayNeverMissesAnAnswer(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; readRequest(br); i++ {
+			if i%7 == 3 {
+				time.Sleep(time.Millisecond) // now and then after the wait began
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, 5*time.Second)
+	req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+	for i := range 2000 {
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if body, err := io.ReadAll(resp.Body); err != nil || string(body) != "ok" {
+			t.Fatalf("request %d: %q, %v", i, body, err)
+		}
+		resp.Body.Close()
+	}
+	if n := b.accepted.Load(); n != 1 {
+		t.Errorf("%d connections for 2000 requests in a row, want 1", n)
+	}
+
+	// A request whose client is gone before it is sent fails as
+	// cancelled, with nothing sent.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, b.url(), nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled before it was sent: %v, want context.Canceled", err)
+	}
+}
+
 func TestShortWayTimeoutAndCancel(t *testing.T) {
 	hang := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
 		readRequest(br)
