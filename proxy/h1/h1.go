@@ -238,6 +238,7 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 		c.rc, _ = sc.SyscallConn()
 	}
 	c.last = lastWrite{c: c}
+	c.sendFn = c.sendStep
 	return c, false, nil
 }
 
@@ -331,15 +332,21 @@ func (t *Transport) sweepIdle() {
 // request at a time, and reads through itself so that a response's head
 // is bounded.
 type conn struct {
-	t      *Transport      // immutable
-	host   string          // immutable
-	conn   net.Conn        // immutable
-	rc     syscall.RawConn // immutable; nil: conn has no descriptor to wait on
-	last   lastWrite       // what the request is written through
-	br     *bufio.Reader
-	limit  int64 // bytes the head may still take; <0: no bound (the body streams)
-	read   int64 // bytes read since the request was written
-	idleAt time.Time
+	t    *Transport      // immutable
+	host string          // immutable
+	conn net.Conn        // immutable
+	rc   syscall.RawConn // immutable; nil: conn has no descriptor to wait on
+	last lastWrite       // what the request is written through
+	// sendThenWait's state, and its step made once (a closure would be
+	// made, with what it holds, on every request).
+	sendFn  func(fd uintptr) bool
+	sendP   []byte
+	sendN   int
+	sendErr error
+	br      *bufio.Reader
+	limit   int64 // bytes the head may still take; <0: no bound (the body streams)
+	read    int64 // bytes read since the request was written
+	idleAt  time.Time
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -387,25 +394,10 @@ func (w *lastWrite) Write(p []byte) (int, error) {
 // take all of it at once, the rest goes the ordinary way. A deadline or
 // a close while waiting is left for the read to report.
 func (c *conn) sendThenWait(p []byte) (int, error) {
-	n := 0
-	var werr error
-	err := c.rc.Read(func(fd uintptr) bool {
-		if werr != nil || n == len(p) {
-			return true // readable, or a write failed
-		}
-		for n < len(p) {
-			m, err := syscall.Write(int(fd), p[n:])
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil {
-				werr = err
-				return true
-			}
-			n += m
-		}
-		return false
-	})
+	c.sendP, c.sendN, c.sendErr = p, 0, nil
+	err := c.rc.Read(c.sendFn)
+	n, werr := c.sendN, c.sendErr
+	c.sendP, c.sendN, c.sendErr = nil, 0, nil
 	switch {
 	case werr == syscall.EAGAIN:
 		m, err := c.conn.Write(p[n:])
@@ -417,6 +409,26 @@ func (c *conn) sendThenWait(p []byte) (int, error) {
 		return n, c.writeError(err)
 	}
 	return n, nil
+}
+
+// sendStep is sendThenWait's part inside the raw read: it writes what is
+// left, then waits (false) until it is called again, readable.
+func (c *conn) sendStep(fd uintptr) bool {
+	if c.sendErr != nil || c.sendN == len(c.sendP) {
+		return true // readable, or a write failed
+	}
+	for c.sendN < len(c.sendP) {
+		m, err := syscall.Write(int(fd), c.sendP[c.sendN:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			c.sendErr = err
+			return true
+		}
+		c.sendN += m
+	}
+	return false
 }
 
 // writeError is err as the connection's Write would have returned it.
