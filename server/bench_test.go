@@ -3,6 +3,7 @@ package server_test
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"testing"
 )
 
@@ -23,6 +24,41 @@ func BenchmarkProxyGET(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			resp, err := cl.Get(url)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	tr.CloseIdleConnections()
+}
+
+// BenchmarkForwardGET: absolute-URI GETs through the forward listener's
+// direct route to a local backend, client, rotor and backend in this
+// process: the forward path's own cost, allocations included.
+func BenchmarkForwardGET(b *testing.B) {
+	t := &testing.T{}
+	a := newBackend(t, "a")
+	defer a.Close()
+	r := startRotorB(b, `admin: {listen: "off"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
+`)
+	proxyURL, err := url.Parse(r.url("out"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, Proxy: http.ProxyURL(proxyURL)}
+	cl := &http.Client{Transport: tr}
+	target := a.URL + "/"
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := cl.Get(target)
 			if err != nil {
 				b.Error(err)
 				return
