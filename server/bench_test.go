@@ -18,7 +18,12 @@ func BenchmarkProxyGET(b *testing.B) {
 	defer c.Close()
 	r := startRotorB(b, webConfig("round_robin", a, bb, c))
 	url := r.url("web")
-	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	getInParallel(b, &http.Transport{MaxIdleConnsPerHost: 256}, url)
+}
+
+// getInParallel GETs url through tr from every benchmark goroutine, the
+// bodies read to their end.
+func getInParallel(b *testing.B, tr *http.Transport, url string) {
 	cl := &http.Client{Transport: tr}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -52,20 +57,5 @@ pools:
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 256, Proxy: http.ProxyURL(proxyURL)}
-	cl := &http.Client{Transport: tr}
-	target := a.URL + "/"
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			resp, err := cl.Get(target)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	})
-	tr.CloseIdleConnections()
+	getInParallel(b, &http.Transport{MaxIdleConnsPerHost: 256, Proxy: http.ProxyURL(proxyURL)}, a.URL+"/")
 }
