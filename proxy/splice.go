@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // Splice copies both ways between a and b until both directions end, and
@@ -134,12 +136,7 @@ func copyRaw(dst io.Writer, rr syscall.RawConn) (int64, error) {
 		if big == nil {
 			big = copyBuffers.Get().(*[32 << 10]byte)
 		}
-		for {
-			n, err = syscall.Read(int(fd), big[:])
-			if err != syscall.EINTR {
-				break
-			}
-		}
+		n, err = rawio.Read(fd, big[:])
 		if err == syscall.EAGAIN {
 			copyBuffers.Put(big)
 			big = nil

@@ -47,6 +47,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // MaxResponseHeader is the bound rotor's transports give a response's
@@ -417,16 +419,11 @@ func (c *conn) sendStep(fd uintptr) bool {
 	if c.sendErr != nil || c.sendN == len(c.sendP) {
 		return true // readable, or a write failed
 	}
-	for c.sendN < len(c.sendP) {
-		m, err := syscall.Write(int(fd), c.sendP[c.sendN:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			c.sendErr = err
-			return true
-		}
-		c.sendN += m
+	m, err := rawio.Write(fd, c.sendP[c.sendN:])
+	c.sendN += m
+	if err != nil {
+		c.sendErr = err
+		return true
 	}
 	return false
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // Server serves HTTP/1.x on cleartext connections the short way, in front
@@ -429,12 +431,7 @@ func (c *clientConn) rawRead(fd uintptr) bool {
 	if c.buf == nil {
 		c.take()
 	}
-	for {
-		c.rn, c.rerr = syscall.Read(int(fd), c.buf[c.w:])
-		if c.rerr != syscall.EINTR {
-			break
-		}
-	}
+	c.rn, c.rerr = rawio.Read(fd, c.buf[c.w:])
 	if c.rerr == syscall.EAGAIN {
 		c.rn, c.rerr = 0, nil
 		if c.w == 0 {
