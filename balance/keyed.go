@@ -88,28 +88,23 @@ func (k *Keyed) Build(s *Set) Picker {
 	if bnd, ok := pl.(*placement.Bounded); ok {
 		return &boundedPicker{set: s, bnd: bnd, ok: s.availableNamed}
 	}
-	p := &keyedPicker{set: s, placer: pl, ok: s.availableNamed}
-	if x, ok := pl.(placement.Indexer); ok {
-		// The placer's positions are its own order (maglev sorts its
-		// nodes): map them to the set's once, so a pick finds the owner's
-		// endpoint without looking its name up.
-		nodes := pl.Nodes()
-		p.index, p.at = x, make([]int32, len(nodes))
-		for i, n := range nodes {
-			p.at[i] = int32(s.byName[n.Name])
-		}
+	// Ring, rendezvous and maglev name an owner by position, in their own
+	// order (maglev sorts its nodes): map it to the set's once, so that a
+	// pick finds the owner's endpoint without looking its name up.
+	nodes := pl.Nodes()
+	p := &keyedPicker{set: s, placer: pl, index: pl.(placement.Indexer), at: make([]int32, len(nodes)), ok: s.availableNamed}
+	for i, n := range nodes {
+		p.at[i] = int32(s.byName[n.Name])
 	}
 	return p
 }
 
 type keyedPicker struct {
 	set    *Set
-	placer placement.Placer
+	placer placement.Placer // nil: the placer refused the set, picks are random
+	index  placement.Indexer
+	at     []int32           // the set's index of the placer's node i
 	ok     func(string) bool // set.availableNamed, bound once so picks do not allocate
-	// index, when the placer has it: owners by position, at[i] the set's
-	// index of the placer's node i.
-	index placement.Indexer
-	at    []int32
 }
 
 func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {
@@ -119,23 +114,12 @@ func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {
 		}
 		return nil, ErrNoEndpoint
 	}
-	if p.index != nil {
-		i, err := p.index.OwnerIndex(r.Key)
-		if err != nil {
-			return nil, ErrNoEndpoint
-		}
-		j := p.at[i]
-		if st := &p.set.states[j]; st.Available(p.set.clock, st.max) {
-			return p.set.endpoints[j], nil
-		}
-	} else {
-		owner, err := p.placer.Owner(r.Key)
-		if err != nil {
-			return nil, ErrNoEndpoint
-		}
-		if ep := p.set.Get(owner); ep != nil && p.set.Available(ep) {
-			return ep, nil
-		}
+	i, err := p.index.OwnerIndex(r.Key)
+	if err != nil {
+		return nil, ErrNoEndpoint
+	}
+	if j := p.at[i]; p.set.states[j].Available(p.set.clock, p.set.states[j].max) {
+		return p.set.endpoints[j], nil
 	}
 	return walkOwners(p.set, p.placer, r.Key, p.ok)
 }
