@@ -452,9 +452,9 @@ func tried(r Request, ep *Endpoint) bool {
 	return len(r.Tried) > 0 && slices.Contains(r.Tried, ep.Name)
 }
 
-// pickFrom asks t's policy and puts the pick in pk (in place: a Pick was
-// nine words, and returning it through one more call was a twentieth of
-// the whole Pick+Done). With strict set, endpoints already tried and
+// pickFrom asks t's policy and puts the pick in pk (in place: when a Pick
+// was nine words, returning it through one more call was a twentieth of
+// the whole Pick+Done; it now fits in registers, see Pick). With strict set, endpoints already tried and
 // endpoints in their slow start are refused: the pick is given back
 // uncounted and the policy asked again, without the key, so it may spread
 // elsewhere. After three refusals an endpoint not yet tried is drawn
