@@ -45,14 +45,9 @@ REQUESTS=${REQUESTS:-200000}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-268435456}
-CORES=${CORES:-1}
 ROUNDS=${ROUNDS:-1}
-case "$CORES" in
-1) pin=0 load=1 ;;
-2) pin=0,1 load=0,1 ;;
-*) echo "CORES must be 1 or 2" >&2; exit 1 ;;
-esac
 . bench/setup.sh
+pin_cores
 setup peers
 
 wait_port() {

@@ -27,12 +27,7 @@ needs wrk taskset
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
-CORES=${CORES:-1}
-case "$CORES" in
-1) pin=0 load=1 ;;
-2) pin=0,1 load=0,1 ;;
-*) echo "CORES must be 1 or 2" >&2; exit 1 ;;
-esac
+pin_cores
 setup profile
 
 taskset -c $load "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)

@@ -33,6 +33,18 @@ selfsigned() {
 		-keyout "$out/key.pem" -out "$out/cert.pem" 2>/dev/null
 }
 
+# pin_cores sets pin and load, the cores the proxy and the load run on,
+# from CORES: 1 (the default), the proxy on core 0 and the load on core 1;
+# 2, both on both.
+pin_cores() {
+	CORES=${CORES:-1}
+	case "$CORES" in
+	1) pin=0 load=1 ;;
+	2) pin=0,1 load=0,1 ;;
+	*) echo "CORES must be 1 or 2" >&2; exit 1 ;;
+	esac
+}
+
 # cpu_ticks PID...: the CPU time, user and system, the processes have used
 # so far, in clock ticks (getconf CLK_TCK a second); 0 for one gone.
 cpu_ticks() {
