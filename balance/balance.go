@@ -90,6 +90,11 @@ func (ep *Endpoint) PeakLatency(now time.Time) (sec float64, measured bool) {
 	return ep.State.PeakLatency(now, ep.peakDecay())
 }
 
+// peakLatencyAt is PeakLatency at now in unix nanoseconds.
+func (ep *Endpoint) peakLatencyAt(now int64) (sec float64, measured bool) {
+	return ep.State.PeakLatencyAt(now, ep.peakDecay())
+}
+
 // peakDecay is the time constant latency evidence fades with.
 func (ep *Endpoint) peakDecay() time.Duration {
 	if ep.tuning != nil {
@@ -218,7 +223,7 @@ func (s *Set) Get(name string) *Endpoint {
 func (s *Set) Clock() health.Clock { return s.clock }
 
 // now is the time of r's pick by the set's clock.
-func (s *Set) now(r Request) time.Time { return r.now(s.clock) }
+func (s *Set) now(r Request) int64 { return r.now(s.clock) }
 
 // Rand returns the set's random source.
 func (s *Set) Rand() Rand { return s.rand }

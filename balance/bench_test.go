@@ -70,7 +70,7 @@ func BenchmarkPickDone(b *testing.B) {
 		for _, n := range []int{8, 64, 1024} {
 			p := benchPool(b, pol, n)
 			cycle := func(i int) {
-				pk, err := p.Pick(balance.Request{Key: keys[i&1023], At: at})
+				pk, err := p.Pick(balance.Request{Key: keys[i&1023], At: at.UnixNano()})
 				if err != nil {
 					b.Fatal(err)
 				}

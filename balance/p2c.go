@@ -194,7 +194,7 @@ func (p *peakPicker) Pick(r Request) (*Endpoint, error) {
 	s := p.set
 	now := s.now(r)
 	cost := func(ep *Endpoint) float64 {
-		lat, measured := ep.PeakLatency(now)
+		lat, measured := ep.peakLatencyAt(now)
 		return peakCost(lat, measured, ep.State.Inflight())
 	}
 	if p.d == 2 {

@@ -157,7 +157,11 @@ func TestStickyTableDatedPick(t *testing.T) {
 	st, _ := balance.NewSticky(balance.StickyOptions{TTL: time.Minute, Inner: &balance.RoundRobin{}})
 	p, clock := testPool(t, st, "a", "b", "c")
 	pick := func(at time.Time) {
-		pk, err := p.Pick(balance.Request{Key: "k", At: at})
+		r := balance.Request{Key: "k"}
+		if !at.IsZero() {
+			r.At = at.UnixNano()
+		}
+		pk, err := p.Pick(r)
 		if err != nil {
 			t.Fatal(err)
 		}

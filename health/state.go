@@ -535,11 +535,17 @@ func (s *State) observePeak(sec float64, now time.Time, tau time.Duration) {
 // endpoint that has not been used for a while looks cheaper, and is tried
 // again. Measured reports whether there is a sample at all.
 func (s *State) PeakLatency(now time.Time, tau time.Duration) (sec float64, measured bool) {
+	return s.PeakLatencyAt(now.UnixNano(), tau)
+}
+
+// PeakLatencyAt is PeakLatency at now given in unix nanoseconds, as a
+// pick that read the clock once passes it.
+func (s *State) PeakLatencyAt(now int64, tau time.Duration) (sec float64, measured bool) {
 	if s.peakStamp.Load() == 0 {
 		return 0, false
 	}
 	v := math.Float64frombits(s.peakValue.Load())
-	dt := float64(now.UnixNano() - s.peakStamp.Load())
+	dt := float64(now - s.peakStamp.Load())
 	if dt <= 0 || tau <= 0 {
 		return v, true
 	}

@@ -152,7 +152,10 @@ func (f *Flight) Next() (*balance.Endpoint, error) {
 	if f.attempts == 0 {
 		// The first pick is dated by the start, when it was read: a
 		// policy that weighs time need not read the clock again.
-		r.Pin, r.At = f.req.Pin, f.start
+		r.Pin = f.req.Pin
+		if !f.start.IsZero() {
+			r.At = f.start.UnixNano()
+		}
 	}
 	pk, err := f.pool.Snapshot.Pick(r)
 	if err != nil {

@@ -213,7 +213,11 @@ type datedPolicy struct{ at []time.Time }
 func (*datedPolicy) Name() string { return "dated" }
 func (d *datedPolicy) Build(s *balance.Set) balance.Picker {
 	return pickerFunc(func(r balance.Request) (*balance.Endpoint, error) {
-		d.at = append(d.at, r.At)
+		var at time.Time // zero: undated
+		if r.At != 0 {
+			at = time.Unix(0, r.At).UTC()
+		}
+		d.at = append(d.at, at)
 		for _, ep := range s.Endpoints() {
 			if !slices.Contains(r.Tried, ep.Name) {
 				return ep, nil
