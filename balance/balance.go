@@ -222,8 +222,9 @@ func (s *Set) Get(name string) *Endpoint {
 // Clock returns the set's clock.
 func (s *Set) Clock() health.Clock { return s.clock }
 
-// now is the time of r's pick by the set's clock.
-func (s *Set) now(r Request) int64 { return r.now(s.clock) }
+// now is the time of a pick of a request dated at (0: undated) by the
+// set's clock, in unix ns.
+func (s *Set) now(at int64) int64 { return nowOr(at, s.clock) }
 
 // Rand returns the set's random source.
 func (s *Set) Rand() Rand { return s.rand }

@@ -192,7 +192,7 @@ func peakCost(latency float64, measured bool, inflight int64) float64 {
 
 func (p *peakPicker) Pick(r Request) (*Endpoint, error) {
 	s := p.set
-	now := s.now(r)
+	now := s.now(r.At)
 	cost := func(ep *Endpoint) float64 {
 		lat, measured := ep.peakLatencyAt(now)
 		return peakCost(lat, measured, ep.State.Inflight())

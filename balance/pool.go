@@ -362,10 +362,12 @@ type Request struct {
 	At int64
 }
 
-// now is r.At, or c's time when the request brings none, in unix ns.
-func (r *Request) now(c health.Clock) int64 {
-	if r.At != 0 {
-		return r.At
+// nowOr is at, a request's time in unix ns, or c's time when the request
+// brings none. It takes the time alone: a whole Request passed down would
+// be copied again.
+func nowOr(at int64, c health.Clock) int64 {
+	if at != 0 {
+		return at
 	}
 	return c.Now().UnixNano()
 }
@@ -517,7 +519,7 @@ func (s *Snapshot) warm(ep *Endpoint, r Request) bool {
 	if since.IsZero() {
 		return true
 	}
-	f := float64(r.now(s.pool.clock)-since.UnixNano()) / float64(s.slowStart)
+	f := float64(nowOr(r.At, s.pool.clock)-since.UnixNano()) / float64(s.slowStart)
 	if f >= 1 {
 		return true
 	}

@@ -221,7 +221,7 @@ const rejectionTries = 16
 // spreads evenly.
 func (p *scoredPicker) Pick(r Request) (*Endpoint, error) {
 	s := p.set
-	now := s.now(r)
+	now := s.now(r.At)
 	best, top := p.reference(now)
 	if n := len(s.states); n > 0 && top > 0 {
 		for range rejectionTries {

@@ -236,7 +236,7 @@ func (p *stickyPicker) pickHash(r Request) (*Endpoint, error) {
 
 func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	st := p.policy
-	now := p.set.now(r)
+	now := p.set.now(r.At)
 	sh := st.shards[xxhash.Sum64String(r.Key)%stickyShards]
 	sh.mu.Lock()
 	pn, found := sh.pins.Get(r.Key)
