@@ -197,3 +197,31 @@ func BenchmarkPickOwnerDown(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStickyNewKeys: sticky's table when every key is new to it and
+// it is full: each pick places a key with the inner policy, pins it and
+// evicts the least recently seen, under its shard's lock.
+func BenchmarkStickyNewKeys(b *testing.B) {
+	st, err := balance.NewSticky(balance.StickyOptions{MaxEntries: 1024, Inner: &balance.RoundRobin{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := benchPool(b, st, 64)
+	fresh := make([]string, 1<<16)
+	for i := range fresh {
+		fresh[i] = "new:" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		pk, err := p.Pick(balance.Request{Key: fresh[i&(1<<16-1)], At: at.UnixNano()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
+		i++
+	}
+	if s := st.Stats(); s.Evicted == 0 && b.N > 2048 {
+		b.Fatalf("stats %+v: nothing evicted, so the keys were not new", s)
+	}
+}

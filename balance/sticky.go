@@ -2,12 +2,9 @@ package balance
 
 import (
 	"fmt"
-	"sync"
+	"hash/maphash"
 	"sync/atomic"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/placement"
@@ -62,52 +59,25 @@ type StickyOptions struct {
 // again elsewhere) and when it is full (OnFull: break affinity for this
 // request, or reject it). Each case is counted.
 //
-// The table is sharded, each shard a bounded LRU under its own lock: a
-// pick costs one map lookup, and expired keys are dropped as they are met
-// (looked up, or found oldest when a key is added), never by a sweep.
+// The table is sharded by the key's hash, each shard bounded, forgetting
+// its least recently seen key when full (see shard). A hit takes no lock;
+// expired keys are dropped as they are met (replaced, or found at the old
+// end when a key is added), never by a sweep.
 type Sticky struct {
 	opts   StickyOptions        // immutable after NewSticky
 	shards [stickyShards]*shard // table mode
 	share  StickyShare          // set before first use; nil: this process alone
+	// seed keys the table's hash: the table lives in this process alone,
+	// so its hash need not be stable, and a seed no client knows keeps
+	// clients from choosing keys that all land in one place.
+	seed maphash.Seed
 
-	// hits counts hash mode's; the table's are counted by shard.
+	// hits counts hash mode's; the table's are counted by shard, on a
+	// word the keys of one shard share rather than one every core writes.
 	pinned, hits, repinned, broken, rejected, unkeyed, evicted, adopted atomic.Int64
 }
 
 const stickyShards = 32
-
-type shard struct {
-	mu   sync.Mutex
-	pins *simplelru.LRU[string, *pin] // guarded by mu; a hit's pin is renewed in place
-	// hits counts the table's hits in this shard, under mu, which a hit
-	// holds anyway: a counter of the policy's would be one more atomic
-	// write a pick, on a word every core shares.
-	hits int64
-}
-
-type pin struct {
-	name    string
-	expires int64 // unix ns
-	touched int64 // unix ns the shared pin was last kept alive
-	// The endpoint's index in the set with id set: the table outlives
-	// sets (reloads), so a pin names its endpoint, and keeps where the
-	// name was last found so that a hit need not look it up.
-	set uint64
-	at  int32
-}
-
-// in returns the pinned endpoint in s, nil if s has none of that name.
-// Called with the shard's lock held: it caches where it found it.
-func (pn *pin) in(s *Set) *Endpoint {
-	if pn.set != s.id {
-		i, ok := s.byName[pn.name]
-		if !ok {
-			return nil
-		}
-		pn.set, pn.at = s.id, int32(i)
-	}
-	return s.endpoints[pn.at]
-}
 
 // StickyShare is a sticky table several instances share (a Redis store):
 // a key pinned through one lands on the same endpoint through the others.
@@ -154,15 +124,11 @@ func NewSticky(opts StickyOptions) (*Sticky, error) {
 		// unit its Done would give back, and the loads would count low.
 		return nil, fmt.Errorf("inner: bounded counts the requests it places until they end, and most of a sticky policy's picks are its own: choose another inner policy")
 	}
-	s := &Sticky{opts: opts}
+	s := &Sticky{opts: opts, seed: maphash.MakeSeed()}
 	if !opts.Hash {
 		per := (opts.MaxEntries + stickyShards - 1) / stickyShards
 		for i := range s.shards {
-			lru, err := simplelru.NewLRU[string, *pin](per, nil)
-			if err != nil {
-				return nil, err
-			}
-			s.shards[i] = &shard{pins: lru}
+			s.shards[i] = newShard(per)
 		}
 	}
 	return s, nil
@@ -236,31 +202,23 @@ func (p *stickyPicker) pickHash(r Request) (*Endpoint, error) {
 
 func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	st := p.policy
-	now := p.set.now(r.At)
-	sh := st.shards[xxhash.Sum64String(r.Key)%stickyShards]
-	sh.mu.Lock()
-	pn, found := sh.pins.Get(r.Key)
-	if found && pn.expires <= now {
-		sh.pins.Remove(r.Key)
-		found = false
-	}
-	if found {
-		ep := pn.in(p.set)
+	now, ttl := p.set.now(r.At), int64(st.opts.TTL)
+	h := maphash.String(st.seed, r.Key)
+	sh := st.shards[h%stickyShards]
+	pn := sh.get(h, r.Key, now)
+	if pn != nil {
+		i := pn.in(p.set)
 		switch {
-		case ep != nil && p.set.Available(ep):
-			touch := st.share != nil && now-pn.touched > int64(st.opts.TTL)/4
-			if touch {
-				pn.touched = now
+		case i >= 0 && p.set.availableAt(i):
+			sh.seen(pn, now, ttl)
+			sh.hits.Add(1)
+			if st.share != nil {
+				if t := pn.touched.Load(); now-t > ttl/4 && pn.touched.CompareAndSwap(t, now) {
+					st.share.Touch(r.Key, pn.name, st.opts.TTL)
+				}
 			}
-			pn.expires = now + int64(st.opts.TTL) // Get made it the most recent
-			sh.hits++
-			sh.mu.Unlock()
-			if touch {
-				st.share.Touch(r.Key, pn.name, st.opts.TTL)
-			}
-			return ep, nil
-		case ep != nil && p.onlyFull(ep):
-			sh.mu.Unlock()
+			return p.set.endpoints[i], nil
+		case i >= 0 && p.onlyFull(p.set.endpoints[i]):
 			if st.opts.OnFull == Reject {
 				st.rejected.Add(1)
 				return nil, ErrRejected
@@ -269,10 +227,8 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 			return p.inner.Pick(r)
 		}
 	}
-	sh.mu.Unlock()
-	// New key, or its endpoint left: place it and pin it there. The inner
-	// pick runs outside the shard lock; two first requests of one key
-	// racing here both pin, and the later pin wins.
+	// New key, or its endpoint left: place it and pin it there. Two first
+	// requests of one key racing here both pin, and the later pin wins.
 	ep, err := p.inner.Pick(r)
 	if err != nil {
 		return nil, err
@@ -280,20 +236,10 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	if st.share != nil {
 		ep = p.claim(r.Key, ep)
 	}
-	sh.mu.Lock()
-	if sh.pins.Add(r.Key, &pin{name: ep.Name, expires: now + int64(st.opts.TTL), touched: now}) {
+	if sh.put(h, r.Key, ep.Name, now, ttl) {
 		st.evicted.Add(1)
 	}
-	// Drop expired keys met at the old end: at most two, so a pick's cost
-	// stays constant, and more than one per insert keeps up with inserts.
-	for range 2 {
-		if _, old, ok := sh.pins.GetOldest(); !ok || old.expires > now {
-			break
-		}
-		sh.pins.RemoveOldest()
-	}
-	sh.mu.Unlock()
-	if found {
+	if pn != nil {
 		st.repinned.Add(1)
 	} else {
 		st.pinned.Add(1)
@@ -357,10 +303,8 @@ func (st *Sticky) Stats() StickyStats {
 		if sh == nil {
 			continue // hash mode
 		}
-		sh.mu.Lock()
-		s.Entries += sh.pins.Len()
-		s.Hits += sh.hits
-		sh.mu.Unlock()
+		s.Entries += sh.len()
+		s.Hits += sh.hits.Load()
 	}
 	return s
 }
