@@ -142,21 +142,35 @@ func (*Sticky) Name() string { return "sticky" }
 // the running one is never changed by a build.
 func (st *Sticky) Build(s *Set) Picker {
 	p := &stickyPicker{policy: st, set: s, inner: st.opts.Inner.Build(s), ok: s.availableNamed}
-	p.innerObs, _ = p.inner.(Observer)
 	if st.opts.Hash {
 		p.hrw, _ = placement.NewRendezvous(s.nodes()) // unique names and weights >= 1: accepted
+	}
+	if obs, ok := p.inner.(Observer); ok {
+		return stickyObserver{p, obs}
 	}
 	return p
 }
 
 type stickyPicker struct {
-	policy   *Sticky
-	set      *Set
-	inner    Picker
-	innerObs Observer
-	hrw      *placement.Rendezvous // hash mode
-	ok       func(string) bool     // set.availableNamed
+	policy *Sticky
+	set    *Set
+	inner  Picker
+	hrw    *placement.Rendezvous // hash mode
+	ok     func(string) bool     // set.availableNamed
 }
+
+// stickyObserver is a sticky picker over an inner picker that keeps
+// accounts of its own (scored's): the end of every request is passed on
+// to it. Over one that keeps none (least_conn, the default) the sticky
+// picker is no Observer, so that the end of a request does not call it
+// for nothing.
+type stickyObserver struct {
+	*stickyPicker
+	inner Observer
+}
+
+// Done tells the inner picker.
+func (p stickyObserver) Done(ep *Endpoint) { p.inner.Done(ep) }
 
 // onlyFull reports that ep is unavailable only because it is full: it is
 // still there and well, so the key's affinity is worth keeping.
@@ -269,13 +283,6 @@ func (p *stickyPicker) claim(key string, ep *Endpoint) *Endpoint {
 func (p *stickyPicker) retire() {
 	if r, ok := p.inner.(retirer); ok {
 		r.retire()
-	}
-}
-
-// Done forwards to the inner picker when it keeps accounts of its own.
-func (p *stickyPicker) Done(ep *Endpoint) {
-	if p.innerObs != nil {
-		p.innerObs.Done(ep)
 	}
 }
 

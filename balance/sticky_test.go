@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,5 +373,46 @@ func TestKeyedWalksToFirstAvailableOwner(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// countingPolicy's picker takes the first endpoint and counts the ends of
+// the requests it is told of.
+type countingPolicy struct{ done atomic.Int64 }
+
+func (*countingPolicy) Name() string { return "counting" }
+func (c *countingPolicy) Build(s *balance.Set) balance.Picker {
+	return countingPicker{c, s}
+}
+
+type countingPicker struct {
+	c *countingPolicy
+	s *balance.Set
+}
+
+func (p countingPicker) Pick(balance.Request) (*balance.Endpoint, error) {
+	return p.s.Endpoints()[0], nil
+}
+func (p countingPicker) Done(*balance.Endpoint) { p.c.done.Add(1) }
+
+// The end of every request a sticky policy places, by its table or by its
+// inner policy, reaches an inner policy that keeps accounts; over one
+// that keeps none (least_conn's index is kept by the endpoints' states)
+// the sticky picker is no Observer and the pool calls nothing.
+func TestStickyTellsInnerObserver(t *testing.T) {
+	inner := &countingPolicy{}
+	st, _ := balance.NewSticky(balance.StickyOptions{Inner: inner})
+	p, _ := testPool(t, st, "a", "b")
+	for i := range 10 {
+		pk := pickKey(t, p, "user"+strconv.Itoa(i%3))
+		pk.Done(health.Outcome{Status: 200})
+	}
+	if got := inner.done.Load(); got != 10 {
+		t.Fatalf("inner told of %d ends, want 10 (3 placed, 7 hits)", got)
+	}
+	set := balance.NewSet([]*balance.Endpoint{{Name: "a", State: health.NewState("a")}}, health.SystemClock{}, balance.FastRand{})
+	lc, _ := balance.NewSticky(balance.StickyOptions{})
+	if _, ok := lc.Build(set).(balance.Observer); ok {
+		t.Fatal("sticky over least_conn is an Observer: the pool would call it at every end for nothing")
 	}
 }
