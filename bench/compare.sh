@@ -15,6 +15,8 @@
 # 64 endpoints, every policy, the two test binaries taking turns.
 # Needs: wrk, h2load, openssl, taskset, git (Debian: wrk nghttp2-client
 # openssl util-linux git).
+# PROXIES=0 skips the proxy paths; LIB_ROUNDS (default ROUNDS) sets the
+# library's rounds.
 # Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,8 @@ DURATION=${DURATION:-5s}
 CONNS=${CONNS:-50}
 ROUNDS=${ROUNDS:-5}
 H2REQUESTS=${H2REQUESTS:-50000}
+PROXIES=${PROXIES:-1}           # 0: the library's Pick+Done alone
+LIB_ROUNDS=${LIB_ROUNDS:-$ROUNDS}
 out=bench/out/compare
 rm -rf "$out" && mkdir -p "$out"
 base_tree=$(mktemp -d)
@@ -69,94 +73,98 @@ pools:
       - {name: direct, url: "direct://"}
 YAML
 }
-config base 18300 18301 18302 18303
-config new 18310 18311 18312 18313
-declare -A pid
-GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
-pid[base]=$!
-GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
-pid[new]=$!
-hz=$(getconf CLK_TCK)
-# ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
-ticks() { cpu_ticks "${pid[$1]}"; }
-cat > "$out/forward.lua" <<'LUA'
+if [ "$PROXIES" = 1 ]; then
+	config base 18300 18301 18302 18303
+	config new 18310 18311 18312 18313
+	declare -A pid
+	GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
+	pid[base]=$!
+	GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
+	pid[new]=$!
+	hz=$(getconf CLK_TCK)
+	# ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
+	ticks() { cpu_ticks "${pid[$1]}"; }
+	cat > "$out/forward.lua" <<'LUA'
 wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"
 LUA
-for port in 19301 18300 18301 18302 18303 18310 18311 18312 18313; do
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-done
+	for port in 19301 18300 18301 18302 18303 18310 18311 18312 18313; do
+		for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+	done
 
-# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms requests".
-run() {
-	local file="$out/wrk-$1-$2-$round.txt"
-	taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
-	if grep -qE 'Non-2xx|Socket errors' "$file"; then
-		echo "$1 $2: errors in $file" >&2
-		grep -E 'Non-2xx|Socket errors' "$file" >&2
-	fi
-	awk '/Requests\/sec/ {rps=$2} / requests in / {n=$1} $1=="99%" {p=$2; if (p ~ /us$/) {sub(/us/,"",p); p/=1000} else if (p ~ /ms$/) {sub(/ms/,"",p)} else if (p ~ /s$/) {sub(/s/,"",p); p*=1000}} END {printf "%s %s %s\n", rps, p, n}' "$file"
-}
+	# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms requests".
+	run() {
+		local file="$out/wrk-$1-$2-$round.txt"
+		taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
+		if grep -qE 'Non-2xx|Socket errors' "$file"; then
+			echo "$1 $2: errors in $file" >&2
+			grep -E 'Non-2xx|Socket errors' "$file" >&2
+		fi
+		awk '/Requests\/sec/ {rps=$2} / requests in / {n=$1} $1=="99%" {p=$2; if (p ~ /us$/) {sub(/us/,"",p); p/=1000} else if (p ~ /ms$/) {sub(/ms/,"",p)} else if (p ~ /s$/) {sub(/s/,"",p); p*=1000}} END {printf "%s %s %s\n", rps, p, n}' "$file"
+	}
 
-# run_h2 SIDE PORT: one h2load run over TLS; prints "rps - requests" (no p99).
-run_h2() {
-	local file="$out/h2load-$1-$round.txt"
-	taskset -c 1 h2load -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
-	awk '/^finished in/ {sub(/,/, "", $4); rps=$4} /^requests:/ {n=$8} END {print rps, "-", n}' "$file"
-}
+	# run_h2 SIDE PORT: one h2load run over TLS; prints "rps - requests" (no p99).
+	run_h2() {
+		local file="$out/h2load-$1-$round.txt"
+		taskset -c 1 h2load -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
+		awk '/^finished in/ {sub(/,/, "", $4); rps=$4} /^requests:/ {n=$8} END {print rps, "-", n}' "$file"
+	}
 
-declare -A rps p99 ratio cpu cpuratio
-for round in $(seq "$ROUNDS"); do
+	declare -A rps p99 ratio cpu cpuratio
+	for round in $(seq "$ROUNDS"); do
+		order="base new"
+		if ((round % 2 == 0)); then order="new base"; fi
+		for path in http tcp forward h2; do
+			declare -A this=() thiscpu=()
+			for side in $order; do
+				case "$side" in base) off=0 ;; new) off=10 ;; esac
+				t0=$(ticks "$side")
+				case "$path" in
+				http) r=$(run "$side" "$path" $((18300 + off))) ;;
+				tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
+				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
+				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
+				esac
+				read -r r_rps r_p99 r_n <<<"$r"
+				us=$(awk -v t="$(($(ticks "$side") - t0))" -v hz="$hz" -v n="$r_n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
+				rps[$side-$path]+="$r_rps "
+				p99[$side-$path]+="$r_p99 "
+				cpu[$side-$path]+="$us "
+				this[$side]=$r_rps
+				thiscpu[$side]=$us
+			done
+			ratio[$path]+="$(echo "${this[new]} / ${this[base]}" | bc -l) "
+			cpuratio[$path]+="$(echo "${thiscpu[new]} / ${thiscpu[base]}" | bc -l) "
+		done
+	done
+
+	echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
+	echo "wrk -t1 -c$CONNS -d$DURATION --latency (h2: h2load -n $H2REQUESTS -c 20 -m 10 over TLS) on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
+	echo "(CPU us: the rotor's user and system time over the run, a request; CPU ratio: the median of the paired new/base ratios)"
+	echo
+	printf "%-8s %12s %12s %8s %14s %12s %12s %12s %12s %10s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms" "base CPU us" "new CPU us" "CPU ratio"
+	for path in http tcp forward h2; do
+		b=$(echo "${rps[base-$path]}" | median)
+		n=$(echo "${rps[new-$path]}" | median)
+		bp=$(echo "${p99[base-$path]}" | median)
+		np=$(echo "${p99[new-$path]}" | median)
+		r=$(echo "${ratio[$path]}" | median)
+		lo=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+		hi=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+		bc_=$(echo "${cpu[base-$path]}" | median)
+		nc_=$(echo "${cpu[new-$path]}" | median)
+		cr=$(echo "${cpuratio[$path]}" | median)
+		printf "%-8s %12s %12s %8.2f %6.2f - %5.2f %12s %12s %12s %12s %10.2f\n" "$path" "$b" "$n" "$r" "$lo" "$hi" "$bp" "$np" "$bc_" "$nc_" "$cr"
+	done
+fi
+
+echo
+echo "balance Pick+Done at 64 endpoints, ns/op, one goroutine, $LIB_ROUNDS runs taking turns (go test -bench 'PickDone/.*/n=64\$'); medians"
+echo
+for round in $(seq "$LIB_ROUNDS"); do
 	order="base new"
 	if ((round % 2 == 0)); then order="new base"; fi
-	for path in http tcp forward h2; do
-		declare -A this=() thiscpu=()
-		for side in $order; do
-			case "$side" in base) off=0 ;; new) off=10 ;; esac
-			t0=$(ticks "$side")
-			case "$path" in
-			http) r=$(run "$side" "$path" $((18300 + off))) ;;
-			tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
-			forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
-			h2) r=$(run_h2 "$side" $((18303 + off))) ;;
-			esac
-			read -r r_rps r_p99 r_n <<<"$r"
-			us=$(awk -v t="$(($(ticks "$side") - t0))" -v hz="$hz" -v n="$r_n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
-			rps[$side-$path]+="$r_rps "
-			p99[$side-$path]+="$r_p99 "
-			cpu[$side-$path]+="$us "
-			this[$side]=$r_rps
-			thiscpu[$side]=$us
-		done
-		ratio[$path]+="$(echo "${this[new]} / ${this[base]}" | bc -l) "
-		cpuratio[$path]+="$(echo "${thiscpu[new]} / ${thiscpu[base]}" | bc -l) "
-	done
-done
-
-echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
-echo "wrk -t1 -c$CONNS -d$DURATION --latency (h2: h2load -n $H2REQUESTS -c 20 -m 10 over TLS) on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
-echo "(CPU us: the rotor's user and system time over the run, a request; CPU ratio: the median of the paired new/base ratios)"
-echo
-printf "%-8s %12s %12s %8s %14s %12s %12s %12s %12s %10s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms" "base CPU us" "new CPU us" "CPU ratio"
-for path in http tcp forward h2; do
-	b=$(echo "${rps[base-$path]}" | median)
-	n=$(echo "${rps[new-$path]}" | median)
-	bp=$(echo "${p99[base-$path]}" | median)
-	np=$(echo "${p99[new-$path]}" | median)
-	r=$(echo "${ratio[$path]}" | median)
-	lo=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
-	hi=$(echo "${ratio[$path]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
-	bc_=$(echo "${cpu[base-$path]}" | median)
-	nc_=$(echo "${cpu[new-$path]}" | median)
-	cr=$(echo "${cpuratio[$path]}" | median)
-	printf "%-8s %12s %12s %8.2f %6.2f - %5.2f %12s %12s %12s %12s %10.2f\n" "$path" "$b" "$n" "$r" "$lo" "$hi" "$bp" "$np" "$bc_" "$nc_" "$cr"
-done
-
-echo
-echo "balance Pick+Done at 64 endpoints, ns/op, one goroutine, $ROUNDS runs taking turns (go test -bench 'PickDone/.*/n=64\$'); medians"
-echo
-for round in $(seq "$ROUNDS"); do
-	for side in base new; do
+	for side in $order; do
 		taskset -c 0 "$out/balance-$side.test" -test.run '^$' -test.bench 'PickDone/.*/n=64$' -test.benchtime 200000x |
 			awk -v side="$side" '/^BenchmarkPickDone/ && $1 !~ /\/parallel/ {n=$1; sub(/^BenchmarkPickDone\//, "", n); sub(/\/n=64.*/, "", n); print side, n, $3}'
 	done
