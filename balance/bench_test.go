@@ -134,8 +134,9 @@ func runSingleAndParallel(b *testing.B, name string, op func(i int)) {
 	})
 }
 
-// BenchmarkLeastConnBusy: least_conn's picker when every endpoint has a
-// request in flight: no idle one ends the scan early, its worst case.
+// BenchmarkLeastConnBusy: least_conn when every endpoint has a request in
+// flight: no idle one to draw, so every pick goes through its index (the
+// picker alone, and the whole Pick+Done through a pool).
 func BenchmarkLeastConnBusy(b *testing.B) {
 	for _, n := range []int{64, 1024} {
 		eps := make([]*balance.Endpoint, n)
@@ -152,6 +153,22 @@ func BenchmarkLeastConnBusy(b *testing.B) {
 				if _, err := pk.Pick(balance.Request{}); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+		// The whole cycle with none idle: the pick goes through the index,
+		// and the admit and release move the endpoint in it.
+		p := benchPool(b, balance.LeastConn{}, n)
+		for _, ep := range p.Snapshot().Endpoints() {
+			ep.State.AdmitFallback(&cfg)
+		}
+		b.Run("n="+strconv.Itoa(n)+"/all busy/pick+done", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				pk, err := p.Pick(balance.Request{At: at.UnixNano()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
 			}
 		})
 	}

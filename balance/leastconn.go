@@ -11,19 +11,28 @@ import (
 // requests in flight; ties are broken at random, since always taking the
 // first would pile every quiet-time request onto endpoint 0.
 //
-// The picker keeps its endpoints in buckets by in-flight count, moved as
-// each request is admitted and released (the endpoints' health states
-// tell it, through a health.Watch), so a pick looks in the lowest bucket
-// instead of scanning every endpoint: O(1) expected while the least
-// loaded endpoints are available, whatever the pool's size and load
-// (HAProxy keeps its leastconn servers in a tree for the same reason).
-// Unavailable endpoints stay in their bucket and are stepped over.
+// While most endpoints are idle, which is most of the time in a pool
+// sized for its peaks, any idle endpoint is a least loaded one: a pick
+// draws a few endpoints at random and takes the first idle and available
+// one, uniformly among the idle, with no lock and nothing to keep up to
+// date.
 //
-// Keeping the index costs every admit and release a short critical
-// section. A picker that is seldom asked (sticky's, which places only
-// keys it has not seen) stops keeping it once the moves since its last
-// pick would have paid for building it again (twice the endpoints, and
-// 64), and builds it afresh from the counts at its next pick.
+// When the draws find none, the picker keeps its endpoints in buckets by
+// in-flight count, moved as each request is admitted and released (the
+// endpoints' health states tell it, through a health.Watch), so a pick
+// looks in the lowest bucket instead of scanning every endpoint: O(1)
+// expected while the least loaded endpoints are available, whatever the
+// pool's size and load (HAProxy keeps its leastconn servers in a tree
+// for the same reason). Unavailable endpoints stay in their bucket and
+// are stepped over. Keeping the index costs every admit and release a
+// short critical section, so the picker lets it go again once three
+// quarters of the endpoints are idle at a pick, and it has served at
+// least twice as many picks as there are endpoints since it was built
+// (which costs a move an endpoint, so that building it is paid for).
+//
+// A picker that is seldom asked (sticky's, which places only keys it has
+// not seen) also lets its index go once the moves since its last pick
+// would have paid for building it again (twice the endpoints, and 64).
 type LeastConn struct{}
 
 var _ Policy = LeastConn{}
@@ -50,6 +59,11 @@ var watchSeq atomic.Uint64
 // in flight share the last one, where the least loaded is searched for.
 const lcLevels = 256
 
+// lcDraws is how many endpoints a pick draws looking for an idle one
+// while the index is not kept: with three quarters idle, all four draws
+// miss one pick in 256.
+const lcDraws = 4
+
 type lcPicker struct {
 	set       *Set
 	watches   []health.Watch // one per endpoint
@@ -60,11 +74,13 @@ type lcPicker struct {
 	// snapshot replaced) or a later picker watches the same states; a
 	// pick scans every endpoint.
 	scan bool
-	// watching: the index is kept up to date. False before the first
-	// pick and after idleMoves moves without one: the next pick builds
-	// it again.
-	watching bool
+	// watching: the index is kept up to date. False until a pick's
+	// draws find no idle endpoint, and again once most are idle or after
+	// idleMoves moves without a pick. Written under mu; read without it
+	// by a pick deciding whether to draw.
+	watching atomic.Bool
 	moves    int       // since the last pick
+	picks    int       // since the index was built
 	level    []int32   // each endpoint's bucket
 	pos      []int32   // its place in the bucket
 	buckets  [][]int32 // endpoints by in-flight count, up to lcLevels-1
@@ -81,7 +97,8 @@ func (p *lcPicker) watch() {
 	for k := range p.buckets {
 		p.buckets[k] = p.buckets[k][:0]
 	}
-	p.low, p.moves, p.watching = 0, 0, true
+	p.low, p.moves, p.picks = 0, 0, 0
+	p.watching.Store(true)
 	for i := range p.set.states {
 		if !p.set.states[i].SetWatch(&p.watches[i]) {
 			p.scan = true // a picker built later keeps these states
@@ -94,7 +111,7 @@ func (p *lcPicker) watch() {
 // unwatch removes the watches: the index is no longer kept. Called with
 // mu held.
 func (p *lcPicker) unwatch() {
-	p.watching = false
+	p.watching.Store(false)
 	for i := range p.set.states {
 		p.set.states[i].ClearWatch(&p.watches[i])
 	}
@@ -113,7 +130,7 @@ func (p *lcPicker) retire() {
 // installed by watch, under mu, after the buckets are made.
 func (p *lcPicker) moved(i int) {
 	p.mu.Lock()
-	if !p.scan && p.watching {
+	if !p.scan && p.watching.Load() {
 		p.place(i)
 		if p.moves++; p.moves > p.idleMoves {
 			p.unwatch() // seldom asked: cheaper to build again
@@ -144,11 +161,20 @@ func (p *lcPicker) place(i int) {
 
 func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 	s := p.set
-	if len(s.states) == 0 {
+	n := len(s.states)
+	if n == 0 {
 		return nil, ErrNoEndpoint
 	}
+	if !p.watching.Load() {
+		for range lcDraws {
+			i := intn(s.rand, n)
+			if st := &s.states[i]; st.Inflight() == 0 && st.Available(s.clock, st.max) {
+				return s.endpoints[i], nil
+			}
+		}
+	}
 	p.mu.Lock()
-	if !p.scan && !p.watching {
+	if !p.scan && !p.watching.Load() {
 		p.watch()
 	}
 	if p.scan {
@@ -157,6 +183,9 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 	}
 	p.moves = 0
 	i := p.least()
+	if p.picks++; p.picks >= 2*n && 4*len(p.buckets[0]) >= 3*n {
+		p.unwatch() // most are idle again: draws find them
+	}
 	p.mu.Unlock()
 	return endpointAt(s, i)
 }
