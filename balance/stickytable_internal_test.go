@@ -124,30 +124,44 @@ func TestShardCollisionsAndChurn(t *testing.T) {
 	}
 }
 
-// Hits read the slots while puts replace them; under -race this is the
-// test that the lock-free read is safe.
+// Hits read the slots, and renew and move what they find, while puts
+// replace pins and, in a shard smaller than its keys, evict them; under
+// -race this is the test that the lock-free read is safe, and the list
+// must still hold exactly the pins in the slots.
 func TestShardConcurrentHitsAndPuts(t *testing.T) {
-	sh := newShard(64)
-	now := int64(time.Hour)
-	for i := range 64 {
-		sh.put(uint64(i)<<8, "k"+strconv.Itoa(i), "e", now, tableTTL)
-	}
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Go(func() {
-			for i := range 20_000 {
-				k := (i*7 + g) % 64
-				key := "k" + strconv.Itoa(k)
-				if g%2 == 0 {
-					hit(sh, uint64(k)<<8, key, now+int64(i)*int64(time.Second))
-				} else {
-					sh.put(uint64(k)<<8, key, "f", now, tableTTL)
+	for _, max := range []int{64, 16} {
+		sh := newShard(max)
+		now := int64(time.Hour)
+		for i := range 64 {
+			sh.put(uint64(i)<<8, "k"+strconv.Itoa(i), "e", now, tableTTL)
+		}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 20_000 {
+					k := (i*7 + g) % 64
+					key := "k" + strconv.Itoa(k)
+					if g%2 == 0 {
+						hit(sh, uint64(k)<<8, key, now+int64(i)*int64(time.Second))
+					} else {
+						sh.put(uint64(k)<<8, key, "f", now, tableTTL)
+					}
 				}
+			})
+		}
+		wg.Wait()
+		if got := sh.len(); got != min(max, 64) {
+			t.Fatalf("max %d: %d pins, want %d", max, got, min(max, 64))
+		}
+		listed := 0
+		for pn := sh.oldest; pn != nil; pn = pn.next {
+			if pn.gone || sh.find(pn.hash, pn.key) != pn {
+				t.Fatalf("max %d: %s is listed but not in the slots", max, pn.key)
 			}
-		})
-	}
-	wg.Wait()
-	if got := sh.len(); got != 64 {
-		t.Fatalf("%d pins, want the 64 keys", got)
+			listed++
+		}
+		if listed != sh.live {
+			t.Fatalf("max %d: %d pins listed, %d live", max, listed, sh.live)
+		}
 	}
 }
