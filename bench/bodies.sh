@@ -3,7 +3,8 @@
 # download with a Content-Length and chunked, and a 1 GiB upload with a
 # Content-Length and chunked, each with curl (MB/s, the best of ROUNDS).
 # rotor gets one core (taskset -c 0, GOMAXPROCS=1); curl and the backend
-# share the other.
+# share the other. The last column is rotor's CPU time a GiB, from /proc:
+# whether its core is the limit.
 # Needs: curl, taskset. Usage: bash bench/bodies.sh > bench/out/bodies.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,8 @@ listeners: [{name: web, kind: http, listen: "127.0.0.1:18400", pool: app}]
 pools: [{name: app, endpoints: [{name: a, url: "http://127.0.0.1:19401"}], timeouts: {try: 10m, total: 10m}}]
 YAML
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+rotor_pid=$!
+hz=$(getconf CLK_TCK)
 for port in 19401 18400; do
 	for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/" >/dev/null && break; sleep 0.05; done
 done
@@ -32,13 +35,16 @@ done
 best() { curl_best 1 "$ROUNDS" "$@"; }
 
 echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
-printf "%-26s %10s %10s %8s\n" body direct rotor ratio
+echo "# rotor CPU: its user and system time a GiB over its runs (1.00 s would be its core full at 1,074 MB/s)"
+printf "%-26s %10s %10s %8s %14s\n" body direct rotor ratio "rotor CPU s/GiB"
 row() {
 	local name=$1 path=$2
 	shift 2
 	d=$(best "$@" "http://127.0.0.1:19401$path")
+	t0=$(cpu_ticks "$rotor_pid")
 	r=$(best "$@" "http://127.0.0.1:18400$path")
-	printf "%-26s %10s %10s %8s\n" "$name" "$d" "$r" "$(awk -v d="$d" -v r="$r" 'BEGIN {printf "%.2fx", r / d}')"
+	cpu=$(awk -v t="$(($(cpu_ticks "$rotor_pid") - t0))" -v hz="$hz" -v n="$ROUNDS" -v size="$SIZE" 'BEGIN {printf "%.2f", t / hz / n / (size / 1073741824)}')
+	printf "%-26s %10s %10s %8s %14s\n" "$name" "$d" "$r" "$(awk -v d="$d" -v r="$r" 'BEGIN {printf "%.2fx", r / d}')" "$cpu"
 }
 row "download, Content-Length" "/bytes/$SIZE"
 row "download, chunked" "/bytes/$SIZE?chunked=1"
