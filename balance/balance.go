@@ -235,13 +235,6 @@ func (s *Set) Rand() Rand { return s.rand }
 // under its in-flight cap.
 func (s *Set) Available(ep *Endpoint) bool { return ep.State.Available(s.clock, ep.MaxInflight) }
 
-// availableAt is Available for the endpoint at i, from the slot a hot
-// loop reads.
-func (s *Set) availableAt(i int) bool {
-	st := &s.states[i]
-	return st.Available(s.clock, st.max)
-}
-
 // slot is what a hot loop reads of an endpoint: its state and its cap,
 // side by side.
 type slot struct {

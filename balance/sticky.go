@@ -223,7 +223,7 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	if pn != nil {
 		i := pn.in(p.set)
 		switch {
-		case i >= 0 && p.set.availableAt(i):
+		case i >= 0 && p.set.states[i].Available(p.set.clock, p.set.states[i].max):
 			sh.seen(pn, now, ttl)
 			sh.hits.Add(1)
 			if st.share != nil {
