@@ -1,8 +1,9 @@
-// Package reverse is rotor's HTTP reverse proxy: net/http/httputil's
-// ReverseProxy with Rewrite, over a transport that runs each request's
-// proxy.Flight (pick, admit, send, classify, report, retry), routes matched
-// on host, path, header and cookie, trusted X-Forwarded-* handling and
-// signed sticky cookies.
+// Package reverse is rotor's HTTP reverse proxy: each request's
+// proxy.Flight (pick, admit, send, classify, report, retry) over an
+// h1.Transport, the answer passed on as net/http/httputil's ReverseProxy
+// passes it (hop-by-hop fields, 1xx, trailers, upgrades, streams), routes
+// matched on host, path, header and cookie, trusted X-Forwarded-* handling
+// and signed sticky cookies.
 package reverse
 
 import (
@@ -12,10 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
@@ -86,14 +88,11 @@ type Handler struct {
 	log   *slog.Logger
 	obs   proxy.Observer
 	conns *proxy.Conns
-	rp    *httputil.ReverseProxy
 }
 
-type ctxKey struct{}
-
-// reqInfo carries one request's state between ServeHTTP, the transport,
-// Rewrite, ModifyResponse and ErrorHandler. The recorder, the record and
-// the flight live in it: one allocation a request for all of them.
+// reqInfo is one request's state from ServeHTTP to its answer. The
+// recorder, the record, the flight, the trace and the first try's URL live
+// in it: one allocation a request for all of them.
 type reqInfo struct {
 	rec       recorder
 	record    proxy.Record
@@ -106,8 +105,19 @@ type reqInfo struct {
 	setCookie string // endpoint to pin the client to
 	body      *proxy.Body
 	kind      health.ErrorKind // how the last try failed
-	reason    string           // why ErrorHandler answered, when it did
+	reason    string           // why rotor answered itself or cut the answer
 	secure    bool
+
+	client context.Context // the request's, without the total's bound
+	total  *time.Timer     // ends the total's context, when it can bind
+	query  string          // the query sent, parameters net/url cannot parse dropped
+	url    url.URL         // the first try's
+
+	// got1xx passes 1xx answers to w until the final answer is in.
+	trace    httptrace.ClientTrace
+	w        *recorder
+	mu       sync.Mutex
+	answered bool
 }
 
 // NewHandler returns a handler for the listener named name; table gives
@@ -115,16 +125,7 @@ type reqInfo struct {
 // tracked in o.Conns.
 func NewHandler(name string, table func() *Table, o proxy.Options) *Handler {
 	o = o.Normalize()
-	h := &Handler{name: name, table: table, log: o.Log, obs: o.Observer, conns: o.Conns}
-	h.rp = &httputil.ReverseProxy{
-		Rewrite:        h.rewrite,
-		Transport:      &retrier{h: h},
-		ModifyResponse: h.modifyResponse,
-		ErrorHandler:   h.errorHandler,
-		BufferPool:     bufferPool{},
-		ErrorLog:       slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
-	}
-	return h
+	return &Handler{name: name, table: table, log: o.Log, obs: o.Observer, conns: o.Conns}
 }
 
 func (t *Table) match(r *http.Request) *Pool {
@@ -184,6 +185,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	record.Pool = pool.Name
 	info.pool, info.secure, info.trusted = pool, r.TLS != nil, trusted(t.Trusted, r.RemoteAddr)
+	info.client = r.Context()
 	if pool.Key != nil {
 		info.key = pool.Key(r)
 	}
@@ -194,7 +196,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.body = proxy.NewBody(r.Body)
 		r.Body = info.body
 	}
-	h.rp.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), ctxKey{}, info)))
+	aborted := h.forward(rec, r, info)
 	if info.started {
 		record.Attempts = info.flight.Attempts()
 		if ep := info.flight.Endpoint(); ep != nil {
@@ -203,6 +205,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	record.Reason = info.reason
 	h.finish(record, rec, info.body)
+	if aborted {
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // finish completes the record and tells the observer.
@@ -229,50 +234,46 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 	}
 }
 
-// rewrite sets the forwarding headers. X-Forwarded-For, -Host and -Proto
-// and X-Real-IP from a trusted peer are kept (X-Forwarded-For extended);
-// from anyone else they are dropped and set afresh, so a client cannot
-// spoof its address. The original Host is passed on, as Caddy does.
-// X-Forwarded-* are set as httputil's SetXForwarded sets them (ReverseProxy
-// has removed the client's before Rewrite), their values in one array:
-// one allocation for the four fields.
-func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	info, _ := pr.In.Context().Value(ctxKey{}).(*reqInfo)
-	trust := info != nil && info.trusted
-	in, out := pr.In.Header, pr.Out.Header
+// rewrite sets the forwarding headers on out, the header in goes with.
+// X-Forwarded-For, -Host and -Proto and X-Real-IP from a trusted peer are
+// kept (X-Forwarded-For extended); from anyone else they are dropped and
+// set afresh, so a client cannot spoof its address. The original Host is
+// passed on, as Caddy does (the outgoing request keeps in's). X-Forwarded-*
+// are set as httputil's SetXForwarded sets them (outHeader has dropped the
+// client's), their values in one array: one allocation for the four fields.
+func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool) {
 	vals := make([]string, 4)
 	set := func(i int, name, v string) {
 		vals[i] = v
 		out[name] = vals[i : i+1 : i+1]
 	}
-	client, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	client, _, err := net.SplitHostPort(in.RemoteAddr)
 	if err == nil {
-		if prior := in["X-Forwarded-For"]; trust && len(prior) > 0 {
+		if prior := in.Header["X-Forwarded-For"]; trust && len(prior) > 0 {
 			set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
 		} else {
 			set(0, "X-Forwarded-For", client)
 		}
 	}
-	set(1, "X-Forwarded-Host", pr.In.Host)
+	set(1, "X-Forwarded-Host", in.Host)
 	proto := "http"
-	if pr.In.TLS != nil {
+	if in.TLS != nil {
 		proto = "https"
 	}
 	set(2, "X-Forwarded-Proto", proto)
 	if trust {
 		for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
-			if v := in.Get(k); v != "" {
+			if v := in.Header.Get(k); v != "" {
 				out[k] = []string{v}
 			}
 		}
 	}
-	if v := in.Get("X-Real-Ip"); !trust || v == "" {
+	if v := in.Header.Get("X-Real-Ip"); !trust || v == "" {
 		if err != nil {
-			client = pr.In.RemoteAddr
+			client = in.RemoteAddr
 		}
 		set(3, "X-Real-Ip", client)
 	}
-	pr.Out.Host = pr.In.Host
 }
 
 func trusted(prefixes []netip.Prefix, remote string) bool {
@@ -296,32 +297,29 @@ func trusted(prefixes []netip.Prefix, remote string) bool {
 	return false
 }
 
-func (h *Handler) modifyResponse(resp *http.Response) error {
-	info, ok := resp.Request.Context().Value(ctxKey{}).(*reqInfo)
-	if ok && info.setCookie != "" && info.pool.Sticky != nil {
+// setCookie pins the client to the endpoint that answered, when a sticky
+// cookie should.
+func (h *Handler) setCookie(resp *http.Response, info *reqInfo) {
+	if info.setCookie != "" && info.pool.Sticky != nil {
 		resp.Header.Add("Set-Cookie", info.pool.Sticky.Cookie(info.setCookie, time.Now(), info.secure).String())
 	}
-	return nil
 }
 
 // errorHandler answers for a request no endpoint served.
-func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, info *reqInfo, err error) {
 	kind := proxy.Classify(err, r.Context())
-	info, _ := r.Context().Value(ctxKey{}).(*reqInfo)
-	if info != nil && info.kind != health.NoError {
+	if info.kind != health.NoError {
 		kind = info.kind
 	}
-	if info != nil && info.body != nil && info.body.Err() != nil {
+	if info.body != nil && info.body.Err() != nil {
 		kind = health.Client
 	}
 	status := proxy.Status(err, kind)
 	reason := proxy.Reason(err, kind)
-	if kind == health.Client && info != nil && info.body != nil {
+	if kind == health.Client && info.body != nil {
 		status, reason = proxy.ClientStatus(info.body.Err()), proxy.ClientReason(info.body.Err())
 	}
-	if info != nil {
-		info.kind, info.reason = kind, reason
-	}
+	info.kind, info.reason = kind, reason
 	if status == proxy.StatusClientClosed {
 		h.log.Debug("client went away", "listener", h.name, "path", r.URL.Path)
 		return
@@ -350,7 +348,7 @@ type recorder struct {
 }
 
 func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
+	if r.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		r.status = code
 	}
 	r.ResponseWriter.WriteHeader(code)
@@ -367,15 +365,15 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// Flush passes flushes on (ReverseProxy flushes event streams at once).
+// Flush passes flushes on (streams are flushed at once).
 func (r *recorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
 
-// Hijack takes the connection over for an upgrade (ReverseProxy switches
-// protocols only after the backend answered 101): the status is 101, and
+// Hijack takes the connection over for an upgrade (protocols are switched
+// only after the backend answered 101): the status is 101, and
 // the connection is counted and tracked until it closes.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
@@ -396,12 +394,3 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	return cc, brw, nil
 }
-
-// bufferPool lends ReverseProxy its copy buffers (proxy.CopyBuffer
-// bytes), which it would otherwise allocate, 32 KiB each, for every
-// response. Their size matters most for a response of unknown length,
-// which ReverseProxy flushes after every buffer it copies.
-type bufferPool struct{}
-
-func (bufferPool) Get() []byte  { return proxy.GetBuffer() }
-func (bufferPool) Put(b []byte) { proxy.PutBuffer(b) }

@@ -13,12 +13,8 @@ import (
 	"github.com/rotor-lb/rotor/proxy"
 )
 
-// retrier is the ReverseProxy's transport: it runs the request's
-// proxy.Flight, sending each try to the endpoint the flight picked.
-type retrier struct{ h *Handler }
-
 // cancelBody releases the request's deadline context when the response
-// body is closed: the context must outlive RoundTrip for the body to
+// body is closed: the context must outlive roundTrip for the body to
 // stream.
 type cancelBody struct {
 	io.ReadCloser
@@ -31,8 +27,11 @@ func (b *cancelBody) Close() error {
 	return err
 }
 
-func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
-	info := out.Context().Value(ctxKey{}).(*reqInfo)
+// roundTrip runs the request's proxy.Flight, sending out to each endpoint
+// the flight picks until one answers for good. cancel, when not nil, ends
+// out's context (the total's); it is called unless the answer's body
+// streams, whose Close calls it.
+func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.CancelFunc) (*http.Response, error) {
 	pool := info.pool
 	f := &info.flight
 	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method)})
@@ -40,19 +39,14 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 	if info.body != nil {
 		defer info.body.Close()
 	}
-	// The per-try timeout is the transport's response-header timeout; a
-	// context is made only when the total can bind before the tries do.
-	ctx, cancel := out.Context(), context.CancelFunc(func() {})
-	var totalTimer *time.Timer
-	if pool.Total > 0 && time.Duration(max(pool.Attempts, 1))*pool.Transport.Try() > pool.Total {
-		// Cancelled by a timer stopped once headers arrive, not a
-		// deadline, so that a streaming body is not cut by it.
-		ctx, cancel = context.WithCancel(ctx)
-		totalTimer = time.AfterFunc(pool.Total, cancel)
+	if cancel == nil {
+		cancel = func() {}
 	}
-	inURL := *out.URL
-	for {
-		if err := out.Context().Err(); err != nil {
+	ctx := out.Context()
+	client := info.client // out's context without the total
+	in := out.URL
+	for try := 0; ; try++ {
+		if err := client.Err(); err != nil {
 			// The client is gone (an HTTP/2 stream reset, say): nothing
 			// is sent for it.
 			cancel()
@@ -66,26 +60,30 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 		if pool.Sticky != nil && ep.Name != info.pinned {
 			info.setCookie = ep.Name
 		}
+		// The first try sends out itself; a later one a copy, as a
+		// transport may still hold the request a failed try sent.
+		req, u := out, &info.url
+		if try > 0 {
+			req, u = new(http.Request), new(url.URL)
+			*req = *out
+		}
 		target := pool.Targets[ep.Name]
-		u := inURL
+		*u = *in
 		u.Scheme, u.Host = target.Scheme, target.Host
-		u.Path, u.RawPath = joinPath(target, &inURL)
+		u.Path, u.RawPath = joinPath(target, in)
+		u.RawQuery = info.query
 		if target.RawQuery != "" {
-			u.RawQuery = target.RawQuery + "&" + inURL.RawQuery
+			u.RawQuery = target.RawQuery + "&" + info.query
 		}
-		req := out.WithContext(ctx) // shallow: the headers are shared, and not changed here
-		req.URL = &u
-		if info.body != nil {
-			req.Body = info.body.Lend()
-		}
+		req.URL = u
 		start := time.Now()
 		resp, err := pool.Transport.RoundTrip(req)
 		end := time.Now()
-		kind := proxy.Classify(err, out.Context())
+		kind := proxy.Classify(err, client)
 		switch {
 		case err != nil && info.body != nil && info.body.Err() != nil:
 			kind = health.Client // the client's body broke the try
-		case err != nil && ctx.Err() != nil && out.Context().Err() == nil:
+		case err != nil && ctx.Err() != nil && client.Err() == nil:
 			kind = health.Timeout // the total ran out
 		}
 		res := proxy.Result{
@@ -103,8 +101,8 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 			}
 			continue
 		}
-		if totalTimer != nil {
-			totalTimer.Stop()
+		if info.total != nil {
+			info.total.Stop()
 		}
 		if err != nil {
 			cancel()
@@ -114,7 +112,7 @@ func (t *retrier) RoundTrip(out *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		if ctx != out.Context() && resp.StatusCode != http.StatusSwitchingProtocols {
+		if info.total != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			// The body streams past the total's deadline: only the wait
 			// for headers was bounded. Release the context with the body.
 			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}

@@ -1,0 +1,425 @@
+package reverse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// forward sends r to its pool and copies the answer to w, as
+// net/http/httputil's ReverseProxy does with a Rewrite (the same fields
+// dropped and set on the way out and on the way back, 1xx answers, trailers,
+// upgrades, immediate flushes for streams and answers of unknown length), on
+// one outgoing request a try rather than a clone and two copies, with no
+// header map copied twice. It reports whether the answer was cut after its
+// head was sent: the caller records the request and then aborts the
+// connection's answer (http.ErrAbortHandler), so that the client cannot
+// take a cut body for a whole one.
+func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted bool) {
+	up := upgradeType(r.Header)
+	if !printable(up) {
+		h.errorHandler(w, r, info, fmt.Errorf("client tried to switch to invalid protocol %q", up))
+		return false
+	}
+	header := outHeader(r.Header, up)
+	h.rewrite(r, header, info.trusted)
+
+	// The request's context, the total's when it can bind before the tries
+	// do, and a trace passing 1xx answers on.
+	ctx, cancel := r.Context(), context.CancelFunc(nil)
+	pool := info.pool
+	if pool.Total > 0 && time.Duration(max(pool.Attempts, 1))*pool.Transport.Try() > pool.Total {
+		// Cancelled by a timer stopped once headers arrive, not a
+		// deadline, so that a streaming body is not cut by it.
+		ctx, cancel = context.WithCancel(ctx)
+		info.total = time.AfterFunc(pool.Total, cancel)
+	}
+	info.w = w
+	info.trace.Got1xxResponse = info.got1xx
+	out := r.WithContext(httptrace.WithClientTrace(ctx, &info.trace))
+	out.Header, out.Close, out.Body = header, false, nil
+	if info.body != nil {
+		out.Body = info.body.Lend()
+	}
+	info.query = cleanQuery(r.URL.RawQuery)
+
+	res, err := h.roundTrip(out, info, cancel)
+	info.mu.Lock()
+	info.answered = true
+	info.mu.Unlock()
+	if err != nil {
+		h.errorHandler(w, r, info, err)
+		return false
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		h.setCookie(res, info)
+		h.switchProtocols(w, r, res, info)
+		return false
+	}
+	removeHopByHop(res.Header)
+	h.setCookie(res, info)
+	dst := w.Header()
+	copyHeader(dst, res.Header)
+	// The answer's Trailer field was dropped with the hop-by-hop ones: the
+	// trailers the backend announced are announced again.
+	announced := len(res.Trailer)
+	if announced > 0 {
+		names := make([]string, 0, announced)
+		for k := range res.Trailer {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		dst.Add("Trailer", strings.Join(names, ", "))
+	}
+	w.WriteHeader(res.StatusCode)
+
+	rerr, werr := copyBody(w, res.Body, flushesAtOnce(res))
+	if rerr != nil || werr != nil {
+		res.Body.Close()
+		info.kind, info.reason = health.NoError, "broken"
+		if rerr == nil || errors.Is(rerr, context.Canceled) {
+			info.reason = "client_gone"
+		}
+		if rerr != nil {
+			h.log.Debug("answer cut", "listener", h.name, "path", r.URL.Path, "error", rerr)
+		}
+		// Only a server recovers the abort; anywhere else the cut answer
+		// stands as it is.
+		return r.Context().Value(http.ServerContextKey) != nil
+	}
+	res.Body.Close() // now, so that res.Trailer is filled
+	if len(res.Trailer) > 0 {
+		// Chunked, so that trailers can follow: a short body would
+		// otherwise be sent with its length.
+		w.Flush()
+	}
+	if len(res.Trailer) == announced {
+		copyHeader(dst, res.Trailer)
+		return false
+	}
+	for k, vv := range res.Trailer {
+		for _, v := range vv {
+			dst.Add(http.TrailerPrefix+k, v)
+		}
+	}
+	return false
+}
+
+// got1xx passes an informational answer (103 Early Hints, say) on to the
+// client while the final one is awaited; once RoundTrip has returned the
+// response writer is the final answer's, and a late one is dropped.
+func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
+	info.mu.Lock()
+	defer info.mu.Unlock()
+	if info.answered {
+		return nil
+	}
+	h := info.w.Header()
+	copyHeader(h, http.Header(header))
+	info.w.WriteHeader(code)
+	clear(h) // WriteHeader keeps a 1xx's fields for the next answer
+	return nil
+}
+
+// The fields of one connection, not of the request or answer (RFC 9110,
+// 7.6.1, and the older ones proxies still meet), and those rewrite sets
+// afresh. Canonical, as parsed headers' keys are.
+var (
+	hopByHop   = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+	forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+	// Sent when the client sent no User-Agent, so that the backend does
+	// not see Go's. Shared: headers sent are not changed in place.
+	noUserAgent = []string{""}
+)
+
+// outHeader is the header a request goes to its backend with: the
+// client's, less the hop-by-hop fields (the fixed ones and those its
+// Connection names) and the forwarding fields rewrite sets afresh, with
+// "Te: trailers" kept when the client said it takes trailers and the
+// upgrade asked for, if any. The fields kept share their values with in.
+func outHeader(in http.Header, up string) http.Header {
+	out := make(http.Header, len(in)+4)
+	conn := in["Connection"]
+	for k, vv := range in {
+		if slices.Contains(hopByHop, k) || slices.Contains(forwarding, k) || listed(conn, k) {
+			continue
+		}
+		out[k] = vv
+	}
+	if hasToken(in["Te"], "trailers") {
+		out["Te"] = []string{"trailers"}
+	}
+	if up != "" {
+		out["Connection"] = []string{"Upgrade"}
+		out["Upgrade"] = []string{up}
+	}
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = noUserAgent
+	}
+	return out
+}
+
+// removeHopByHop drops an answer's hop-by-hop fields.
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		delete(h, k)
+	}
+}
+
+// listed reports whether a Connection field's values name the field k.
+func listed(conn []string, k string) bool {
+	for _, v := range conn {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(f), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasToken reports whether comma-separated values hold token, in any case.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(f), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upgradeType is the protocol a message asks to switch to: its Upgrade,
+// when its Connection names upgrade.
+func upgradeType(h http.Header) string {
+	if !hasToken(h["Connection"], "upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+// printable reports whether s is printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// copyHeader adds src's fields to dst. Keys are taken as they are, as
+// parsed headers' are canonical; a field dst lacks shares src's values.
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		if have, ok := dst[k]; ok {
+			dst[k] = append(have, vv...)
+		} else {
+			dst[k] = vv
+		}
+	}
+}
+
+// maxQueryParams is net/url's bound on a query's parameters.
+const maxQueryParams = 10000
+
+// cleanQuery drops the parameters of a query that net/url cannot parse (a
+// semicolon as a separator, a broken escape), as ReverseProxy does: a
+// backend that splits a query its own way must not see parameters rotor
+// and the backends that parse it as Go does never saw. A query that parses
+// goes as it came.
+func cleanQuery(q string) string {
+	if strings.Count(q, "&") >= maxQueryParams {
+		return reencode(q)
+	}
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case ';':
+			return reencode(q)
+		case '%':
+			if i+2 >= len(q) || !isHex(q[i+1]) || !isHex(q[i+2]) {
+				return reencode(q)
+			}
+			i += 2
+		}
+	}
+	return q
+}
+
+func reencode(q string) string {
+	v, _ := url.ParseQuery(q)
+	return v.Encode()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// flushesAtOnce reports whether an answer is passed on as it comes rather
+// than as buffers fill: an event stream, or any body of unknown length.
+func flushesAtOnce(res *http.Response) bool {
+	if res.ContentLength == -1 {
+		return true
+	}
+	ct := res.Header.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
+
+// copyBody copies an answer's body to w in proxy.CopyBuffer pieces,
+// flushing after each when atOnce (and the head at once, before the first
+// piece comes). It returns the read error that ended it, if not the end,
+// and the write error.
+func copyBody(w *recorder, body io.Reader, atOnce bool) (rerr, werr error) {
+	dst := io.Writer(w)
+	if atOnce {
+		f := &flusher{w: w, pending: true}
+		// The head goes now, not with the first piece: a stream's first
+		// event may be long in coming. From a timer, so that a body already
+		// there goes in the same write.
+		f.t = time.AfterFunc(0, f.flushHead)
+		defer f.stop()
+		dst = f
+	}
+	buf := proxy.GetBuffer()
+	defer proxy.PutBuffer(buf)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			m, err := dst.Write(buf[:n])
+			if err == nil && m < n {
+				err = io.ErrShortWrite
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+}
+
+// flusher flushes after every write, and once, from its timer, the head
+// if no write came first.
+type flusher struct {
+	w       *recorder
+	mu      sync.Mutex
+	pending bool // the head is not flushed yet
+	t       *time.Timer
+}
+
+func (f *flusher) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.w.Write(p)
+	f.w.Flush()
+	f.pending = false
+	return n, err
+}
+
+func (f *flusher) flushHead() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending {
+		f.w.Flush()
+		f.pending = false
+	}
+}
+
+func (f *flusher) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending = false
+	f.t.Stop()
+}
+
+// switchProtocols completes an upgrade the backend agreed to (101): the
+// backend's answer to the client, then the two connections copied to each
+// other until either ends, which ends both.
+func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Response, info *reqInfo) {
+	fail := func(err error) {
+		res.Body.Close()
+		h.errorHandler(w, r, info, err)
+	}
+	want, got := upgradeType(r.Header), upgradeType(res.Header)
+	if !printable(got) {
+		fail(fmt.Errorf("backend tried to switch to invalid protocol %q", got))
+		return
+	}
+	if !strings.EqualFold(want, got) {
+		fail(fmt.Errorf("backend tried to switch protocol %q when %q was requested", got, want))
+		return
+	}
+	backend, ok := res.Body.(io.ReadWriteCloser)
+	if !ok {
+		fail(errors.New("internal error: 101 switching protocols response with non-writable body"))
+		return
+	}
+	client, brw, err := w.Hijack()
+	if err != nil {
+		if errors.Is(err, http.ErrNotSupported) {
+			err = fmt.Errorf("can't switch protocols using non-Hijacker ResponseWriter type %T", w.ResponseWriter)
+		}
+		fail(err)
+		return
+	}
+	defer backend.Close()
+	defer client.Close()
+	stop := context.AfterFunc(r.Context(), func() { backend.Close() })
+	defer stop()
+
+	copyHeader(w.Header(), res.Header)
+	res.Header, res.Body = w.Header(), nil // res.Write writes the head alone
+	if err := res.Write(brw); err != nil {
+		h.log.Debug("upgrade answer", "listener", h.name, "path", r.URL.Path, "error", err)
+		return
+	}
+	if err := brw.Flush(); err != nil {
+		h.log.Debug("upgrade answer", "listener", h.name, "path", r.URL.Path, "error", err)
+		return
+	}
+	// What the client sent after its request, read with it.
+	if n := brw.Reader.Buffered(); n > 0 {
+		early, _ := brw.Reader.Peek(n)
+		if _, err := backend.Write(early); err != nil {
+			return
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(backend, client)
+		client.Close()
+		backend.Close()
+	}()
+	_, _ = io.Copy(client, backend)
+	client.Close()
+	backend.Close()
+	<-done // the byte counts are whole when the session is recorded
+}

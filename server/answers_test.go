@@ -1,0 +1,274 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
+)
+
+// seen is what a backend got: the request line's target, the Host, every
+// field and the body.
+type seen struct {
+	Target, Host, Body string
+	Header             http.Header
+}
+
+// answersBackend answers by path, as the cases of TestAnswersAsReverseProxy
+// need, and sends what it was sent to got.
+func answersBackend(t *testing.T, got chan<- seen, release <-chan struct{}) *httptest.Server {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		select {
+		case got <- seen{Target: r.RequestURI, Host: r.Host, Body: string(body), Header: r.Header.Clone()}:
+		case <-time.After(5 * time.Second): // sent more often than a case asks
+		}
+		h := w.Header()
+		switch r.URL.Path {
+		case "/plain":
+			h["Connection"] = []string{"X-Hop"}
+			h.Set("X-Hop", "1")
+			h.Set("Keep-Alive", "timeout=5")
+			h.Set("Proxy-Authenticate", "Basic")
+			h.Add("Set-Cookie", "a=1")
+			h.Add("Set-Cookie", "b=2")
+			h.Set("X-Kept", "yes")
+			io.WriteString(w, "hello")
+		case "/echo":
+			w.Write(body)
+		case "/trailers":
+			h.Set("Trailer", "X-Sum")
+			io.WriteString(w, "body")
+			h.Set("X-Sum", "42")
+			if r.URL.Query().Has("late") {
+				h.Set(http.TrailerPrefix+"X-Late", "unannounced")
+			}
+		case "/hints":
+			h.Set("Link", "</a.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			h.Del("Link")
+			h.Set("X-Final", "1")
+			io.WriteString(w, "final")
+		case "/nolen":
+			for i := range 3 {
+				fmt.Fprintf(w, "part %d\n", i)
+				w.(http.Flusher).Flush()
+			}
+		case "/nocontent":
+			w.WriteHeader(http.StatusNoContent)
+		case "/stream":
+			h.Set("Content-Type", "text/event-stream; charset=utf-8")
+			h.Set("Content-Length", "18") // a length does not hold a stream back
+			io.WriteString(w, "data: 1\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-time.After(5 * time.Second):
+			}
+			io.WriteString(w, "data: 2\n\n")
+		case "/upgrade", "/upgrade-other":
+			proto := r.Header.Get("Upgrade")
+			if r.URL.Path == "/upgrade-other" {
+				proto = "other"
+			}
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\nX-Up: 1\r\n\r\n", proto)
+			brw.Flush()
+			_, _ = io.Copy(c, brw) // echo until the client goes
+		}
+	}))
+	t.Cleanup(be.Close)
+	return be
+}
+
+// answer is what a client got: the informational answers, then the final
+// one with its body and trailers. Date is left out: it is the time.
+type answer struct {
+	Interim        []http.Header
+	Status         int
+	Header         http.Header
+	Body           string
+	Trailer        http.Header
+	UpgradedEchoed string
+}
+
+func exchange(t *testing.T, addr, raw string, upgrade bool) answer {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var a answer
+	method := strings.Fields(raw)[0]
+	for {
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		resp.Header.Del("Date")
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			a.Interim = append(a.Interim, resp.Header)
+			continue
+		}
+		a.Status, a.Header = resp.StatusCode, resp.Header
+		if resp.StatusCode == http.StatusSwitchingProtocols && upgrade {
+			io.WriteString(c, "ping")
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(br, buf); err != nil {
+				t.Fatalf("%q: echo: %v", raw, err)
+			}
+			a.UpgradedEchoed = string(buf)
+			return a
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%q: body: %v", raw, err)
+		}
+		a.Body, a.Trailer = string(b), resp.Trailer
+		return a
+	}
+}
+
+func receive(t *testing.T, got <-chan seen) seen {
+	t.Helper()
+	select {
+	case s := <-got:
+		return s
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request did not reach the backend")
+		return seen{}
+	}
+}
+
+// rotor's reverse proxy passes requests and answers on as
+// net/http/httputil's ReverseProxy (with rotor's forwarding headers)
+// does: the same requests sent to both reach the backend the same, field
+// for field, and come back the same: hop-by-hop fields dropped both ways
+// (the fixed ones and those Connection names), "Te: trailers" kept,
+// forwarding fields set afresh, no User-Agent added, a query net/url cannot
+// parse cleaned, 1xx answers, announced and unannounced trailers, bodies of
+// unknown length, HEAD and 204, an upgrade and a backend switching to a
+// protocol it was not asked for.
+func TestAnswersAsReverseProxy(t *testing.T) {
+	got := make(chan seen, 1)
+	release := make(chan struct{})
+	be := answersBackend(t, got, release)
+	target, _ := url.Parse(be.URL)
+	ref := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			host, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
+			pr.Out.Header.Set("X-Real-Ip", host)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: &http.Transport{DisableCompression: true},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			http.Error(w, "Bad Gateway", http.StatusBadGateway)
+		},
+	})
+	t.Cleanup(ref.Close)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+
+	for _, tc := range []struct {
+		name, raw string
+		upgrade   bool
+	}{
+		{"hop-by-hop and forwarding fields", "GET /plain HTTP/1.1\r\nHost: h.test\r\nConnection: keep-alive, X-Secret\r\nConnection: x-other\r\n" +
+			"X-Secret: s\r\nX-Other: o\r\nKeep-Alive: 5\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic eDp5\r\nTE: deflate, Trailers\r\n" +
+			"Forwarded: for=1.2.3.4\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: evil.test\r\nX-Forwarded-Proto: https\r\nX-Real-IP: 6.6.6.6\r\n" +
+			"Upgrade-Insecure-Requests: 1\r\nX-Many: a\r\nX-Many: b\r\n\r\n", false},
+		{"a user agent", "GET /plain HTTP/1.1\r\nHost: h.test\r\nUser-Agent: curl/8.0\r\nTE: gzip\r\n\r\n", false},
+		{"a query net/url cannot parse", "GET /plain?a=1;b=2&c=%zz&d=4 HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"a query that parses", "GET /plain?a=1&b=%20&c HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"a body", "POST /echo HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nabcde", false},
+		{"a chunked body", "POST /echo HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
+		{"trailers", "GET /trailers HTTP/1.1\r\nHost: h.test\r\nTE: trailers\r\n\r\n", false},
+		{"unannounced trailers", "GET /trailers?late HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"early hints", "GET /hints HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"unknown length", "GET /nolen HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"no content", "GET /nocontent HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"HEAD", "HEAD /plain HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
+		{"upgrade", "GET /upgrade HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", true},
+		{"upgrade to another protocol", "GET /upgrade-other HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := exchange(t, strings.TrimPrefix(ref.URL, "http://"), tc.raw, tc.upgrade)
+			wantSeen := receive(t, got)
+			have := exchange(t, r.Addr("web").String(), tc.raw, tc.upgrade)
+			haveSeen := receive(t, got)
+			if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
+				t.Errorf("the backend got (-ReverseProxy's +rotor's)\n%s", diff)
+			}
+			if diff := cmp.Diff(want, have); diff != "" {
+				t.Errorf("the client got (-ReverseProxy's +rotor's)\n%s", diff)
+			}
+		})
+	}
+
+	// An event stream is passed on as it comes: the first event reaches
+	// the client while the backend holds the second back.
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: h.test\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	receive(t, got)
+	first := make([]byte, len("data: 1\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "data: 1\n\n" {
+		t.Fatalf("the first event did not come before the second was sent: %q, %v", first, err)
+	}
+	close(release)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "data: 2\n\n" {
+		t.Fatalf("rest of the stream %q, %v", rest, err)
+	}
+
+	// What a client sends after its upgrade request, before the answer,
+	// reaches the backend (ReverseProxy drops what the server had read
+	// with the request).
+	up, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	_ = up.SetDeadline(time.Now().Add(3 * time.Second))
+	io.WriteString(up, "GET /upgrade HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
+	ubr := bufio.NewReader(up)
+	if resp, err := http.ReadResponse(ubr, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	receive(t, got)
+	echo := make([]byte, len("early"))
+	if _, err := io.ReadFull(ubr, echo); err != nil || string(echo) != "early" {
+		t.Fatalf("bytes sent with the upgrade request: echoed %q, %v", echo, err)
+	}
+}
