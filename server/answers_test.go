@@ -2,12 +2,15 @@ package server_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"testing"
@@ -161,6 +164,24 @@ func receive(t *testing.T, got <-chan seen) seen {
 	}
 }
 
+// referenceProxy is httputil.ReverseProxy to target with rotor's
+// forwarding fields for an untrusted client and rotor's 502.
+func referenceProxy(target *url.URL) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.SetXForwarded()
+			host, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
+			pr.Out.Header.Set("X-Real-Ip", host)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: &http.Transport{DisableCompression: true},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			http.Error(w, "Bad Gateway", http.StatusBadGateway)
+		},
+	}
+}
+
 // rotor's reverse proxy passes requests and answers on as
 // net/http/httputil's ReverseProxy (with rotor's forwarding headers)
 // does: the same requests sent to both reach the backend the same, field
@@ -271,4 +292,119 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 	if _, err := io.ReadFull(ubr, echo); err != nil || string(echo) != "early" {
 		t.Fatalf("bytes sent with the upgrade request: echoed %q, %v", echo, err)
 	}
+}
+
+// The same over HTTP/2 (TLS), from a Go client: what an HTTP/2 request can
+// carry reaches the backend as ReverseProxy sends it, and the answers, 1xx
+// and trailers included, come back the same.
+func TestAnswersAsReverseProxyOverHTTP2(t *testing.T) {
+	got := make(chan seen, 1)
+	be := answersBackend(t, got, nil)
+	target, _ := url.Parse(be.URL)
+	ref := httptest.NewUnstartedServer(referenceProxy(target))
+	ref.EnableHTTP2 = true
+	ref.StartTLS()
+	t.Cleanup(ref.Close)
+	r := tlsWeb(t, &backend{&testtool.Backend{Server: be, Name: "a"}}, "")
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	send := func(base, method, target, body string, header http.Header) answer {
+		t.Helper()
+		var a answer
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			a.Interim = append(a.Interim, http.Header(h).Clone())
+			return nil
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), method, base+target, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body == "" {
+			req.Body = http.NoBody
+		}
+		req.Host, req.Header = "h.test", header
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, target, err)
+		}
+		defer resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s %s: %s, want HTTP/2", method, target, resp.Proto)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s %s: body: %v", method, target, err)
+		}
+		resp.Header.Del("Date")
+		a.Status, a.Header, a.Body, a.Trailer = resp.StatusCode, resp.Header, string(b), resp.Trailer
+		return a
+	}
+	for _, tc := range []struct {
+		name, method, target, body string
+		header                     http.Header
+	}{
+		{"forwarding fields", "GET", "/plain", "", http.Header{"Te": {"trailers"}, "Forwarded": {"for=1.2.3.4"},
+			"X-Forwarded-For": {"6.6.6.6"}, "X-Forwarded-Proto": {"http"}, "X-Many": {"a", "b"}, "User-Agent": {""}}},
+		{"a user agent", "GET", "/plain", "", http.Header{"User-Agent": {"curl/8.0"}}},
+		{"a query net/url cannot parse", "GET", "/plain?a=1;b=2&c=%zz&d=4", "", http.Header{}},
+		{"a body", "POST", "/echo", "abcde", http.Header{"Content-Type": {"text/plain"}}},
+		{"trailers", "GET", "/trailers", "", http.Header{"Te": {"trailers"}}},
+		{"unannounced trailers", "GET", "/trailers?late", "", http.Header{}},
+		{"early hints", "GET", "/hints", "", http.Header{}},
+		{"unknown length", "GET", "/nolen", "", http.Header{}},
+		{"no content", "GET", "/nocontent", "", http.Header{}},
+		{"HEAD", "HEAD", "/plain", "", http.Header{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := send(ref.URL, tc.method, tc.target, tc.body, tc.header.Clone())
+			wantSeen := receive(t, got)
+			have := send("https://"+r.Addr("web").String(), tc.method, tc.target, tc.body, tc.header.Clone())
+			haveSeen := receive(t, got)
+			if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
+				t.Errorf("the backend got (-ReverseProxy's +rotor's)\n%s", diff)
+			}
+			if diff := cmp.Diff(want, have); diff != "" {
+				t.Errorf("the client got (-ReverseProxy's +rotor's)\n%s", diff)
+			}
+		})
+	}
+}
+
+// An answer the backend cuts after its head has gone to the client is cut
+// for the client too (its body ends short of its length, the connection
+// closed), and recorded: counted by its status and as broken. (Cut before
+// anything went, the client gets the end of the connection alone.)
+func TestCutAnswerIsAbortedAndRecorded(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 50000))
+		brw.Flush()
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET /cut HTTP/1.1\r\nHost: h.test\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || err != io.ErrUnexpectedEOF || len(body) > 50000 {
+		t.Fatalf("status %d, %d bytes, %v: want 200 and at most the 50,000 bytes sent, then the end of the connection", resp.StatusCode, len(body), err)
+	}
+	admin := "http://" + r.Addr("admin").String() + "/metrics"
+	eventually(t, 3*time.Second, "the cut answer recorded", func() bool {
+		_, metrics := get(t, admin)
+		return strings.Contains(metrics, `rotor_refused_total{listener="web",reason="broken"} 1`) &&
+			strings.Contains(metrics, `rotor_requests_total{code="200",endpoint="a",kind="http",listener="web",pool="app"} 1`)
+	})
 }
