@@ -2,12 +2,14 @@ package reverse
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -148,3 +150,69 @@ func TestRewriteAsSetXForwarded(t *testing.T) {
 }
 
 var tlsState tls.ConnectionState
+
+// outHeader drops every field the client's Connection names, in any case
+// and spacing, over several Connection fields, and the fixed hop-by-hop
+// and forwarding fields; it keeps the rest, "Te: trailers" and the upgrade.
+// A Connection naming thousands of fields costs one deletion each.
+func TestOutHeader(t *testing.T) {
+	in := http.Header{
+		"Connection":        {"keep-alive, X-A", " x-b ,Upgrade", ""},
+		"Upgrade":           {"websocket"},
+		"X-A":               {"1"},
+		"X-B":               {"2"},
+		"X-C":               {"3"},
+		"Keep-Alive":        {"timeout=5"},
+		"Proxy-Connection":  {"keep-alive"},
+		"Te":                {"gzip, TRAILERS"},
+		"Transfer-Encoding": {"chunked"},
+		"Forwarded":         {"for=1.2.3.4"},
+		"X-Forwarded-For":   {"6.6.6.6"},
+	}
+	got := outHeader(in, "websocket")
+	want := http.Header{
+		"X-C": {"3"}, "Te": {"trailers"}, "Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "User-Agent": {""},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+
+	many := http.Header{}
+	var names []string
+	for i := range 5000 {
+		name := fmt.Sprintf("X-F%d", i)
+		many[name] = []string{"v"}
+		if i%2 == 0 {
+			names = append(names, strings.ToLower(name))
+		}
+	}
+	many["Connection"] = []string{strings.Join(names, ",")}
+	many["User-Agent"] = []string{"ua"}
+	got = outHeader(many, "")
+	if len(got) != 2500+1 {
+		t.Fatalf("%d fields kept, want the 2,500 not named and User-Agent", len(got))
+	}
+	for k := range got {
+		var i int
+		if _, err := fmt.Sscanf(k, "X-F%d", &i); err == nil && i%2 == 0 {
+			t.Fatalf("%s was named by Connection and kept", k)
+		}
+	}
+}
+
+// BenchmarkOutHeaderManyListed: a head of 2,000 fields whose Connection
+// names every one, as a client may send.
+func BenchmarkOutHeaderManyListed(b *testing.B) {
+	h := http.Header{}
+	var names []string
+	for i := range 2000 {
+		name := fmt.Sprintf("X-F%d", i)
+		h[name] = []string{"v"}
+		names = append(names, name)
+	}
+	h["Connection"] = []string{strings.Join(names, ", ")}
+	b.ReportAllocs()
+	for b.Loop() {
+		outHeader(h, "")
+	}
+}
