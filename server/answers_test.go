@@ -175,7 +175,9 @@ func referenceProxy(target *url.URL) *httputil.ReverseProxy {
 			pr.Out.Header.Set("X-Real-Ip", host)
 			pr.Out.Host = pr.In.Host
 		},
-		Transport: &http.Transport{DisableCompression: true},
+		// As rotor's transport for backends: a body waits for the
+		// backend's 100 Continue.
+		Transport: &http.Transport{DisableCompression: true, ExpectContinueTimeout: time.Second},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			http.Error(w, "Bad Gateway", http.StatusBadGateway)
 		},
@@ -196,19 +198,7 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 	release := make(chan struct{})
 	be := answersBackend(t, got, release)
 	target, _ := url.Parse(be.URL)
-	ref := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.SetXForwarded()
-			host, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
-			pr.Out.Header.Set("X-Real-Ip", host)
-			pr.Out.Host = pr.In.Host
-		},
-		Transport: &http.Transport{DisableCompression: true},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
-			http.Error(w, "Bad Gateway", http.StatusBadGateway)
-		},
-	})
+	ref := httptest.NewServer(referenceProxy(target))
 	t.Cleanup(ref.Close)
 	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
 
@@ -225,6 +215,7 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 		{"a query that parses", "GET /plain?a=1&b=%20&c HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
 		{"a body", "POST /echo HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nabcde", false},
 		{"a chunked body", "POST /echo HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", false},
+		{"expecting 100-continue", "POST /echo HTTP/1.1\r\nHost: h.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nabcde", false},
 		{"trailers", "GET /trailers HTTP/1.1\r\nHost: h.test\r\nTE: trailers\r\n\r\n", false},
 		{"unannounced trailers", "GET /trailers?late HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
 		{"early hints", "GET /hints HTTP/1.1\r\nHost: h.test\r\n\r\n", false},
@@ -348,6 +339,7 @@ func TestAnswersAsReverseProxyOverHTTP2(t *testing.T) {
 		{"a user agent", "GET", "/plain", "", http.Header{"User-Agent": {"curl/8.0"}}},
 		{"a query net/url cannot parse", "GET", "/plain?a=1;b=2&c=%zz&d=4", "", http.Header{}},
 		{"a body", "POST", "/echo", "abcde", http.Header{"Content-Type": {"text/plain"}}},
+		{"expecting 100-continue", "POST", "/echo", "abcde", http.Header{"Expect": {"100-continue"}}},
 		{"trailers", "GET", "/trailers", "", http.Header{"Te": {"trailers"}}},
 		{"unannounced trailers", "GET", "/trailers?late", "", http.Header{}},
 		{"early hints", "GET", "/hints", "", http.Header{}},
