@@ -164,6 +164,23 @@ func receive(t *testing.T, got <-chan seen) seen {
 	}
 }
 
+// sameAnswers sends one request through ReverseProxy (ref) and then
+// through rotor, and asks that the backend (got) and the client see the
+// same from both.
+func sameAnswers(t *testing.T, got <-chan seen, ref, rotor func() answer) {
+	t.Helper()
+	want := ref()
+	wantSeen := receive(t, got)
+	have := rotor()
+	haveSeen := receive(t, got)
+	if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
+		t.Errorf("the backend got (-ReverseProxy's +rotor's)\n%s", diff)
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("the client got (-ReverseProxy's +rotor's)\n%s", diff)
+	}
+}
+
 // referenceProxy is httputil.ReverseProxy to target with rotor's
 // forwarding fields for an untrusted client and rotor's 502.
 func referenceProxy(target *url.URL) *httputil.ReverseProxy {
@@ -226,16 +243,9 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 		{"upgrade to another protocol", "GET /upgrade-other HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want := exchange(t, strings.TrimPrefix(ref.URL, "http://"), tc.raw, tc.upgrade)
-			wantSeen := receive(t, got)
-			have := exchange(t, r.Addr("web").String(), tc.raw, tc.upgrade)
-			haveSeen := receive(t, got)
-			if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
-				t.Errorf("the backend got (-ReverseProxy's +rotor's)\n%s", diff)
-			}
-			if diff := cmp.Diff(want, have); diff != "" {
-				t.Errorf("the client got (-ReverseProxy's +rotor's)\n%s", diff)
-			}
+			sameAnswers(t, got,
+				func() answer { return exchange(t, strings.TrimPrefix(ref.URL, "http://"), tc.raw, tc.upgrade) },
+				func() answer { return exchange(t, r.Addr("web").String(), tc.raw, tc.upgrade) })
 		})
 	}
 
@@ -348,16 +358,11 @@ func TestAnswersAsReverseProxyOverHTTP2(t *testing.T) {
 		{"HEAD", "HEAD", "/plain", "", http.Header{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			want := send(ref.URL, tc.method, tc.target, tc.body, tc.header.Clone())
-			wantSeen := receive(t, got)
-			have := send("https://"+r.Addr("web").String(), tc.method, tc.target, tc.body, tc.header.Clone())
-			haveSeen := receive(t, got)
-			if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
-				t.Errorf("the backend got (-ReverseProxy's +rotor's)\n%s", diff)
-			}
-			if diff := cmp.Diff(want, have); diff != "" {
-				t.Errorf("the client got (-ReverseProxy's +rotor's)\n%s", diff)
-			}
+			sameAnswers(t, got,
+				func() answer { return send(ref.URL, tc.method, tc.target, tc.body, tc.header.Clone()) },
+				func() answer {
+					return send("https://"+r.Addr("web").String(), tc.method, tc.target, tc.body, tc.header.Clone())
+				})
 		})
 	}
 }
