@@ -17,6 +17,7 @@ import (
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/internal/secret"
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // Settings are a forward-proxy listener's rules, swapped whole on reload.
@@ -109,7 +110,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
-	removeHopHeaders(out.Header)
+	h1.RemoveHopByHop(out.Header)
 	var body *proxy.Body
 	if r.ContentLength == 0 {
 		out.Body = nil
@@ -137,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	removeHopHeaders(resp.Header)
+	h1.RemoveHopByHop(resp.Header)
 	for k, v := range resp.Header {
 		rec.Header()[k] = v
 	}
@@ -312,27 +313,6 @@ func (c *counter) Write(p []byte) (int, error) {
 }
 
 func (c *counter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// hopHeaders are removed in both directions (RFC 9110, 7.6.1), with
-// Proxy-Authorization: the client's credentials are for rotor, never for
-// the target.
-var hopHeaders = []string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for _, name := range strings.Split(f, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-}
 
 // flushWriter flushes after each write, so streams reach the client.
 type flushWriter struct{ w *counter }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -521,5 +522,29 @@ func BenchmarkRoundTrip(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// RemoveHopByHop drops the fields Connection names (in any case, over
+// several Connection fields) and the fixed hop-by-hop ones, and keeps the
+// rest.
+func TestRemoveHopByHop(t *testing.T) {
+	h := http.Header{
+		"Connection":          {"close, X-A", " x-b ,", "Keep-Alive"},
+		"X-A":                 {"1"},
+		"X-B":                 {"2"},
+		"X-C":                 {"3"},
+		"Keep-Alive":          {"timeout=5"},
+		"Proxy-Authorization": {"Basic eDp5"},
+		"Proxy-Authenticate":  {"Basic"},
+		"Proxy-Connection":    {"keep-alive"},
+		"Te":                  {"trailers"},
+		"Trailer":             {"X-T"},
+		"Transfer-Encoding":   {"chunked"},
+		"Upgrade":             {"websocket"},
+	}
+	RemoveHopByHop(h)
+	if want := (http.Header{"X-C": {"3"}}); !reflect.DeepEqual(h, want) {
+		t.Errorf("left %v, want %v", h, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // forward sends r to its pool and copies the answer to w, as
@@ -68,7 +69,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		h.switchProtocols(w, r, res, info)
 		return false
 	}
-	removeHopByHop(res.Header)
+	h1.RemoveHopByHop(res.Header)
 	h.setCookie(res, info)
 	dst := w.Header()
 	copyHeader(dst, res.Header)
@@ -133,11 +134,8 @@ func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 	return nil
 }
 
-// The fields of one connection, not of the request or answer (RFC 9110,
-// 7.6.1, and the older ones proxies still meet), and those rewrite sets
-// afresh. Canonical, as parsed headers' keys are.
+// The fields rewrite sets afresh, canonical as parsed headers' keys are.
 var (
-	hopByHop   = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 	forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 	// Sent when the client sent no User-Agent, so that the backend does
 	// not see Go's. Shared: headers sent are not changed in place.
@@ -153,11 +151,11 @@ var (
 func outHeader(in http.Header, up string) http.Header {
 	out := make(http.Header, len(in)+4)
 	for k, vv := range in {
-		if !slices.Contains(hopByHop, k) && !slices.Contains(forwarding, k) {
+		if !h1.IsHopByHop(k) && !slices.Contains(forwarding, k) {
 			out[k] = vv
 		}
 	}
-	dropListed(out, in["Connection"])
+	h1.DropListed(out, in["Connection"])
 	if hasToken(in["Te"], "trailers") {
 		out["Te"] = []string{"trailers"}
 	}
@@ -169,25 +167,6 @@ func outHeader(in http.Header, up string) http.Header {
 		out["User-Agent"] = noUserAgent
 	}
 	return out
-}
-
-// dropListed deletes from h the fields a Connection field's values name.
-func dropListed(h http.Header, conn []string) {
-	for _, v := range conn {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" {
-				h.Del(f)
-			}
-		}
-	}
-}
-
-// removeHopByHop drops an answer's hop-by-hop fields.
-func removeHopByHop(h http.Header) {
-	dropListed(h, h["Connection"])
-	for _, k := range hopByHop {
-		delete(h, k)
-	}
 }
 
 // hasToken reports whether comma-separated values hold token, in any case.
