@@ -103,3 +103,33 @@ func TestRoutesLocalExample(t *testing.T) {
 		}
 	}
 }
+
+// The forward proxy passes a request's fields on as they came, less the
+// hop-by-hop ones: a client that sent no User-Agent reaches the target
+// with none (not Go's), and one that sent its own with its own.
+func TestForwardKeepsUserAgent(t *testing.T) {
+	target := newBackend(t, "target")
+	cfg := `admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+`
+	r := startRotor(t, cfg, nil)
+	host := strings.TrimPrefix(target.url(), "http://")
+	for _, tc := range []struct{ field, want string }{{"", ""}, {"User-Agent: curl/8.0\r\n", "curl/8.0"}} {
+		raw := "GET http://" + host + "/ua HTTP/1.1\r\nHost: " + host + "\r\n" + tc.field + "Connection: X-Hop\r\nX-Hop: 1\r\nX-Kept: 1\r\n\r\n"
+		if status := rawStatus(t, r.Addr("out").String(), raw); status != http.StatusOK {
+			t.Fatalf("status %d", status)
+		}
+		got := target.lastRequest().Header
+		if ua, ok := got["User-Agent"]; tc.want == "" && ok || tc.want != "" && (len(ua) != 1 || ua[0] != tc.want) {
+			t.Errorf("sent %q, the target got User-Agent %q", tc.field, ua)
+		}
+		if got.Get("X-Hop") != "" || got.Get("X-Kept") != "1" {
+			t.Errorf("the target got %v: want X-Kept and not X-Hop, which Connection names", got)
+		}
+	}
+}

@@ -108,9 +108,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.refuse(rec, record, http.StatusBadRequest, "bad_request", "a forward proxy takes absolute-URI requests (http://host/path) or CONNECT")
 		return
 	}
-	out := r.Clone(r.Context())
+	// Shallow: nothing on the way changes the request, and its header is
+	// new (h1.Outgoing), its values shared with the client's.
+	out := r.WithContext(r.Context())
 	out.RequestURI = ""
-	h1.RemoveHopByHop(out.Header)
+	out.Header = h1.Outgoing(r.Header, nil)
 	var body *proxy.Body
 	if r.ContentLength == 0 {
 		out.Body = nil

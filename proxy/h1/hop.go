@@ -29,6 +29,29 @@ func DropListed(h http.Header, connection []string) {
 	}
 }
 
+// noUserAgent is sent when the client sent no User-Agent, so that the
+// server does not see Go's. Shared: headers sent are not changed in place.
+var noUserAgent = []string{""}
+
+// Outgoing returns the header a proxy sends a request on with: in's
+// fields less the hop-by-hop ones (the fixed list and those in's
+// Connection names) and those named in drop (canonical), sharing in's
+// values, with an empty User-Agent when in has none, so that Go's transport
+// sends none rather than its own.
+func Outgoing(in http.Header, drop []string) http.Header {
+	out := make(http.Header, len(in)+4)
+	for k, vv := range in {
+		if !IsHopByHop(k) && !slices.Contains(drop, k) {
+			out[k] = vv
+		}
+	}
+	DropListed(out, in["Connection"])
+	if _, ok := out["User-Agent"]; !ok {
+		out["User-Agent"] = noUserAgent
+	}
+	return out
+}
+
 // RemoveHopByHop deletes a message's hop-by-hop fields: those its
 // Connection names, then the fixed ones.
 func RemoveHopByHop(h http.Header) {

@@ -134,37 +134,22 @@ func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 	return nil
 }
 
-// The fields rewrite sets afresh, canonical as parsed headers' keys are.
-var (
-	forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
-	// Sent when the client sent no User-Agent, so that the backend does
-	// not see Go's. Shared: headers sent are not changed in place.
-	noUserAgent = []string{""}
-)
+// forwarding are the fields rewrite sets afresh, canonical as parsed
+// headers' keys are.
+var forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
 // outHeader is the header a request goes to its backend with: the
-// client's, less the hop-by-hop fields (the fixed ones and those its
-// Connection names) and the forwarding fields rewrite sets afresh, with
-// "Te: trailers" kept when the client said it takes trailers and the
-// upgrade asked for, if any. The fields kept share their values with in.
-// Linear in the head's size, however many fields Connection names.
+// client's as h1.Outgoing leaves it, less the forwarding fields rewrite
+// sets afresh, with "Te: trailers" kept when the client said it takes
+// trailers and the upgrade asked for, if any.
 func outHeader(in http.Header, up string) http.Header {
-	out := make(http.Header, len(in)+4)
-	for k, vv := range in {
-		if !h1.IsHopByHop(k) && !slices.Contains(forwarding, k) {
-			out[k] = vv
-		}
-	}
-	h1.DropListed(out, in["Connection"])
+	out := h1.Outgoing(in, forwarding)
 	if hasToken(in["Te"], "trailers") {
 		out["Te"] = []string{"trailers"}
 	}
 	if up != "" {
 		out["Connection"] = []string{"Upgrade"}
 		out["Upgrade"] = []string{up}
-	}
-	if _, ok := out["User-Agent"]; !ok {
-		out["User-Agent"] = noUserAgent
 	}
 	return out
 }
