@@ -22,7 +22,8 @@ import (
 )
 
 // 500 slowloris connections are cut at the header timeout, and normal
-// clients meanwhile keep their p99 within 3x of what it was without them.
+// clients meanwhile keep their p99 within 3x of what it was without them
+// (or within 100 ms).
 func TestSlowloris(t *testing.T) {
 	a, b := newBackend(t, "a"), newBackend(t, "b")
 	cfg := strings.Replace(webConfig("", a, b), "timeouts: {shutdown: 10s}", "timeouts: {shutdown: 10s, read_header: 2s}", 1)
@@ -72,7 +73,11 @@ func TestSlowloris(t *testing.T) {
 	if slowest > 3500*time.Millisecond {
 		t.Fatalf("slowloris connections held up to %v past a 2s header timeout", slowest)
 	}
-	if nf != 0 || p99(during) > 3*max(p99(base), 5*time.Millisecond) {
+	// Starved clients would fail or wait for seconds (the header timeout
+	// is 2 s); under the race detector on two cores the p99 of 100 busy
+	// clients beside 500 slow ones swings past 3x a quiet baseline of a
+	// few milliseconds without that (61 ms against 16 in one CI run).
+	if nf != 0 || p99(during) > max(3*p99(base), 100*time.Millisecond) {
 		t.Fatalf("normal clients: %d failed (%s), p99 %v against %v without slowloris", nf, first, p99(during), p99(base))
 	}
 }
