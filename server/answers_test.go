@@ -251,18 +251,8 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 
 	// An event stream is passed on as it comes: the first event reaches
 	// the client while the backend holds the second back.
-	c, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _, resp := rawSend(t, r.Addr("web").String(), "GET /stream HTTP/1.1\r\nHost: h.test\r\n\r\n")
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	io.WriteString(c, "GET /stream HTTP/1.1\r\nHost: h.test\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("stream: %v", err)
-	}
 	receive(t, got)
 	first := make([]byte, len("data: 1\n\n"))
 	if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "data: 1\n\n" {
@@ -277,16 +267,10 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 	// What a client sends after its upgrade request, before the answer,
 	// reaches the backend (ReverseProxy drops what the server had read
 	// with the request).
-	up, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, ubr, resp := rawSend(t, r.Addr("web").String(), "GET /upgrade HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
 	defer up.Close()
-	_ = up.SetDeadline(time.Now().Add(3 * time.Second))
-	io.WriteString(up, "GET /upgrade HTTP/1.1\r\nHost: h.test\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\nearly")
-	ubr := bufio.NewReader(up)
-	if resp, err := http.ReadResponse(ubr, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v, %v", resp, err)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", resp.Status)
 	}
 	receive(t, got)
 	echo := make([]byte, len("early"))
