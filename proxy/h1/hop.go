@@ -12,14 +12,14 @@ import (
 // headers' keys are.
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// IsHopByHop reports whether the canonical field name belongs to one
+// isHopByHop reports whether the canonical field name belongs to one
 // connection whatever the Connection field says.
-func IsHopByHop(name string) bool { return slices.Contains(hopByHop, name) }
+func isHopByHop(name string) bool { return slices.Contains(hopByHop, name) }
 
-// DropListed deletes from h the fields that connection (a message's
+// dropListed deletes from h the fields that connection (a message's
 // Connection values) names: once each, so the work is linear in the head
 // however many it names.
-func DropListed(h http.Header, connection []string) {
+func dropListed(h http.Header, connection []string) {
 	for _, v := range connection {
 		for f := range strings.SplitSeq(v, ",") {
 			if f = textproto.TrimString(f); f != "" {
@@ -41,11 +41,11 @@ var noUserAgent = []string{""}
 func Outgoing(in http.Header, drop []string) http.Header {
 	out := make(http.Header, len(in)+4)
 	for k, vv := range in {
-		if !IsHopByHop(k) && !slices.Contains(drop, k) {
+		if !isHopByHop(k) && !slices.Contains(drop, k) {
 			out[k] = vv
 		}
 	}
-	DropListed(out, in["Connection"])
+	dropListed(out, in["Connection"])
 	if _, ok := out["User-Agent"]; !ok {
 		out["User-Agent"] = noUserAgent
 	}
@@ -55,7 +55,7 @@ func Outgoing(in http.Header, drop []string) http.Header {
 // RemoveHopByHop deletes a message's hop-by-hop fields: those its
 // Connection names, then the fixed ones.
 func RemoveHopByHop(h http.Header) {
-	DropListed(h, h["Connection"])
+	dropListed(h, h["Connection"])
 	for _, k := range hopByHop {
 		delete(h, k)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/h1"
@@ -47,7 +49,6 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		ctx, cancel = context.WithCancel(ctx)
 		info.total = time.AfterFunc(pool.Total, cancel)
 	}
-	info.w = w
 	info.trace.Got1xxResponse = info.got1xx
 	out := r.WithContext(httptrace.WithClientTrace(ctx, &info.trace))
 	out.Header, out.Close, out.Body = header, false, nil
@@ -127,9 +128,9 @@ func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 	if info.answered {
 		return nil
 	}
-	h := info.w.Header()
+	h := info.rec.Header()
 	copyHeader(h, http.Header(header))
-	info.w.WriteHeader(code)
+	info.rec.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's fields for the next answer
 	return nil
 }
@@ -144,7 +145,7 @@ var forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X
 // trailers and the upgrade asked for, if any.
 func outHeader(in http.Header, up string) http.Header {
 	out := h1.Outgoing(in, forwarding)
-	if hasToken(in["Te"], "trailers") {
+	if httpguts.HeaderValuesContainsToken(in["Te"], "trailers") {
 		out["Te"] = []string{"trailers"}
 	}
 	if up != "" {
@@ -154,22 +155,10 @@ func outHeader(in http.Header, up string) http.Header {
 	return out
 }
 
-// hasToken reports whether comma-separated values hold token, in any case.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for f := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(textproto.TrimString(f), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // upgradeType is the protocol a message asks to switch to: its Upgrade,
 // when its Connection names upgrade.
 func upgradeType(h http.Header) string {
-	if !hasToken(h["Connection"], "upgrade") {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") {
 		return ""
 	}
 	return h.Get("Upgrade")

@@ -113,9 +113,8 @@ type reqInfo struct {
 	query  string          // the query sent, parameters net/url cannot parse dropped
 	url    url.URL         // the first try's
 
-	// got1xx passes 1xx answers to w until the final answer is in.
+	// got1xx passes 1xx answers to rec until the final answer is in.
 	trace    httptrace.ClientTrace
-	w        *recorder
 	mu       sync.Mutex
 	answered bool
 }
