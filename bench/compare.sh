@@ -15,8 +15,11 @@
 # 64 endpoints, every policy, the two test binaries taking turns.
 # Needs: wrk, h2load, openssl, taskset, git (Debian: wrk nghttp2-client
 # openssl util-linux git).
-# PROXIES=0 skips the proxy paths; LIB_ROUNDS (default ROUNDS) sets the
-# library's rounds.
+# PROXIES=0 skips the proxy paths; PATHS picks some of them (default
+# "http tcp forward h2"; "redis" adds redis-benchmark SET and GET -c 50
+# through the tcp listener to a redis-server, which it then needs);
+# LIB_ROUNDS (default ROUNDS) sets the library's
+# rounds.
 # Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,8 @@ CONNS=${CONNS:-50}
 ROUNDS=${ROUNDS:-5}
 H2REQUESTS=${H2REQUESTS:-50000}
 PROXIES=${PROXIES:-1}           # 0: the library's Pick+Done alone
+PATHS=${PATHS:-http tcp forward h2}
+REDIS_REQUESTS=${REDIS_REQUESTS:-100000}
 LIB_ROUNDS=${LIB_ROUNDS:-$ROUNDS}
 # Each policy's run: long enough that a slow moment of the machine is a
 # part of it, not all of it (200000x, about 20 ms, moved medians by a tenth).
@@ -50,8 +55,12 @@ go build -o "$out/upstream" ./bench/upstream
 taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
 selfsigned
+if [[ " $PATHS " == *" redis "* ]]; then
+	needs redis-server redis-benchmark
+	taskset -c 1 redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+fi
 
-# config NAME HTTP TCP FORWARD H2: the same config on other ports.
+# config NAME HTTP TCP FORWARD H2 REDIS: the same config on other ports.
 config() {
 	cat > "$out/$1.yaml" <<YAML
 admin: {listen: "off"}
@@ -60,6 +69,7 @@ listeners:
   - {name: h2, kind: http, listen: "127.0.0.1:$5", pool: app, tls: {cert: cert.pem, key: key.pem}}
   - {name: db, kind: tcp, listen: "127.0.0.1:$3", pool: tcpapp}
   - {name: out, kind: forward, listen: "127.0.0.1:$4", pool: routes, allow_targets: [127.0.0.0/8]}
+  - {name: kv, kind: tcp, listen: "127.0.0.1:$6", pool: redis}
 pools:
   - name: app
     endpoints:
@@ -74,11 +84,14 @@ pools:
   - name: routes
     endpoints:
       - {name: direct, url: "direct://"}
+  - name: redis
+    endpoints:
+      - {name: r, address: "127.0.0.1:19379"}
 YAML
 }
 if [ "$PROXIES" = 1 ]; then
-	config base 18300 18301 18302 18303
-	config new 18310 18311 18312 18313
+	config base 18300 18301 18302 18303 18304
+	config new 18310 18311 18312 18313 18314
 	declare -A pid
 	GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
 	pid[base]=$!
@@ -91,7 +104,9 @@ if [ "$PROXIES" = 1 ]; then
 wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"
 LUA
-	for port in 19301 18300 18301 18302 18303 18310 18311 18312 18313; do
+	ports="19301 18300 18301 18302 18303 18304 18310 18311 18312 18313 18314"
+	if [[ " $PATHS " == *" redis "* ]]; then ports+=" 19379"; fi
+	for port in $ports; do
 		for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 	done
 
@@ -113,11 +128,19 @@ LUA
 		awk '/^finished in/ {sub(/,/, "", $4); rps=$4} /^requests:/ {n=$8} END {print rps, "-", n}' "$file"
 	}
 
+	# run_redis SIDE PORT: redis-benchmark SET and GET through the tcp
+	# listener; prints "rps - requests" (the mean of the two rates).
+	run_redis() {
+		local file="$out/redis-$1-$round.txt"
+		taskset -c 1 redis-benchmark -p "$2" -n "$REDIS_REQUESTS" -c "$CONNS" -t set,get -q > "$file"
+		tr '\r' '\n' < "$file" | awk -v n="$REDIS_REQUESTS" '/requests per second/ {sum += $2; k++} END {printf "%.0f - %d\n", sum / k, n * k}'
+	}
+
 	declare -A rps p99 ratio cpu cpuratio
 	for round in $(seq "$ROUNDS"); do
 		order="base new"
 		if ((round % 2 == 0)); then order="new base"; fi
-		for path in http tcp forward h2; do
+		for path in $PATHS; do
 			declare -A this=() thiscpu=()
 			for side in $order; do
 				case "$side" in base) off=0 ;; new) off=10 ;; esac
@@ -127,6 +150,7 @@ LUA
 				tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
 				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
 				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
+				redis) r=$(run_redis "$side" $((18304 + off))) ;;
 				esac
 				read -r r_rps r_p99 r_n <<<"$r"
 				us=$(awk -v t="$(($(ticks "$side") - t0))" -v hz="$hz" -v n="$r_n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}')
@@ -146,7 +170,7 @@ LUA
 	echo "(CPU us: the rotor's user and system time over the run, a request; CPU ratio: the median of the paired new/base ratios)"
 	echo
 	printf "%-8s %12s %12s %8s %14s %12s %12s %12s %12s %10s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms" "base CPU us" "new CPU us" "CPU ratio"
-	for path in http tcp forward h2; do
+	for path in $PATHS; do
 		b=$(echo "${rps[base-$path]}" | median)
 		n=$(echo "${rps[new-$path]}" | median)
 		bp=$(echo "${p99[base-$path]}" | median)

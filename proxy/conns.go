@@ -15,33 +15,70 @@ import (
 // The zero value is ready to use.
 type Conns struct {
 	mu      sync.Mutex
-	open    map[*entry]struct{} // guarded by mu
-	closing bool                // guarded by mu
-	idle    chan struct{}       // guarded by mu; closed when closing and none open
+	open    map[*Session]struct{} // guarded by mu
+	closing bool                  // guarded by mu
+	idle    chan struct{}         // guarded by mu; closed when closing and none open
 }
 
-type entry struct{ closers []io.Closer }
+// A Session is one session Conns tracks: what a drain waits for and, at
+// its deadline, cuts.
+type Session struct {
+	c    *Conns
+	once sync.Once
+
+	mu      sync.Mutex
+	closers []io.Closer // guarded by mu
+	cut     bool        // guarded by mu
+}
 
 // Add tracks one session: closers are what Shutdown closes at its
-// deadline (both sides of a tunnel, say). The returned done must be called
-// once when the session ends. ok is false when a shutdown has begun: the
-// caller should close the session at once (done is still to be called).
-func (c *Conns) Add(closers ...io.Closer) (done func(), ok bool) {
-	e := &entry{closers: closers}
+// deadline (both sides of a tunnel, say). The session's Done must be
+// called once it ends. ok is false when a shutdown has begun: the caller
+// should close the session at once (Done is still to be called).
+func (c *Conns) Add(closers ...io.Closer) (s *Session, ok bool) {
+	s = &Session{c: c, closers: closers}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.open == nil {
-		c.open = map[*entry]struct{}{}
+		c.open = map[*Session]struct{}{}
 	}
-	c.open[e] = struct{}{}
-	var once sync.Once
-	return func() { once.Do(func() { c.remove(e) }) }, !c.closing
+	c.open[s] = struct{}{}
+	return s, !c.closing
 }
 
-func (c *Conns) remove(e *entry) {
+// Done ends the session; calls after the first do nothing.
+func (s *Session) Done() { s.once.Do(func() { s.c.remove(s) }) }
+
+// Replace makes what a cut closes closers instead, as when a session's
+// second connection is dialled, or its connections are handed to another
+// owner. It returns false, and replaces nothing, when the cut has come
+// already: the caller closes closers itself.
+func (s *Session) Replace(closers ...io.Closer) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cut {
+		return false
+	}
+	s.closers = closers
+	return true
+}
+
+// close cuts the session: its closers are closed, and any given to
+// Replace later are refused.
+func (s *Session) close() {
+	s.mu.Lock()
+	s.cut = true
+	closers := s.closers
+	s.mu.Unlock()
+	for _, cl := range closers {
+		_ = cl.Close()
+	}
+}
+
+func (c *Conns) remove(s *Session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.open, e)
+	delete(c.open, s)
 	if c.closing && len(c.open) == 0 && c.idle != nil {
 		close(c.idle)
 		c.idle = nil
@@ -74,13 +111,13 @@ func (c *Conns) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	c.mu.Lock()
-	var cut []io.Closer
-	for e := range c.open {
-		cut = append(cut, e.closers...)
+	cut := make([]*Session, 0, len(c.open))
+	for s := range c.open {
+		cut = append(cut, s)
 	}
 	c.mu.Unlock()
-	for _, cl := range cut {
-		_ = cl.Close()
+	for _, s := range cut {
+		s.close()
 	}
 	<-idle
 	return ctx.Err()

@@ -288,13 +288,13 @@ func TestConnsShutdown(t *testing.T) {
 	var c proxy.Conns
 	a, b := net.Pipe()
 	defer b.Close()
-	done, ok := c.Add(a)
+	s, ok := c.Add(a)
 	if !ok {
 		t.Fatal("refused before shutdown")
 	}
 	go func() { // the session ends when its connection is cut
 		_, _ = a.Read(make([]byte, 1))
-		done()
+		s.Done()
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

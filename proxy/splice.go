@@ -13,14 +13,21 @@ import (
 // Splice copies both ways between a and b until both directions end, and
 // returns the bytes copied from a to b and from b to a. When one side
 // stops sending, the other is told by a half-close, so protocols that
-// finish by shutting one direction work.
+// finish by shutting one direction work. s, when not nil, is the drain's
+// session for the two: its cut ends the splice (a and b may have been
+// handed over, so closing them might not).
 //
-// It copies through its own buffers, not the kernel's splice(2): io.Copy
+// Two plain TCP connections are relayed in rotor's event loop on Linux
+// (see relay_linux.go), others with a goroutine a direction. Either way
+// it copies through its own buffers, not the kernel's splice(2): io.Copy
 // between two TCP connections would splice through a pair of pipes per
 // direction, four descriptors more per connection, kept in a pool until a
 // garbage collection. A proxied connection costs its two sockets and
-// nothing else; see copyConn for the buffers (an idle one holds none).
-func Splice(a, b net.Conn) (aToB, bToA int64) {
+// nothing else; an idle one holds no buffer (see copyConn).
+func Splice(a, b net.Conn, s *Session) (aToB, bToA int64) {
+	if aToB, bToA, ok := relayTCP(a, b, s); ok {
+		return aToB, bToA
+	}
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn, n *int64) {
 		defer wg.Done()

@@ -2,9 +2,12 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,14 +38,38 @@ func pair(tb testing.TB) (net.Conn, net.Conn) {
 	return c, s
 }
 
+// A way is how Splice gets its connections: plain TCP ones go to the
+// event loop (on Linux), others to a goroutine a direction.
+type way struct {
+	name string
+	wrap func(net.Conn) net.Conn
+}
+
+// wrapped is a TCP connection Splice cannot take for the event loop; it
+// still copies from it the raw way (it is a syscall.Conn).
+type wrapped struct{ *net.TCPConn }
+
+var ways = []way{
+	{"loop", func(c net.Conn) net.Conn { return c }},
+	{"goroutines", func(c net.Conn) net.Conn { return wrapped{c.(*net.TCPConn)} }},
+}
+
+// eachWay runs test once for each way.
+func eachWay(t *testing.T, test func(t *testing.T, w way)) {
+	for _, w := range ways {
+		t.Run(w.name, func(t *testing.T) { test(t, w) })
+	}
+}
+
 // spliced returns a client end and a backend end joined through Splice,
 // and a channel with what Splice returns once both directions end.
-func spliced(tb testing.TB) (client, backend net.Conn, counts <-chan [2]int64) {
+func spliced(tb testing.TB, w way) (client, backend net.Conn, counts <-chan [2]int64) {
 	client, a := pair(tb)
 	b, backend := pair(tb)
+	a, b = w.wrap(a), w.wrap(b)
 	done := make(chan [2]int64, 1)
 	go func() {
-		in, out := proxy.Splice(a, b)
+		in, out := proxy.Splice(a, b, nil)
 		a.Close()
 		b.Close()
 		done <- [2]int64{in, out}
@@ -53,8 +80,10 @@ func spliced(tb testing.TB) (client, backend net.Conn, counts <-chan [2]int64) {
 // Every byte arrives in order both ways, across reads that fill the
 // small buffer, the big one, and neither; a half-close reaches the other
 // side; the counts are the bytes each way.
-func TestSpliceCopiesEveryByte(t *testing.T) {
-	client, backend, counts := spliced(t)
+func TestSpliceCopiesEveryByte(t *testing.T) { eachWay(t, testSpliceCopiesEveryByte) }
+
+func testSpliceCopiesEveryByte(t *testing.T, w way) {
+	client, backend, counts := spliced(t, w)
 	up := make([]byte, 3<<20+12345)
 	for i := range up {
 		up[i] = byte(i * 7)
@@ -87,7 +116,13 @@ func TestSpliceCopiesEveryByte(t *testing.T) {
 //
 //	go test ./proxy -run '^$' -bench Splice -count 5
 func BenchmarkSplice(b *testing.B) {
-	client, backend, counts := spliced(b)
+	for _, w := range ways {
+		b.Run(w.name, func(b *testing.B) { benchmarkSplice(b, w) })
+	}
+}
+
+func benchmarkSplice(b *testing.B, w way) {
+	client, backend, counts := spliced(b, w)
 	chunk := make([]byte, 256<<10)
 	const total = 64 << 20
 	b.SetBytes(total)
@@ -108,8 +143,10 @@ func BenchmarkSplice(b *testing.B) {
 // none waits on a readiness the copy missed (a raw read that waits
 // without trying first must not sleep through bytes that came while it
 // wrote).
-func TestSpliceMessagesBothWays(t *testing.T) {
-	client, backend, counts := spliced(t)
+func TestSpliceMessagesBothWays(t *testing.T) { eachWay(t, testSpliceMessagesBothWays) }
+
+func testSpliceMessagesBothWays(t *testing.T, w way) {
+	client, backend, counts := spliced(t, w)
 	defer client.Close()
 	defer backend.Close()
 	go func() { // the backend echoes every byte
@@ -146,18 +183,24 @@ func TestSpliceMessagesBothWays(t *testing.T) {
 }
 
 // A backend that stops reading fills the copy's way to it: the bytes
-// wait, and all arrive in order once it reads again. Meanwhile closing the
-// client's side, as a drain does, is not held up by the copy waiting on
-// the backend, and ends the splice.
-func TestSpliceSlowReader(t *testing.T) {
+// wait, and all arrive in order once it reads again. Meanwhile a drain's
+// cut is not held up by the copy waiting on the backend, and ends the
+// splice.
+func TestSpliceSlowReader(t *testing.T) { eachWay(t, testSpliceSlowReader) }
+
+func testSpliceSlowReader(t *testing.T, w way) {
 	client, a := pair(t)
 	b, backend := pair(t)
+	a, b = w.wrap(a), w.wrap(b)
 	defer client.Close()
 	defer backend.Close()
+	var conns proxy.Conns
+	sess, _ := conns.Add(a, b)
 	done := make(chan [2]int64, 1)
 	go func() {
-		in, out := proxy.Splice(a, b)
+		in, out := proxy.Splice(a, b, sess)
 		done <- [2]int64{in, out}
+		sess.Done()
 	}()
 	up := make([]byte, 16<<20)
 	for i := range up {
@@ -179,21 +222,27 @@ func TestSpliceSlowReader(t *testing.T) {
 
 	go func() { _, _ = client.Write(up) }() // fills the way to the backend again
 	time.Sleep(300 * time.Millisecond)
-	closed := make(chan struct{})
-	go func() {
-		a.Close()
-		b.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("closing the spliced connections waited on the stalled backend")
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the drain's deadline has passed: it cuts at once
+	drained := make(chan error, 1)
+	go func() { drained <- conns.Shutdown(ctx) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Splice did not end after its connections closed")
+		t.Fatal("Splice did not end after the drain cut it")
+	}
+	select {
+	case err := <-drained:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the drain returned %v, want it to say it cut", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the drain did not end after its session did")
+	}
+	// The client's side was closed, not left open.
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, client); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the client's connection after the cut: %v, want its end", err)
 	}
 }
 
@@ -202,9 +251,11 @@ func TestSpliceSlowReader(t *testing.T) {
 // came with the bytes (a copy that waited after a short read, instead of
 // reading once more, would sleep through an end that came in the same
 // readiness as the last bytes).
-func TestSpliceHalfCloseAfterLastBytes(t *testing.T) {
+func TestSpliceHalfCloseAfterLastBytes(t *testing.T) { eachWay(t, testSpliceHalfCloseAfterLastBytes) }
+
+func testSpliceHalfCloseAfterLastBytes(t *testing.T, w way) {
 	for i := range 200 {
-		client, backend, counts := spliced(t)
+		client, backend, counts := spliced(t, w)
 		payload := bytes.Repeat([]byte{'x'}, 1+i*37)
 		if _, err := client.Write(payload); err != nil {
 			t.Fatal(err)

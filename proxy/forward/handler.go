@@ -275,8 +275,8 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		return
 	}
 	defer client.Close()
-	done, ok := h.conns.Add(client, conn)
-	release = done
+	sess, ok := h.conns.Add(client, conn)
+	release = sess.Done
 	if !ok {
 		record.Status, record.Reason = proxy.StatusServiceUnavailable, "shutting_down"
 		_, _ = brw.WriteString("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")
@@ -290,7 +290,7 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 	if brw.Reader.Buffered() > 0 {
 		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
 	}
-	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn)
+	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn, sess)
 	return release
 }
 

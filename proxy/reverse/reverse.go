@@ -385,8 +385,8 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	cc := proxy.NewCountingConn(c, nil)
 	// The session ends when ServeHTTP has recorded it, not when the
 	// connection closes: a drain that waited for it finds it logged.
-	done, ok := r.conns.Add(cc)
-	r.upgraded, r.release = cc, done
+	s, ok := r.conns.Add(cc)
+	r.upgraded, r.release = cc, s.Done
 	if !ok { // shutting down: no new long-lived connections
 		cc.Close()
 		return nil, nil, errors.New("reverse: shutting down")

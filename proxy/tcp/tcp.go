@@ -98,15 +98,14 @@ func (p *Proxy) handle(client net.Conn) {
 	var f *proxy.Flight
 	// One session for the drain: the client, and the backend once
 	// dialled. It ends once the connection is recorded.
-	backendRef := new(lateConn)
-	done, ok := p.conns.Add(client, backendRef)
+	sess, ok := p.conns.Add(client)
 	defer func() {
 		if f != nil {
 			record.Attempts = f.Attempts()
 		}
 		record.Duration = time.Since(record.Start)
 		p.obs.Served(&record)
-		done()
+		sess.Done()
 	}()
 	if !ok {
 		record.Reason = "shutting_down"
@@ -140,41 +139,10 @@ func (p *Proxy) handle(client net.Conn) {
 		p.log.Debug("dial failed, trying another endpoint", "listener", p.name, "endpoint", ep.Name, "error", err)
 	}
 	defer backend.Close()
-	if !backendRef.set(backend) {
+	if !sess.Replace(client, backend) {
 		record.Reason = "shutting_down" // the drain's deadline passed while dialling
 		return
 	}
-	record.BytesIn, record.BytesOut = proxy.Splice(client, backend)
+	record.BytesIn, record.BytesOut = proxy.Splice(client, backend, sess)
 	p.Bytes.Add(record.BytesIn + record.BytesOut)
-}
-
-// lateConn is a connection the drain may have to close before it exists:
-// closed first, it closes the connection as soon as it is set.
-type lateConn struct {
-	mu     sync.Mutex
-	c      net.Conn // guarded by mu
-	closed bool     // guarded by mu
-}
-
-// set gives it its connection; false when it was closed already (and the
-// connection now is).
-func (l *lateConn) set(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		c.Close()
-		return false
-	}
-	l.c = c
-	return true
-}
-
-func (l *lateConn) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-	if l.c != nil {
-		return l.c.Close()
-	}
-	return nil
 }

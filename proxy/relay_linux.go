@@ -1,0 +1,476 @@
+package proxy
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// On Linux, Splice relays two plain TCP connections in an event loop of
+// rotor's own, as HAProxy and nginx do, instead of a goroutine a
+// direction. Go's poller is edge-triggered and does not say when a peer
+// half-closed, so a goroutine's copy must read once more after every
+// short read before it waits (the end of the stream may have come with
+// the last bytes, in the same readiness), and each message wakes a
+// goroutine. The loop asks epoll for EPOLLRDHUP: a short read drains the
+// socket, and a half-close is an event of its own, so a message costs
+// one read and one write, and the loop a batch of events.
+//
+// The connections leave Go's poller: their descriptors are duplicated
+// and the net.Conns closed (which takes them out of Go's epoll), so the
+// loop is the only one watching them. A drain reaches them through the
+// Session, whose closers the relay replaces with its own.
+//
+// The loop is a goroutine that waits in Go's poller on the epoll
+// descriptor itself (an epoll set is readable while any of its events
+// is pending), so it holds no thread while idle and the scheduler runs
+// it like any other; there is one loop a P (GOMAXPROCS), each started
+// with its first relay and ended, its epoll set closed, with its last:
+// with no connection open the loops hold no descriptor.
+
+const (
+	// relayBudget is the reads a direction gets before the loop turns
+	// to other connections' events (and comes back to it after them).
+	relayBudget = 16
+	// edge is EPOLLET as the uint32 the events are (syscall's constant
+	// is a negative int).
+	edge = uint32(1) << 31
+)
+
+// Per-descriptor readiness, as the events said and reads and writes
+// found it.
+const (
+	canRead  = 1 << iota // bytes or an end may be there
+	canWrite             // the socket may take bytes
+	peerDone             // the peer half-closed (or the socket failed): read to the end
+)
+
+// A direction's state.
+const (
+	flowing  = iota
+	ended    // the source ended: half-close the destination once the bytes left
+	finished // the destination was half-closed, or failed
+)
+
+type loop struct {
+	buf []byte // the reads' buffer; the running goroutine alone uses it
+
+	mu     sync.Mutex
+	ep     *epollSet // while running; guarded by mu
+	relays []*relay  // by slot; guarded by mu
+	free   []int32   // free slots; guarded by mu
+	live   int       // relays not finished; guarded by mu
+}
+
+// An epollSet is a running loop's epoll descriptor, as a file Go's poller
+// waits on.
+type epollSet struct {
+	fd   int
+	file *os.File
+	raw  syscall.RawConn
+}
+
+type relay struct {
+	l    *loop
+	slot int32
+	gen  int32 // the slot's generation: an event of a slot's last relay is not this one's
+	fd   [2]int
+	// flags are each descriptor's readiness; dirs[d] copies fd[d] to
+	// fd[1-d]. The loop's goroutine alone touches them.
+	flags  [2]uint8
+	dirs   [2]direction
+	queued bool          // on the loop's list of relays with reads left
+	over   bool          // finished; guarded by l.mu
+	done   chan struct{} // closed once finished
+}
+
+type direction struct {
+	n     int64           // bytes written
+	state uint8           //
+	pend  *[32 << 10]byte // bytes read but not yet written, when the destination was full
+	off   int             // pend[off:end] is left to write
+	end   int             //
+}
+
+var (
+	loopsOnce sync.Once
+	loops     []*loop
+	loopNext  atomic.Uint32
+)
+
+// relayTCP runs Splice in the event loop when a and b are both plain TCP
+// connections; ok is false (and nothing was done) when they are not, or
+// the loop could not take them.
+func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
+	ta, okA := a.(*net.TCPConn)
+	tb, okB := b.(*net.TCPConn)
+	if !okA || !okB {
+		return 0, 0, false
+	}
+	loopsOnce.Do(func() {
+		loops = make([]*loop, runtime.GOMAXPROCS(0))
+		for i := range loops {
+			loops[i] = &loop{buf: make([]byte, 32<<10)}
+		}
+	})
+	fa, err := dupConn(ta)
+	if err != nil {
+		return 0, 0, false
+	}
+	fb, err := dupConn(tb)
+	if err != nil {
+		syscall.Close(fa)
+		return 0, 0, false
+	}
+	l := loops[int(loopNext.Add(1))%len(loops)]
+	r := &relay{l: l, fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, done: make(chan struct{})}
+	if err := l.add(r); err != nil {
+		syscall.Close(fa)
+		syscall.Close(fb)
+		return 0, 0, false
+	}
+	// Out of Go's poller: from here the loop alone watches the sockets.
+	ta.Close()
+	tb.Close()
+	if s != nil && !s.Replace(r) {
+		r.Close() // the drain's cut came first
+	}
+	<-r.done
+	return r.dirs[0].n, r.dirs[1].n, true
+}
+
+// dupConn returns a descriptor of c's socket of its own (close-on-exec,
+// and non-blocking as c's is: the flag is the socket's).
+func dupConn(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var dupErr error
+	if err := rc.Control(func(s uintptr) {
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if errno != 0 {
+			dupErr = errno
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return -1, err
+	}
+	return fd, dupErr
+}
+
+// newEpollSet makes an epoll set and hands it to Go's poller.
+func newEpollSet() (*epollSet, error) {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	// Non-blocking, so that os.NewFile hands it to Go's poller.
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	f := os.NewFile(uintptr(fd), "epoll")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &epollSet{fd: fd, file: f, raw: raw}, nil
+}
+
+// add gives r a slot and its sockets to epoll, and starts the loop's
+// goroutine if it is not running. An error means the loop did not take r.
+func (l *loop) add(r *relay) error {
+	l.mu.Lock()
+	start := l.ep == nil
+	if start {
+		ep, err := newEpollSet()
+		if err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		l.ep = ep
+	}
+	if n := len(l.free); n > 0 {
+		r.slot = l.free[n-1]
+		l.free = l.free[:n-1]
+		r.gen = (l.relays[r.slot].gen + 1) & (1<<30 - 1) // it and the side fit in Pad
+	} else {
+		r.slot = int32(len(l.relays))
+		l.relays = append(l.relays, nil)
+	}
+	l.relays[r.slot] = r
+	l.live++
+	// Read under the lock: once registered, r is the loop's (the race
+	// detector does not see epoll hand it over).
+	ep, fds, slot, gen := l.ep, r.fd, r.slot, r.gen
+	l.mu.Unlock()
+	for side, fd := range fds {
+		ev := syscall.EpollEvent{
+			Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | edge,
+			Fd:     slot,
+			Pad:    gen<<1 | int32(side),
+		}
+		if err := syscall.EpollCtl(ep.fd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			if side == 0 { // nothing is the loop's yet: Splice copies another way
+				l.mu.Lock()
+				l.release(r)
+				if start && l.live == 0 {
+					l.ep = nil
+					ep.file.Close()
+				}
+				l.mu.Unlock()
+				return os.NewSyscallError("epoll_ctl", err)
+			}
+			// The loop may have read from the first already: it ends
+			// the relay as a cut.
+			defer r.Close()
+			break
+		}
+	}
+	if start {
+		go l.run(ep)
+	}
+	return nil
+}
+
+// release frees r's slot; l.mu is held. The slot keeps the relay (and so
+// its generation) until it is taken again.
+func (l *loop) release(r *relay) {
+	r.over = true
+	l.free = append(l.free, r.slot)
+	l.live--
+}
+
+// Close cuts the relay, as a drain does at its deadline: both sockets are
+// shut down both ways, which the loop hears as the end of both
+// directions (a write that was waiting fails), and it closes them. Under
+// the loop's lock, as finish marks r over: the descriptors are r's.
+func (r *relay) Close() error {
+	l := r.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.over {
+		return nil
+	}
+	_ = syscall.Shutdown(r.fd[0], syscall.SHUT_RDWR)
+	_ = syscall.Shutdown(r.fd[1], syscall.SHUT_RDWR)
+	return nil
+}
+
+func (l *loop) run(ep *epollSet) {
+	events := make([]syscall.EpollEvent, 128)
+	batch := make([]*relay, 0, 128)
+	// Relays whose reads ran out of budget: again holds those of this
+	// turn, retry those of the last, taken after this turn's events.
+	var again, retry []*relay
+	for {
+		n := 0
+		stop := false
+		err := ep.raw.Read(func(uintptr) bool {
+			var err error
+			for {
+				n, err = syscall.EpollWait(ep.fd, events, 0)
+				if err != syscall.EINTR {
+					break
+				}
+			}
+			if n > 0 || len(again) > 0 {
+				return true
+			}
+			l.mu.Lock()
+			if l.live == 0 {
+				l.ep, stop = nil, true // the next relay starts another
+			}
+			l.mu.Unlock()
+			return stop // else wait in Go's poller for an event
+		})
+		if stop || err != nil {
+			ep.file.Close()
+			return
+		}
+		// Find the events' relays under one lock.
+		batch = batch[:0]
+		l.mu.Lock()
+		for _, ev := range events[:n] {
+			var r *relay
+			if c := l.relays[ev.Fd]; c.gen == ev.Pad>>1 && !c.over {
+				r = c
+			}
+			batch = append(batch, r)
+		}
+		l.mu.Unlock()
+		for i, ev := range events[:n] {
+			r := batch[i]
+			if r == nil || r.fd[0] < 0 {
+				continue // finished earlier in this batch
+			}
+			side := int(ev.Pad & 1)
+			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				r.flags[side] |= canRead
+			}
+			if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				r.flags[side] |= peerDone
+			}
+			if ev.Events&(syscall.EPOLLOUT|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				r.flags[side] |= canWrite
+			}
+			again = l.turn(r, again)
+		}
+		// Those left with reads to do go again, after the events; those
+		// that run out again wait for the next turn.
+		retry, again = again, retry[:0]
+		for _, r := range retry {
+			r.queued = false
+			if r.fd[0] >= 0 {
+				again = l.turn(r, again)
+			}
+		}
+		clear(retry)
+	}
+}
+
+// turn moves what can move both ways, and ends r when both directions
+// have. It returns again with r added when a direction ran out of budget.
+func (l *loop) turn(r *relay, again []*relay) []*relay {
+	more := r.pump(0, l.buf)
+	more = r.pump(1, l.buf) || more
+	if r.dirs[0].state == finished && r.dirs[1].state == finished {
+		l.finish(r)
+		return again
+	}
+	if more && !r.queued {
+		r.queued = true
+		again = append(again, r)
+	}
+	return again
+}
+
+// pump copies fd[d] to fd[1-d] until the source has nothing, the
+// destination takes nothing more, or the budget is spent (more is then
+// true).
+func (r *relay) pump(d int, buf []byte) (more bool) {
+	src, dst := d, 1-d
+	x := &r.dirs[d]
+	for reads := 0; ; {
+		switch {
+		case x.state == finished:
+			return false
+		case x.pend != nil:
+			if r.flags[dst]&canWrite == 0 {
+				return false
+			}
+			w, err := write(r.fd[dst], x.pend[x.off:x.end])
+			x.n += int64(w)
+			x.off += w
+			if x.off == x.end {
+				copyBuffers.Put(x.pend)
+				x.pend = nil
+				continue
+			}
+			if err != nil && err != syscall.EAGAIN {
+				r.fail(d)
+				return false
+			}
+			if err == syscall.EAGAIN {
+				r.flags[dst] &^= canWrite
+				return false
+			}
+			continue // a short write: the next says whether it is full
+		case x.state == ended:
+			_ = syscall.Shutdown(r.fd[dst], syscall.SHUT_WR)
+			x.state = finished
+			return false
+		case r.flags[src]&canRead == 0:
+			return false
+		case reads == relayBudget:
+			return true
+		}
+		reads++
+		n, err := read(r.fd[src], buf)
+		if err == syscall.EAGAIN {
+			r.flags[src] &^= canRead
+			return false
+		}
+		if err != nil || n == 0 {
+			x.state = ended
+			continue
+		}
+		if n < len(buf) && r.flags[src]&peerDone == 0 {
+			// A short read drained the socket; bytes or an end that
+			// come after it are a new event.
+			r.flags[src] &^= canRead
+		}
+		w, err := write(r.fd[dst], buf[:n])
+		x.n += int64(w)
+		if w == n {
+			continue
+		}
+		if err != nil && err != syscall.EAGAIN {
+			r.fail(d)
+			return false
+		}
+		x.pend = copyBuffers.Get().(*[32 << 10]byte)
+		x.off, x.end = 0, copy(x.pend[:], buf[w:n])
+		if err == syscall.EAGAIN {
+			r.flags[dst] &^= canWrite
+			return false
+		}
+	}
+}
+
+// fail ends direction d after its destination failed: what it held is
+// dropped, and the destination half-closed (if it still can be).
+func (r *relay) fail(d int) {
+	x := &r.dirs[d]
+	if x.pend != nil {
+		copyBuffers.Put(x.pend)
+		x.pend = nil
+	}
+	_ = syscall.Shutdown(r.fd[1-d], syscall.SHUT_WR)
+	x.state = finished
+}
+
+// finish closes r's sockets (which takes them out of epoll), frees its
+// slot and lets Splice return.
+func (l *loop) finish(r *relay) {
+	for d := range r.dirs {
+		if x := &r.dirs[d]; x.pend != nil {
+			copyBuffers.Put(x.pend)
+			x.pend = nil
+		}
+	}
+	l.mu.Lock()
+	l.release(r)
+	l.mu.Unlock()
+	syscall.Close(r.fd[0])
+	syscall.Close(r.fd[1])
+	r.fd = [2]int{-1, -1}
+	close(r.done)
+}
+
+func read(fd int, p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, p)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+// write writes what the socket takes of p: a short count with no error
+// when it took part of it.
+func write(fd int, p []byte) (int, error) {
+	for {
+		n, err := syscall.Write(fd, p)
+		if err != syscall.EINTR {
+			return max(n, 0), err
+		}
+	}
+}
