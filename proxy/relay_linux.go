@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
 // On Linux, Splice relays two plain TCP connections in an event loop of
@@ -274,13 +275,7 @@ func (l *loop) run(ep *epollSet) {
 		n := 0
 		stop := false
 		err := ep.raw.Read(func(uintptr) bool {
-			var err error
-			for {
-				n, err = syscall.EpollWait(ep.fd, events, 0)
-				if err != syscall.EINTR {
-					break
-				}
-			}
+			n, _ = pollNow(ep.fd, events)
 			if n > 0 || len(again) > 0 {
 				return true
 			}
@@ -455,22 +450,46 @@ func (l *loop) finish(r *relay) {
 	close(r.done)
 }
 
+// The loop's system calls never block (its sockets are non-blocking, its
+// waits have no timeout), so they are made raw, without telling the
+// scheduler, which on a message's path costs about what the call does.
+
 func read(fd int, p []byte) (int, error) {
-	for {
-		n, err := syscall.Read(fd, p)
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
+	return rawCall(syscall.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(p)), len(p))
 }
 
 // write writes what the socket takes of p: a short count with no error
 // when it took part of it.
 func write(fd int, p []byte) (int, error) {
+	return rawCall(syscall.SYS_WRITE, fd, unsafe.Pointer(unsafe.SliceData(p)), len(p))
+}
+
+// pollNow returns the events pending on the epoll set ep, without
+// waiting.
+func pollNow(ep int, events []syscall.EpollEvent) (int, error) {
 	for {
-		n, err := syscall.Write(fd, p)
-		if err != syscall.EINTR {
-			return max(n, 0), err
+		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(ep),
+			uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+		switch errno {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+		default:
+			return 0, errno
+		}
+	}
+}
+
+// rawCall makes a read or a write of n bytes at p on fd, again while it
+// is interrupted.
+func rawCall(trap uintptr, fd int, p unsafe.Pointer, n int) (int, error) {
+	for {
+		r, _, errno := syscall.RawSyscall(trap, uintptr(fd), uintptr(p), uintptr(n))
+		if errno != syscall.EINTR {
+			if errno != 0 {
+				return 0, errno
+			}
+			return int(r), nil
 		}
 	}
 }
