@@ -114,9 +114,16 @@ func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
 	loopsOnce.Do(func() {
 		loops = make([]*loop, runtime.GOMAXPROCS(0))
 		for i := range loops {
-			loops[i] = &loop{buf: make([]byte, 32<<10)}
+			loops[i] = newLoop()
 		}
 	})
+	return loops[int(loopNext.Add(1))%len(loops)].relay(ta, tb, s)
+}
+
+func newLoop() *loop { return &loop{buf: make([]byte, 32<<10)} }
+
+// relay is relayTCP in the loop l.
+func (l *loop) relay(ta, tb *net.TCPConn, s *Session) (aToB, bToA int64, ok bool) {
 	fa, err := dupConn(ta)
 	if err != nil {
 		return 0, 0, false
@@ -126,7 +133,6 @@ func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
 		syscall.Close(fa)
 		return 0, 0, false
 	}
-	l := loops[int(loopNext.Add(1))%len(loops)]
 	r := &relay{l: l, fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, done: make(chan struct{})}
 	if err := l.add(r); err != nil {
 		syscall.Close(fa)
