@@ -106,8 +106,8 @@ var (
 // connections; ok is false (and nothing was done) when they are not, or
 // the loop could not take them.
 func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
-	ta, okA := a.(*net.TCPConn)
-	tb, okB := b.(*net.TCPConn)
+	ta, okA := plainTCP(a)
+	tb, okB := plainTCP(b)
 	if !okA || !okB {
 		return 0, 0, false
 	}
@@ -147,6 +147,20 @@ func (l *loop) relay(ta, tb *net.TCPConn, s *Session) (aToB, bToA int64, ok bool
 	}
 	<-r.done
 	return r.dirs[0].n, r.dirs[1].n, true
+}
+
+// plainTCP returns c's socket when what c reads and writes is the
+// socket's bytes and nothing else: a *net.TCPConn, or a connection that
+// says so (PlainTCP; h1's connections handed to net/http once what was
+// read ahead of it is gone).
+func plainTCP(c net.Conn) (*net.TCPConn, bool) {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c, true
+	case interface{ PlainTCP() (*net.TCPConn, bool) }:
+		return c.PlainTCP()
+	}
+	return nil, false
 }
 
 // dupConn returns a descriptor of c's socket of its own (close-on-exec,

@@ -327,6 +327,71 @@ pools:
 	}
 }
 
+// A CONNECT tunnel over a direct route (two plain sockets, relayed in the
+// event loop) is waited for by a drain and works meanwhile; left open, it
+// is cut at the deadline, not before, and logged with the bytes it
+// relayed.
+func TestShutdownDrainsThenCutsTunnels(t *testing.T) {
+	echo := testtool.Echo(t)
+	_, port, _ := net.SplitHostPort(echo)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%s], allow_targets: [127.0.0.0/8],
+     timeouts: {shutdown: 600ms}}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+`, port), nil)
+	tc, status := connect(t, r.Addr("out").String(), echo)
+	if status != http.StatusOK {
+		t.Fatalf("CONNECT: %d", status)
+	}
+	defer tc.Close()
+	br := bufio.NewReader(tc)
+	roundTrip := func(msg string) error {
+		_ = tc.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := fmt.Fprintln(tc, msg); err != nil {
+			return err
+		}
+		line, err := br.ReadString('\n')
+		if err == nil && line != msg+"\n" {
+			err = fmt.Errorf("echoed %q", line)
+		}
+		return err
+	}
+	if err := roundTrip("before"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.Shutdown(context.Background()) }()
+	time.Sleep(200 * time.Millisecond)
+	if err := roundTrip("during the drain"); err != nil {
+		t.Fatalf("the tunnel broke when the drain began: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("shutdown cut a tunnel at its deadline and said nothing")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown did not cut the tunnel left open")
+	}
+	if d := time.Since(start); d < 550*time.Millisecond {
+		t.Fatalf("the tunnel was cut after %v, before the 600ms deadline", d)
+	}
+	_ = tc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the tunnel is still open after the deadline")
+	}
+	want := int64(len("before\nduring the drain\n"))
+	eventually(t, 3*time.Second, "the tunnel logged", func() bool {
+		return strings.Contains(r.logs.String(), fmt.Sprintf("bytes_in=%d bytes_out=%d", want, want))
+	})
+}
+
 // Every listener kind writes an access line and counts in the metrics,
 // refusals with their reason; a TCP connection is not an HTTP 200.
 func TestAccessLogAndMetricsForEveryListenerKind(t *testing.T) {

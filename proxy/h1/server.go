@@ -622,6 +622,11 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 	return p.TCPConn.Read(b)
 }
 
+// PlainTCP returns the socket once what was read of it before is gone:
+// from then on its bytes are the socket's, which proxy.Splice relays in
+// its event loop (a CONNECT tunnel, say).
+func (p *prefixConn) PlainTCP() (*net.TCPConn, bool) { return p.TCPConn, len(p.pre) == 0 }
+
 func (p *prefixConn) SetReadDeadline(t time.Time) error {
 	if t.IsZero() {
 		p.clamp = time.Time{}
