@@ -85,9 +85,10 @@ func TestRelayLoopIsShared(t *testing.T) {
 			t.Fatalf("round trip %d beside the transfer: %v", i, err)
 		}
 	}
-	if stop.Store(true); received.Load() != 0 {
+	if received.Load() != 0 {
 		t.Fatal("the transfer ended before the exchange did: nothing was shared")
 	}
+	stop.Store(true)
 	_ = client.CloseWrite()
 	if rest, err := io.ReadAll(client); len(rest) != 0 || err != nil {
 		t.Fatalf("after the exchange: %d bytes more, %v", len(rest), err)
