@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,13 @@ func receive(t *testing.T, got <-chan seen) seen {
 func sameAnswers(t *testing.T, got <-chan seen, ref, rotor func() answer) {
 	t.Helper()
 	want := ref()
+	// ReverseProxy passes a backend's 100 Continue on when net/http's
+	// Transport reports it as a 1xx, which it does after it has begun
+	// sending the body: the body's first read may have made the server
+	// send its own 100 Continue by then, and the client gets two. rotor
+	// passes it on before (Got100Continue); the reference's repeats are
+	// dropped, and rotor's answer must have none.
+	want.Interim = slices.CompactFunc(want.Interim, func(a, b http.Header) bool { return cmp.Equal(a, b) })
 	wantSeen := receive(t, got)
 	have := rotor()
 	haveSeen := receive(t, got)

@@ -50,6 +50,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		info.total = time.AfterFunc(pool.Total, cancel)
 	}
 	info.trace.Got1xxResponse = info.got1xx
+	info.trace.Got100Continue = info.got100
 	out := r.WithContext(httptrace.WithClientTrace(ctx, &info.trace))
 	out.Header, out.Close, out.Body = header, false, nil
 	if info.body != nil {
@@ -125,7 +126,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 	info.mu.Lock()
 	defer info.mu.Unlock()
-	if info.answered {
+	if info.answered || code == http.StatusContinue && info.continued {
 		return nil
 	}
 	h := info.rec.Header()
@@ -133,6 +134,21 @@ func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 	info.rec.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's fields for the next answer
 	return nil
+}
+
+// got100 passes a backend's 100 Continue on as soon as it comes: net/http's
+// Transport calls it before it starts sending the body, and Got1xxResponse
+// only after, by when the body's first read may have made the server send
+// a 100 Continue of its own, and the client would get two. The 100's
+// fields, if it had any, are not passed on.
+func (info *reqInfo) got100() {
+	info.mu.Lock()
+	defer info.mu.Unlock()
+	if info.answered || info.continued {
+		return
+	}
+	info.continued = true
+	info.rec.WriteHeader(http.StatusContinue)
 }
 
 // forwarding are the fields rewrite sets afresh, canonical as parsed

@@ -114,9 +114,10 @@ type reqInfo struct {
 	url    url.URL         // the first try's
 
 	// got1xx passes 1xx answers to rec until the final answer is in.
-	trace    httptrace.ClientTrace
-	mu       sync.Mutex
-	answered bool
+	trace     httptrace.ClientTrace
+	mu        sync.Mutex
+	answered  bool
+	continued bool // a backend's 100 Continue was passed on
 }
 
 // NewHandler returns a handler for the listener named name; table gives
