@@ -56,6 +56,7 @@ const (
 	finished // the destination was half-closed, or failed
 )
 
+// A loop relays its sockets in one goroutine while it has any.
 type loop struct {
 	buf []byte // the reads' buffer; the running goroutine alone uses it
 
@@ -74,6 +75,7 @@ type epollSet struct {
 	raw  syscall.RawConn
 }
 
+// A relay is two sockets relayed both ways by a loop.
 type relay struct {
 	l    *loop
 	slot int32
@@ -88,12 +90,13 @@ type relay struct {
 	done   chan struct{} // closed once finished
 }
 
+// A direction is one way of a relay: bytes read from one socket and
+// written to the other.
 type direction struct {
-	n     int64           // bytes written
-	state uint8           //
-	pend  *[32 << 10]byte // bytes read but not yet written, when the destination was full
-	off   int             // pend[off:end] is left to write
-	end   int             //
+	n        int64           // bytes written
+	state    uint8           // flowing, ended or finished
+	pend     *[32 << 10]byte // bytes read but not yet written, when the destination was full
+	off, end int             // pend[off:end] is left to write
 }
 
 var (
