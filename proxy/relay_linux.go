@@ -87,6 +87,7 @@ type relay struct {
 	dirs   [2]direction
 	queued bool          // on the loop's list of relays with reads left
 	over   bool          // finished; guarded by l.mu
+	cut    atomic.Bool   // cut by Close: the loop finishes it at its next event
 	done   chan struct{} // closed once finished
 }
 
@@ -245,7 +246,7 @@ func (l *loop) add(r *relay) error {
 			if side == 0 { // nothing is the loop's yet: Splice copies another way
 				l.mu.Lock()
 				l.release(r)
-				if start && l.live == 0 {
+				if start { // no goroutine runs the set
 					l.ep = nil
 					ep.file.Close()
 				}
@@ -253,7 +254,7 @@ func (l *loop) add(r *relay) error {
 				return os.NewSyscallError("epoll_ctl", err)
 			}
 			// The loop may have read from the first already: it ends
-			// the relay as a cut.
+			// the relay as a cut, at the first's event.
 			defer r.Close()
 			break
 		}
@@ -272,10 +273,10 @@ func (l *loop) release(r *relay) {
 	l.live--
 }
 
-// Close cuts the relay, as a drain does at its deadline: both sockets are
-// shut down both ways, which the loop hears as the end of both
-// directions (a write that was waiting fails), and it closes them. Under
-// the loop's lock, as finish marks r over: the descriptors are r's.
+// Close cuts the relay, as a drain does at its deadline: it is marked cut
+// and both sockets are shut down both ways, which is an event for each
+// registered one; at the first the loop closes them. Under the loop's
+// lock, as finish marks r over: the descriptors are r's.
 func (r *relay) Close() error {
 	l := r.l
 	l.mu.Lock()
@@ -283,6 +284,7 @@ func (r *relay) Close() error {
 	if r.over {
 		return nil
 	}
+	r.cut.Store(true)
 	_ = syscall.Shutdown(r.fd[0], syscall.SHUT_RDWR)
 	_ = syscall.Shutdown(r.fd[1], syscall.SHUT_RDWR)
 	return nil
@@ -328,6 +330,10 @@ func (l *loop) run(ep *epollSet) {
 			r := batch[i]
 			if r == nil || r.fd[0] < 0 {
 				continue // finished earlier in this batch
+			}
+			if r.cut.Load() {
+				l.finish(r)
+				continue
 			}
 			side := int(ev.Pad & 1)
 			if ev.Events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
