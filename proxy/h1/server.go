@@ -3,9 +3,9 @@ package h1
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -134,12 +134,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return <-httpDone
 }
 
-// Close closes every connection of both servers at once.
+// Close closes every connection of both servers at once. A connection
+// whose handler runs is cut (its socket shut down, its request's context
+// cancelled) and closed by its own goroutine as the handler returns: its
+// descriptor is in use until then.
 func (s *Server) Close() error {
 	s.closeListeners()
 	s.mu.Lock()
 	for c := range s.conns {
-		c.tc.Close()
+		c.cut()
 	}
 	s.mu.Unlock()
 	return s.HTTP.Close()
@@ -253,9 +256,9 @@ type clientConn struct {
 	r, w    int            // buf[r:w] is read and not yet taken
 	scanned int            // of buf[r:w], the whole lines of the head scanHead checked
 
-	readFn func(fd uintptr) bool // c.rawRead, made once
-	rn     int                   // what rawRead read
-	rerr   error
+	stepFn   func(fd uintptr) bool // c.step, made once
+	mustRead bool                  // step reads before it looks for a head
+	end      int                   // why step ended the loop (endRead...)
 
 	served    int  // requests served
 	afterPOST bool // the last was a POST: CRLFs before the next head are dropped
@@ -265,6 +268,7 @@ type clientConn struct {
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
+	watchFile *os.File      // guarded by watchMu: the second descriptor the watch reads
 	watchDone chan struct{} // closed when the watch ends
 	watchByte [1]byte       // a byte the watch read: the next request's
 	watchN    int
@@ -276,7 +280,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
-	c.readFn = c.rawRead
+	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	c.ctx, c.cancel = context.WithCancel(ctx)
@@ -292,7 +296,11 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 }
 
 // serve runs the connection's requests one after another until it closes
-// or is handed to net/http.
+// or is handed to net/http. They run inside one raw read of the socket
+// (step), so that the poller's readiness is reset once, when the
+// connection starts, and never again: after an answer, the connection
+// waits for the next request without a read that finds nothing, as the
+// readiness of any byte that came since its last read is still there.
 func (c *clientConn) serve() {
 	handedOff := false
 	defer func() {
@@ -310,15 +318,53 @@ func (c *clientConn) serve() {
 		c.headBy = c.accepted.Add(d)
 		c.tc.SetReadDeadline(c.headBy)
 	}
-	c.armed = true
-	for {
-		r, n, err := c.readHead()
-		if err != nil {
-			return
-		}
-		if r == nil {
+	c.armed, c.mustRead = true, true
+	err := c.rc.Read(c.stepFn)
+	if c.end == endNone && err != nil {
+		c.end = endRead // the deadline, or the connection closed by the shutdown
+	}
+	switch c.end {
+	case endRead:
+		if c.w > c.r && c.mayHandOff() {
+			// Part of a head, then the end, a reset or the deadline:
+			// net/http's to answer (or not) as it would.
 			handedOff = c.handOff()
-			return
+		}
+	case endHandOff:
+		handedOff = c.handOff()
+	case endLinger:
+		c.lingeringClose()
+	}
+}
+
+// Why a connection's loop ended.
+const (
+	endNone    = iota
+	endRead    // a read failed, the client closed, or the wait ended (deadline, shutdown)
+	endHandOff // the head is net/http's
+	endLinger  // the answer was the last: close without losing it
+	endClose   // close at once
+)
+
+// step is the connection's loop inside the raw read: it reads when it
+// must, serves every whole head buffered, and returns false to wait for
+// the socket (the poller calls it again once it is readable) or true when
+// the connection is done with, c.end saying why.
+func (c *clientConn) step(fd uintptr) bool {
+	for {
+		if c.mustRead {
+			if !c.read(fd) {
+				return c.end != endNone
+			}
+		}
+		r, n, theirs := c.nextHead()
+		switch {
+		case theirs:
+			c.end = endHandOff
+			return true
+		case r == nil:
+			c.mustRead = true
+			continue
 		}
 		c.r, c.scanned = c.r+n, 0
 		if c.r == c.w {
@@ -326,121 +372,102 @@ func (c *clientConn) serve() {
 		}
 		c.served++
 		c.afterPOST, c.peeked = r.Method == http.MethodPost, false
-		if !c.serveRequest(r) {
-			return
+		if c.end = c.serveRequest(r); c.end != endNone {
+			return true
 		}
-	}
-}
-
-// readHead reads until a whole head is buffered and returns its request
-// and length; a nil request with no error means the head is net/http's.
-// Waiting for the first byte of a request is bounded by the idle timeout,
-// the rest of the head by the head timeout.
-func (c *clientConn) readHead() (*http.Request, int, error) {
-	switch {
-	case c.state.Load() == stateNew:
-	case c.r == c.w:
+		if c.r < c.w { // the next request came with the last one
+			c.setHeadBy()
+			c.mustRead = false
+			continue
+		}
+		// Wait for the next request: the socket is read once it is
+		// readable, not before (the readiness of bytes that came since the
+		// last read was not reset).
 		if !c.state.CompareAndSwap(stateHead, stateIdle) {
-			return nil, 0, net.ErrClosed
+			c.end = endClose // the shutdown closed it meanwhile
+			return true
 		}
 		if d := c.s.idleTimeout(); d > 0 {
 			c.tc.SetReadDeadline(time.Now().Add(d))
 		} else {
 			c.tc.SetReadDeadline(time.Time{})
 		}
+		c.armed, c.mustRead = true, true
+		return false
+	}
+}
+
+// read reads what the socket has into the buffer, a buffer taken only
+// when bytes came; false: nothing came (EAGAIN, c.end unset: wait) or the
+// connection is done (c.end set).
+func (c *clientConn) read(fd uintptr) bool {
+	st := c.state.Load()
+	if !c.armed {
+		c.tc.SetReadDeadline(c.headBy)
 		c.armed = true
-	default: // the next request came with the last one
-		c.setHeadBy()
 	}
-	for {
-		if c.w-c.r >= 4 {
-			c.peeked = true
+	c.compact()
+	if c.buf == nil {
+		c.take()
+	}
+	n, err := rawio.Read(fd, c.buf[c.w:])
+	switch {
+	case err == syscall.EAGAIN:
+		if c.w == 0 {
+			c.release()
 		}
-		if c.afterPOST && c.peeked {
-			// RFC 9112, 2.2: old clients send a CRLF after a POST's body;
-			// net/http drops up to four CR or LF before the next head.
-			c.afterPOST = false
-			for i := 0; i < 4 && (c.buf[c.r] == '\r' || c.buf[c.r] == '\n'); i++ {
-				c.r++
-			}
+		return false
+	case err != nil || n <= 0:
+		c.end = endRead
+		return false
+	}
+	c.w += n
+	c.mustRead = false
+	if st != stateHead {
+		if !c.state.CompareAndSwap(st, stateHead) {
+			c.end = endClose // the shutdown closed it meanwhile
+			return false
 		}
-		if c.buf != nil && !c.afterPOST {
-			var n int
-			n, c.scanned = scanHead(c.buf[c.r:c.w], c.scanned)
-			if n > 0 {
-				return parseHead(c.buf[c.r:c.r+n], c.base), n, nil
-			}
-			// Not a head the strict reader takes, or longer than the
-			// buffer.
-			theirs := n < 0 || c.r == 0 && c.w == bufSize
-			if theirs && c.mayHandOff() {
-				return nil, 0, nil
-			}
-		}
-		st := c.state.Load()
-		if !c.armed {
-			c.tc.SetReadDeadline(c.headBy)
-			c.armed = true
-		}
-		if err := c.fill(); err != nil {
-			if c.w > c.r && c.mayHandOff() {
-				// Part of a head, then the end, a reset or the deadline:
-				// net/http's to answer (or not) as it would.
-				return nil, 0, nil
-			}
-			return nil, 0, err
-		}
-		if st != stateHead {
-			if !c.state.CompareAndSwap(st, stateHead) {
-				return nil, 0, net.ErrClosed // the shutdown closed it meanwhile
-			}
-			if st == stateIdle {
-				c.setHeadBy()
-			}
+		if st == stateIdle {
+			c.setHeadBy()
 		}
 	}
+	return true
+}
+
+// nextHead looks for a whole head in what is buffered and returns its
+// request and length; no request: more must be read, or, theirs, the head
+// is net/http's.
+func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
+	if c.w-c.r >= 4 {
+		c.peeked = true
+	}
+	if c.afterPOST && c.peeked {
+		// RFC 9112, 2.2: old clients send a CRLF after a POST's body;
+		// net/http drops up to four CR or LF before the next head.
+		c.afterPOST = false
+		for i := 0; i < 4 && (c.buf[c.r] == '\r' || c.buf[c.r] == '\n'); i++ {
+			c.r++
+		}
+	}
+	if c.buf == nil || c.afterPOST {
+		return nil, 0, false
+	}
+	n, c.scanned = scanHead(c.buf[c.r:c.w], c.scanned)
+	if n > 0 {
+		// A whole head: the short way's, or (a body, say) net/http's.
+		r = parseHead(c.buf[c.r:c.r+n], c.base)
+		return r, n, r == nil
+	}
+	// Not a head the strict reader takes, or longer than the buffer.
+	theirs = n < 0 || c.r == 0 && c.w == bufSize
+	return nil, 0, theirs && c.mayHandOff()
 }
 
 // mayHandOff reports whether what is buffered may go to net/http's
 // server now: between requests it waits for four bytes before it reads a
 // head, and closes quietly on fewer.
 func (c *clientConn) mayHandOff() bool { return c.served == 0 || c.peeked }
-
-// fill reads what the connection has into the buffer, waiting for it in
-// the poller with no buffer held.
-func (c *clientConn) fill() error {
-	c.compact()
-	err := c.rc.Read(c.readFn)
-	n, rerr := c.rn, c.rerr
-	c.rn, c.rerr = 0, nil
-	switch {
-	case err != nil:
-		return err
-	case rerr != nil:
-		return rerr
-	case n <= 0:
-		return io.EOF
-	}
-	c.w += n
-	return nil
-}
-
-// rawRead is fill's part inside the raw read: false waits for the socket
-// to be readable, with the buffer given back if it is empty.
-func (c *clientConn) rawRead(fd uintptr) bool {
-	if c.buf == nil {
-		c.take()
-	}
-	c.rn, c.rerr = rawio.Read(fd, c.buf[c.w:])
-	if c.rerr == syscall.EAGAIN {
-		c.rn, c.rerr = 0, nil
-		if c.w == 0 {
-			c.release()
-		}
-		return false
-	}
-	return true
-}
 
 // compact moves what is buffered to the buffer's start.
 func (c *clientConn) compact() {
@@ -486,9 +513,9 @@ func (c *clientConn) setHeadBy() {
 	c.armed = false
 }
 
-// serveRequest runs the handler and finishes its answer; false: the
-// connection closes.
-func (c *clientConn) serveRequest(r *http.Request) (keep bool) {
+// serveRequest runs the handler and finishes its answer; endNone: the
+// connection carries on.
+func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	conn := r.Header.Get("Connection")
 	w := &response{c: c, req: r, header: make(http.Header), cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.
@@ -502,16 +529,15 @@ func (c *clientConn) serveRequest(r *http.Request) (keep bool) {
 	}
 	if aborted || c.ctx.Err() != nil {
 		w.putWriter()
-		return false
+		return endClose
 	}
 	if err := w.finish(); err != nil {
-		return false
+		return endClose
 	}
 	if w.closeAfter || c.s.inShutdown.Load() {
-		c.lingeringClose()
-		return false
+		return endLinger
 	}
-	return true
+	return endNone
 }
 
 // runHandler calls the handler; true: it panicked, and the answer is cut.
@@ -547,6 +573,14 @@ func (c *clientConn) lingeringClose() {
 	}
 }
 
+// cut ends the connection from another goroutine without waiting for its
+// raw read: both directions are shut down, which wakes a wait and fails
+// the handler's writes, and the request's context is cancelled.
+func (c *clientConn) cut() {
+	c.cancel()
+	_ = c.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+}
+
 // startWatch starts reading the connection while a request takes long,
 // to learn whether the client went away. Called by the ticker with the
 // server's lock held.
@@ -562,15 +596,22 @@ func (c *clientConn) startWatch() {
 
 func (c *clientConn) watch(done chan struct{}) {
 	defer close(done)
+	// The connection's descriptor is held by its raw read, in which the
+	// handler runs: the watch reads the socket through a second one, in
+	// the poller on its own.
+	f, err := c.tc.File()
+	if err != nil {
+		return
+	}
+	defer f.Close()
 	c.watchMu.Lock()
 	if c.stopping {
 		c.watchMu.Unlock()
 		return
 	}
-	// The read after the head has no deadline while the handler runs.
-	_ = c.tc.SetReadDeadline(time.Time{})
+	c.watchFile = f
 	c.watchMu.Unlock()
-	n, err := c.tc.Read(c.watchByte[:])
+	n, err := f.Read(c.watchByte[:])
 	if n == 1 {
 		c.watchN = 1 // the client is there: it sent its next request
 		return
@@ -587,7 +628,10 @@ func (c *clientConn) watch(done chan struct{}) {
 func (c *clientConn) stopWatch() {
 	c.watchMu.Lock()
 	c.stopping = true
-	_ = c.tc.SetReadDeadline(aLongTimeAgo)
+	if c.watchFile != nil {
+		_ = c.watchFile.SetReadDeadline(aLongTimeAgo)
+		c.watchFile = nil
+	}
 	done := c.watchDone
 	c.watchMu.Unlock()
 	<-done
