@@ -189,8 +189,11 @@ func (s *Server) ticker() {
 			tick := s.tick.Add(1)
 			s.mu.Lock()
 			for c := range s.conns {
-				if c.state.Load() == stateHandler && c.started.Load() <= tick-2 {
+				switch st := c.state.Load(); {
+				case st == stateHandler && c.started.Load() <= tick-2:
 					c.startWatch()
+				case st == stateIdle && c.idleAt.Load() == tick-1:
+					c.closeIfEnded()
 				}
 			}
 			s.mu.Unlock()
@@ -265,6 +268,7 @@ type clientConn struct {
 	peeked    bool // four bytes of this head came (net/http's Peek(4) between requests)
 	state     atomic.Int32
 	started   atomic.Int64 // the tick the request in the handler started at
+	idleAt    atomic.Int64 // the tick the connection last went idle at
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
@@ -383,6 +387,7 @@ func (c *clientConn) step(fd uintptr) bool {
 		// Wait for the next request: the socket is read once it is
 		// readable, not before (the readiness of bytes that came since the
 		// last read was not reset).
+		c.idleAt.Store(c.s.tick.Load())
 		if !c.state.CompareAndSwap(stateHead, stateIdle) {
 			c.end = endClose // the shutdown closed it meanwhile
 			return true
@@ -579,6 +584,26 @@ func (c *clientConn) lingeringClose() {
 func (c *clientConn) cut() {
 	c.cancel()
 	_ = c.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+}
+
+// closeIfEnded closes an idle connection whose client has closed its
+// side (a read would find the end and nothing before it). The wait for
+// the next request does not read first, and the poller does not tell an
+// end from bytes: a client that sends its last request and its end
+// together is found out here, by the ticker, one to two ticks after the
+// answer (net/http's server and HAProxy close at once; without this,
+// the idle timeout would). Called by the ticker with the server's lock
+// held, once for each idle spell that lasts a tick.
+func (c *clientConn) closeIfEnded() {
+	ended := false
+	var b [1]byte
+	_ = c.rc.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ended = n == 0 && err == nil
+	})
+	if ended && c.state.CompareAndSwap(stateIdle, stateClosed) {
+		c.cut() // wakes the wait, which reads the end and closes
+	}
 }
 
 // startWatch starts reading the connection while a request takes long,
