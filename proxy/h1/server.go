@@ -3,6 +3,7 @@ package h1
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -189,10 +190,11 @@ func (s *Server) ticker() {
 			tick := s.tick.Add(1)
 			s.mu.Lock()
 			for c := range s.conns {
-				switch st := c.state.Load(); {
+				switch st, at := c.state.Load(), c.idleAt.Load(); {
 				case st == stateHandler && c.started.Load() <= tick-2:
 					c.startWatch()
-				case st == stateIdle && c.idleAt.Load() == tick-1:
+				case st == stateIdle && at < tick-1 && c.idleAt.CompareAndSwap(at, math.MaxInt64):
+					// Idle through a whole tick, and asked once a spell.
 					c.closeIfEnded()
 				}
 			}
@@ -268,7 +270,7 @@ type clientConn struct {
 	peeked    bool // four bytes of this head came (net/http's Peek(4) between requests)
 	state     atomic.Int32
 	started   atomic.Int64 // the tick the request in the handler started at
-	idleAt    atomic.Int64 // the tick the connection last went idle at
+	idleAt    atomic.Int64 // the tick the connection last went idle at; MaxInt64 once the ticker asked
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
@@ -590,10 +592,10 @@ func (c *clientConn) cut() {
 // side (a read would find the end and nothing before it). The wait for
 // the next request does not read first, and the poller does not tell an
 // end from bytes: a client that sends its last request and its end
-// together is found out here, by the ticker, one to two ticks after the
+// together is found out here, by the ticker, two to three ticks after the
 // answer (net/http's server and HAProxy close at once; without this,
 // the idle timeout would). Called by the ticker with the server's lock
-// held, once for each idle spell that lasts a tick.
+// held, once for each idle spell that lasts a whole tick.
 func (c *clientConn) closeIfEnded() {
 	ended := false
 	var b [1]byte

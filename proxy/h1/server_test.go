@@ -228,7 +228,13 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			plain, short := serveBoth(t, tc.h, func(hs *http.Server) { hs.ErrorLog = discardLog })
 			want := exchange(t, plain, tc.req)
+			start := time.Now()
 			got := exchange(t, short, tc.req)
+			// The exchange half-closes: an answer that comes only with
+			// the idle timeout (5 s) is a connection that missed the end.
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("the short way took %v to answer and close", d)
+			}
 			if want == "" && tc.name != "panic" && tc.name != "abort cuts the body" {
 				t.Fatal("net/http answered nothing")
 			}
