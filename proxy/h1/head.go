@@ -66,9 +66,14 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 		case "Transfer-Encoding", "Expect", "Upgrade":
 			return nil
 		case "Content-Length":
-			if value != "0" || len(r.Header[name]) > 0 {
+			// One length, of a body small enough to come whole with its
+			// head (the server checks that it did): as net/http reads it,
+			// decimal digits alone.
+			n, ok := shortLength(value)
+			if !ok || len(r.Header[name]) > 0 {
 				return nil
 			}
+			r.ContentLength = n
 		}
 		fields.add(r.Header, name, value)
 	}
@@ -88,6 +93,21 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	pragmaNoCache(r.Header)
 	r.Close = closes(r.ProtoMinor, r.Header["Connection"])
 	return r
+}
+
+// shortLength parses a Content-Length of one to four decimal digits.
+func shortLength(v string) (int64, bool) {
+	if len(v) == 0 || len(v) > 4 {
+		return 0, false
+	}
+	n := int64(0)
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
 }
 
 var crlf = []byte("\r\n")

@@ -1,8 +1,10 @@
 package h1
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -18,13 +20,14 @@ import (
 
 // Server serves HTTP/1.x on cleartext connections the short way, in front
 // of a net/http server that it shares its handler and settings with. A
-// request the strict reader takes (parseHead: no body, origin form or
-// http:// absolute form, a head within the buffer) is read, handed to the
-// handler and answered in
-// the connection's own goroutine: no background read and no context a
-// request, and no buffer held while the connection waits for its next
-// request. The first request it does not take hands the connection, with
-// every byte read from it, to the net/http server, which keeps it: bodies,
+// request the strict reader takes (parseHead: origin form or http://
+// absolute form, a head within the buffer, no body or one with a
+// Content-Length that came whole with the head) is read, handed to the
+// handler and answered in the connection's own goroutine: no background
+// read and no context a request, and no buffer held while the connection
+// waits for its next request. The first request it does not take hands
+// the connection, with every byte read from it, to the net/http server,
+// which keeps it: chunked and longer bodies, bodies still on their way,
 // 100-continue, upgrades and whatever is malformed are net/http's to
 // answer, as they are on every other listener.
 //
@@ -462,14 +465,40 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	}
 	n, c.scanned = scanHead(c.buf[c.r:c.w], c.scanned)
 	if n > 0 {
-		// A whole head: the short way's, or (a body, say) net/http's.
+		// A whole head: the short way's, or (a body that did not come
+		// with it, chunked, say) net/http's.
 		r = parseHead(c.buf[c.r:c.r+n], c.base)
+		if r != nil && r.ContentLength > 0 {
+			end := c.r + n + int(r.ContentLength)
+			if end > c.w {
+				return nil, 0, true
+			}
+			// A copy: a transport may still read a request's body after
+			// the handler has returned, and the buffer is the next
+			// request's by then.
+			r.Body = &heldBody{b: bytes.Clone(c.buf[c.r+n : end])}
+			n = end - c.r
+		}
 		return r, n, r == nil
 	}
 	// Not a head the strict reader takes, or longer than the buffer.
 	theirs = n < 0 || c.r == 0 && c.w == bufSize
 	return nil, 0, theirs && c.mayHandOff()
 }
+
+// heldBody is a request's body that came whole with its head.
+type heldBody struct{ b []byte }
+
+func (h *heldBody) Read(p []byte) (int, error) {
+	if len(h.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, h.b)
+	h.b = h.b[n:]
+	return n, nil
+}
+
+func (h *heldBody) Close() error { return nil }
 
 // mayHandOff reports whether what is buffered may go to net/http's
 // server now: between requests it waits for four bytes before it reads a

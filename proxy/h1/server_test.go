@@ -196,6 +196,14 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 		// Left to net/http, on the same connection after a first request
 		// the short way served.
 		{"body", get + "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc" + get, echo},
+		{"body with leading zeros", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 003\r\n\r\nabc" + get, echo},
+		{"body not read by the handler", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello" + get,
+			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Method) }},
+		{"body shorter than its length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\nabc", echo},
+		{"body longer than the buffer", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + big + get, echo},
+		{"length with a sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc", echo},
+		{"two lengths alike", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", echo},
+		{"GET with a body", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi" + get, echo},
 		{"chunked body", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", echo},
 		{"expect", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", echo},
 		{"two hosts", get + "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", echo},
@@ -472,6 +480,8 @@ func FuzzServerAgainstNetHTTP(f *testing.F) {
 		"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
 		"GET /\r\n",
+		"PUT /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0004\r\n\r\nbodyGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi\r\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -568,5 +578,39 @@ func TestServerCloseCutsBusyHandlers(t *testing.T) {
 		t.Fatalf("read %q after Close, want the connection ended", b)
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the connection is still open after Close")
+	}
+}
+
+// A body that comes whole with its head is served the short way (the
+// connection stays on it for the requests after), and is the request's
+// own: read after the handler returned, when the connection's buffer has
+// the next request in it, it is still what was sent. One that does not
+// fit in the buffer goes to net/http's server.
+func TestServerServesBodiesWithTheirHead(t *testing.T) {
+	kept := make(chan io.ReadCloser, 1)
+	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/keep" {
+			kept <- r.Body
+		} else {
+			io.Copy(io.Discard, r.Body)
+		}
+		fmt.Fprintf(w, "%T %d", w, r.ContentLength)
+	})})
+	c, br := dial(t, addr)
+	body := strings.Repeat("b", 1000)
+	for _, step := range []struct{ req, want string }{
+		{"POST /keep HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n" + body, "*h1.response 1000"},
+		{"GET / HTTP/1.1\r\nHost: a\r\nX-Fill: " + strings.Repeat("z", 1500) + "\r\n\r\n", "*h1.response 0"},
+		{"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "*h1.response 3"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*http.response 5000"},
+	} {
+		io.WriteString(c, step.req)
+		if _, got := readAnswer(t, br); got != step.want {
+			t.Fatalf("answer %q, want %q", got, step.want)
+		}
+	}
+	b, err := io.ReadAll(<-kept)
+	if err != nil || string(b) != body {
+		t.Fatalf("the body read after its handler: %d bytes, %v; want the %d sent", len(b), err, len(body))
 	}
 }
