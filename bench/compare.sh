@@ -16,7 +16,8 @@
 # Needs: wrk, h2load, openssl, taskset, git (Debian: wrk nghttp2-client
 # openssl util-linux git).
 # PROXIES=0 skips the proxy paths; PATHS picks some of them (default
-# "http tcp forward h2"; "redis" adds redis-benchmark SET and GET -c 50
+# "http tcp forward h2"; "post" adds POSTs of 100-byte bodies through the
+# http listener; "redis" adds redis-benchmark SET and GET -c 50
 # through the tcp listener to a redis-server, which it then needs);
 # LIB_ROUNDS (default ROUNDS) sets the library's
 # rounds.
@@ -104,6 +105,11 @@ if [ "$PROXIES" = 1 ]; then
 wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"
 LUA
+	cat > "$out/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 100)
+wrk.headers["Content-Type"] = "text/plain"
+LUA
 	ports="19301 18300 18301 18302 18303 18304 18310 18311 18312 18313 18314"
 	if [[ " $PATHS " == *" redis "* ]]; then ports+=" 19379"; fi
 	for port in $ports; do
@@ -149,6 +155,7 @@ LUA
 				http) r=$(run "$side" "$path" $((18300 + off))) ;;
 				tcp) r=$(run "$side" "$path" $((18301 + off))) ;;
 				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
+				post) r=$(run "$side" "$path" $((18300 + off)) -s "$out/post.lua") ;;
 				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
 				redis) r=$(run_redis "$side" $((18304 + off))) ;;
 				esac

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -22,18 +23,18 @@ import (
 // (the request's, else the URL's), User-Agent (Go's unless the header
 // has one; none when it is empty), then the other fields sorted by name,
 // names that are not tokens left out.
-func writeRequest(bw *bufio.Writer, r *http.Request) error {
+func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
 	if r.Close || len(r.TransferEncoding) > 0 || r.Trailer != nil || r.URL.Opaque != "" ||
 		!plainHost(host) || watched(r) {
-		return r.Write(bw)
+		return netWriteRequest(bw, r, body)
 	}
 	target := r.URL.RequestURI()
 	if strings.ContainsFunc(target, isCTL) {
-		return r.Write(bw)
+		return netWriteRequest(bw, r, body)
 	}
 	ua := "Go-http-client/1.1"
 	if v, ok := r.Header["User-Agent"]; ok {
@@ -60,13 +61,13 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 		}
 		for _, v := range values {
 			if !plainValue(v) {
-				return r.Write(bw)
+				return netWriteRequest(bw, r, body)
 			}
 		}
 		fields = append(fields, kv{name, values})
 	}
 	if !plainValue(ua) {
-		return r.Write(bw)
+		return netWriteRequest(bw, r, body)
 	}
 	slices.SortFunc(fields, func(a, b kv) int { return strings.Compare(a.name, b.name) })
 	method := r.Method
@@ -84,6 +85,12 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 		bw.WriteString(ua)
 		bw.WriteString("\r\n")
 	}
+	if len(body) > 0 {
+		var n [20]byte
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(n[:0], int64(len(body)), 10))
+		bw.WriteString("\r\n")
+	}
 	for _, f := range fields {
 		for _, v := range f.values {
 			bw.WriteString(f.name)
@@ -93,7 +100,21 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 		}
 	}
 	_, err := bw.WriteString("\r\n")
+	if err == nil && len(body) > 0 {
+		_, err = bw.Write(body)
+	}
 	return err
+}
+
+// netWriteRequest writes r with net/http's Request.Write, body (read
+// from r's already) as its body.
+func netWriteRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
+	if len(body) == 0 {
+		return r.Write(bw)
+	}
+	r2 := *r
+	r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return r2.Write(bw)
 }
 
 // plainHost: a Host Request.Write sends as it is (ASCII needs no

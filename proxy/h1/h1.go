@@ -37,6 +37,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -160,15 +161,34 @@ func (t *Transport) closeIdle(final bool) {
 	t.HTTP.CloseIdleConnections()
 }
 
-// short reports whether r may go the short way.
+// maxBody is the longest request body the short way sends: it is read
+// whole before the request is written, and goes with its head in one
+// write. A longer one, or one of no known length, goes through net/http.
+const maxBody = 4 << 10
+
+// short reports whether r may go the short way: a bodiless GET, HEAD,
+// OPTIONS or TRACE, or a request with a body of a known length up to
+// maxBody (not waiting for 100 Continue).
 func short(r *http.Request) bool {
-	if r.URL.Scheme != "http" || r.Body != nil && r.Body != http.NoBody || r.ContentLength != 0 {
+	if r.URL.Scheme != "http" {
 		return false
 	}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-	default:
-		return false
+	if r.Body == nil || r.Body == http.NoBody {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		default:
+			return false
+		}
+		if r.ContentLength != 0 {
+			return false
+		}
+	} else {
+		if r.ContentLength <= 0 || r.ContentLength > maxBody || r.Method == http.MethodConnect {
+			return false
+		}
+		if _, expect := r.Header["Expect"]; expect {
+			return false
+		}
 	}
 	_, upgrade := r.Header["Upgrade"]
 	return !upgrade
@@ -183,10 +203,19 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.URL.Port() == "" { // as net/http dials it
 		addr = net.JoinHostPort(r.URL.Hostname(), "80")
 	}
-	for again := true; ; again = false {
+	// A body is read once: a request with one is not sent again (as
+	// net/http's Transport does not send again a body it cannot get
+	// anew), so a connection the server has closed meanwhile is not used
+	// for it.
+	once := r.ContentLength > 0
+	for again := !once; ; again = false {
 		c, reused, err := t.get(r.Context(), addr)
 		if err != nil {
 			return nil, err
+		}
+		if once && reused && c.gone() {
+			c.conn.Close()
+			continue
 		}
 		resp, err := c.roundTrip(r)
 		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
@@ -368,6 +397,24 @@ func (c *conn) Read(p []byte) (int, error) {
 
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
+var bodies = sync.Pool{New: func() any { return new([maxBody]byte) }}
+
+// gone reports whether the server has closed c, or sent something
+// unasked, while it sat idle: a look at the socket that takes nothing
+// from it. For a request that cannot be sent again.
+func (c *conn) gone() bool {
+	if c.rc == nil || c.br.Buffered() > 0 {
+		return c.br.Buffered() > 0
+	}
+	gone := false
+	var b [1]byte
+	err := c.rc.Control(func(fd uintptr) {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		gone = err != syscall.EAGAIN
+	})
+	return gone || err != nil
+}
+
 // lastWrite is what a request is written through: the buffer's flushes
 // while the request is written go to the connection as they come; the
 // last one (final) is sent by sendThenWait.
@@ -439,6 +486,23 @@ func (c *conn) writeError(err error) error {
 // context ends it whenever it is done. On an error c is closed.
 func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	ctx, try := r.Context(), c.t.try
+	var reqBody []byte
+	if r.ContentLength > 0 {
+		// Read whole first, once a connection is ready for it (a failed
+		// dial leaves it unread, for another endpoint), and before the
+		// try begins: a client slow to send it is not the backend's
+		// delay. A failure to read it is the client's body's (proxy.Body
+		// keeps it), and nothing was sent.
+		b := bodies.Get().(*[maxBody]byte)
+		defer bodies.Put(b)
+		n, err := io.ReadFull(r.Body, b[:r.ContentLength])
+		r.Body.Close()
+		if err != nil {
+			c.conn.Close()
+			return nil, fmt.Errorf("reading the request body: %w", err)
+		}
+		reqBody = b[:n]
+	}
 	if try > 0 {
 		c.conn.SetDeadline(time.Now().Add(try))
 	}
@@ -452,7 +516,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(&c.last)
 	c.last.final = false
-	err := writeRequest(bw, r)
+	err := writeRequest(bw, r, reqBody)
 	if err == nil {
 		c.last.final = true
 		err = bw.Flush()

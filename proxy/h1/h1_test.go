@@ -107,13 +107,22 @@ func TestShortWayKeepsOneConnection(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Errorf("20 requests in turn opened %d connections, want 1", n)
 	}
-	// A request with a body goes through net/http's Transport.
+	// A short body goes the same way, on the same connection; a longer
+	// one through net/http's Transport.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/y", strings.NewReader("data"))
 	if _, body := fetch(t, tr, req); body != "POST /y data" {
 		t.Errorf("POST: body %q", body)
 	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("after a short POST: %d connections, want the one kept", n)
+	}
+	long := strings.Repeat("l", maxBody+1)
+	req, _ = http.NewRequest(http.MethodPost, srv.URL+"/z", strings.NewReader(long))
+	if _, body := fetch(t, tr, req); body != "POST /z "+long {
+		t.Errorf("long POST: %d bytes back", len(body))
+	}
 	if n := conns.Load(); n != 2 {
-		t.Errorf("after a POST: %d connections, want 2 (one each way)", n)
+		t.Errorf("after a long POST: %d connections, want 2 (one each way)", n)
 	}
 }
 
@@ -546,5 +555,84 @@ func TestRemoveHopByHop(t *testing.T) {
 	RemoveHopByHop(h)
 	if want := (http.Header{"X-C": {"3"}}); !reflect.DeepEqual(h, want) {
 		t.Errorf("left %v, want %v", h, want)
+	}
+}
+
+// A request with a short body goes the short way: the backend gets it
+// whole, on the connection kept from the last request, and again when
+// the server closed that connection while it sat idle (the body is not
+// sent twice: the closed connection is found before it is used). A body
+// that cannot be read fails the request before anything is sent.
+func TestShortWayBodies(t *testing.T) {
+	type seen struct{ method, body string }
+	got := make(chan seen, 16)
+	closeAfter := atomic.Bool{}
+	backend := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(req.Body)
+			got <- seen{req.Method, string(b)}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if closeAfter.Load() {
+				return // as a server whose idle timeout is short closes
+			}
+		}
+	})
+	tr := newTestTransport(t, 5*time.Second)
+	send := func(method, body string) error {
+		req, _ := http.NewRequest(method, backend.url(), nil)
+		req.Body, req.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "ok" {
+			return fmt.Errorf("answer %q, %v", b, err)
+		}
+		return nil
+	}
+	for i, s := range []seen{{"POST", "a=1"}, {"PUT", strings.Repeat("p", maxBody)}, {"PATCH", "{}"}} {
+		if err := send(s.method, s.body); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if g := <-got; g != s {
+			t.Fatalf("request %d: the backend saw %s with %d bytes, want %s with %d", i, g.method, len(g.body), s.method, len(s.body))
+		}
+	}
+	if n := backend.accepted.Load(); n != 1 {
+		t.Fatalf("%d backend connections for three requests, want one kept", n)
+	}
+	if n := tr.Idle(); n != 1 {
+		t.Fatalf("%d connections idle on the short way, want the one the bodies went on", n)
+	}
+
+	closeAfter.Store(true)
+	for i := range 3 {
+		if err := send("POST", "again"); err != nil {
+			t.Fatalf("after the backend closed its idle connection, request %d: %v", i, err)
+		}
+		<-got
+		time.Sleep(20 * time.Millisecond) // the backend's close arrives
+	}
+	select {
+	case g := <-got:
+		t.Fatalf("the backend saw one more request: %+v", g)
+	default:
+	}
+
+	req, _ := http.NewRequest("POST", backend.url(), nil)
+	req.Body, req.ContentLength = io.NopCloser(io.MultiReader(strings.NewReader("ab"), &onceErr{err: errors.New("client gone")})), 10
+	if _, err := tr.RoundTrip(req); err == nil || !strings.Contains(err.Error(), "client gone") {
+		t.Fatalf("a body that breaks: %v, want its error", err)
+	}
+	select {
+	case g := <-got:
+		t.Fatalf("a request whose body broke reached the backend: %+v", g)
+	case <-time.After(50 * time.Millisecond):
 	}
 }
