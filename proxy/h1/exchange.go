@@ -85,7 +85,10 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
 		bw.WriteString(ua)
 		bw.WriteString("\r\n")
 	}
-	if len(body) > 0 {
+	switch {
+	case len(body) > 0, method == http.MethodPost, method == http.MethodPut, method == http.MethodPatch:
+		// As Request.Write: a length for a body, and for these methods
+		// without one ("Content-Length: 0", which many servers expect).
 		var n [20]byte
 		bw.WriteString("Content-Length: ")
 		bw.Write(strconv.AppendInt(n[:0], int64(len(body)), 10))
