@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rotor beside nginx, HAProxy and Caddy (and the backend direct), in one
 # run, on every path:
-#   HTTP/1.1: wrk -t1 -c50 through each, three backends
+#   HTTP/1.1: wrk -t1 -c50 through each, three backends; GETs, and POSTs
+#        of 100-byte bodies
 #   TCP: redis-benchmark SET/GET through each TCP proxy (rotor's tcp
 #        listener, HAProxy mode tcp, nginx stream), plain and pipelined -P 16
 #   HTTP/2 over TLS: h2load -c 20 -m 10 through each, to HTTP/1.1 backends
@@ -19,7 +20,7 @@
 # too (from /proc), and charted as requests per CPU second: when the
 # load's core is the limit, the rates draw level and the CPU still tells
 # them apart.
-# ROUNDS=3 runs HTTP/1.1, TCP and HTTP/2 three times, the targets taking
+# ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
 # Usage: bash bench/peers.sh > bench/out/peers.txt
@@ -274,6 +275,32 @@ for target in $h1; do
 	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "$c" "${v[err-$name]}"
 	result "HTTP/1.1" "$name" "$r"
 	result "HTTP/1.1 per CPU s" "$name" "$(per_cpu_s "$c")"
+done
+echo
+echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --latency -s post.lua, three backends, load on cores $load$of"
+printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
+cat > "$out/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 100)
+wrk.headers["Content-Type"] = "text/plain"
+LUA
+run_post() {
+	local name=$1 port=$2 f=$out/wrk-post-$2-$3.txt t0
+	t0=$(ticks "$name")
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency -s "$out/post.lua" "http://127.0.0.1:$port/" > "$f"
+	v[pcpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
+	v[prps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
+	v[pp50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
+	v[pp99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
+	v[perr-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
+}
+each "$h1" run_post
+for target in $h1; do
+	name=${target%=*}
+	r=$(median <<<"${v[prps-$name]}") c=$(median <<<"${v[pcpu-$name]}")
+	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[pp50-$name]}")" "$(median <<<"${v[pp99-$name]}")" "$c" "${v[perr-$name]}"
+	result "HTTP/1.1 POST" "$name" "$r"
+	result "POST per CPU s" "$name" "$(per_cpu_s "$c")"
 done
 echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
