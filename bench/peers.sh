@@ -255,53 +255,47 @@ settle() {
 of=""
 [ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
 declare -A v
-echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
-printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
-h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
-run_h1() {
-	local name=$1 port=$2 f=$out/wrk-$2-$3.txt t0
+# run_wrk KIND NAME PORT ROUND [WRK ARGS...] runs wrk once through NAME
+# and keeps its figures under KIND.
+run_wrk() {
+	local kind=$1 name=$2 port=$3 f=$out/wrk-$1-$3-$4.txt t0
+	shift 4
 	t0=$(ticks "$name")
-	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "http://127.0.0.1:$port/" > "$f"
-	v[cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
-	v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
-	v[p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
-	v[p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
-	v[err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "$@" "http://127.0.0.1:$port/" > "$f"
+	v[$kind-cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
+	v[$kind-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
+	v[$kind-p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
+	v[$kind-p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
+	v[$kind-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
-each "$h1" run_h1
-for target in $h1; do
-	name=${target%=*}
-	r=$(median <<<"${v[rps-$name]}") c=$(median <<<"${v[cpu-$name]}")
-	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[p50-$name]}")" "$(median <<<"${v[p99-$name]}")" "$c" "${v[err-$name]}"
-	result "HTTP/1.1" "$name" "$r"
-	result "HTTP/1.1 per CPU s" "$name" "$(per_cpu_s "$c")"
-done
-echo
-echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --latency -s post.lua, three backends, load on cores $load$of"
-printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
+# wrk_table KIND TEST CPUTEST prints KIND's medians and records them for
+# the chart as TEST (requests/s) and CPUTEST (requests a CPU second).
+wrk_table() {
+	local target name r c
+	printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
+	for target in $h1; do
+		name=${target%=*}
+		r=$(median <<<"${v[$1-rps-$name]}") c=$(median <<<"${v[$1-cpu-$name]}")
+		printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" "${v[$1-err-$name]}"
+		result "$2" "$name" "$r"
+		result "$3" "$name" "$(per_cpu_s "$c")"
+	done
+}
+h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
 cat > "$out/post.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = string.rep("x", 100)
 wrk.headers["Content-Type"] = "text/plain"
 LUA
-run_post() {
-	local name=$1 port=$2 f=$out/wrk-post-$2-$3.txt t0
-	t0=$(ticks "$name")
-	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency -s "$out/post.lua" "http://127.0.0.1:$port/" > "$f"
-	v[pcpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
-	v[prps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
-	v[pp50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
-	v[pp99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
-	v[perr-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
-}
+run_get() { run_wrk get "$@"; }
+run_post() { run_wrk post "$@" -s "$out/post.lua"; }
+echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
+each "$h1" run_get
+wrk_table get "HTTP/1.1" "HTTP/1.1 per CPU s"
+echo
+echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --latency -s post.lua, three backends, load on cores $load$of"
 each "$h1" run_post
-for target in $h1; do
-	name=${target%=*}
-	r=$(median <<<"${v[prps-$name]}") c=$(median <<<"${v[pcpu-$name]}")
-	printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[pp50-$name]}")" "$(median <<<"${v[pp99-$name]}")" "$c" "${v[perr-$name]}"
-	result "HTTP/1.1 POST" "$name" "$r"
-	result "POST per CPU s" "$name" "$(per_cpu_s "$c")"
-done
+wrk_table post "HTTP/1.1 POST" "POST per CPU s"
 echo
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
 printf "%-10s %12s %12s %14s %14s %12s %12s\n" target SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
