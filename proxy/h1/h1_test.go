@@ -566,6 +566,7 @@ func TestRemoveHopByHop(t *testing.T) {
 func TestShortWayBodies(t *testing.T) {
 	type seen struct{ method, body string }
 	got := make(chan seen, 16)
+	closed := make(chan struct{}, 16)
 	closeAfter := atomic.Bool{}
 	backend := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
 		for {
@@ -577,7 +578,9 @@ func TestShortWayBodies(t *testing.T) {
 			got <- seen{req.Method, string(b)}
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 			if closeAfter.Load() {
-				return // as a server whose idle timeout is short closes
+				c.Close() // as a server whose idle timeout is short closes
+				closed <- struct{}{}
+				return
 			}
 		}
 	})
@@ -617,7 +620,7 @@ func TestShortWayBodies(t *testing.T) {
 			t.Fatalf("after the backend closed its idle connection, request %d: %v", i, err)
 		}
 		<-got
-		time.Sleep(20 * time.Millisecond) // the backend's close arrives
+		<-closed // on loopback its end is at the client's socket once it returns
 	}
 	select {
 	case g := <-got:
