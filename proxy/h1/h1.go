@@ -403,16 +403,28 @@ var bodies = sync.Pool{New: func() any { return new([maxBody]byte) }}
 // unasked, while it sat idle: a look at the socket that takes nothing
 // from it. For a request that cannot be sent again.
 func (c *conn) gone() bool {
-	if c.rc == nil || c.br.Buffered() > 0 {
-		return c.br.Buffered() > 0
+	if c.br.Buffered() > 0 {
+		return true
 	}
-	gone := false
+	if c.rc == nil {
+		return false
+	}
+	_, err := peek(c.rc)
+	return err != syscall.EAGAIN
+}
+
+// peek looks at rc's socket without taking from it or waiting: n is 1
+// when a byte is there, 0 with no error at its end; EAGAIN when nothing
+// is. The short way asks it of a connection that waits: a client's that
+// may have ended with its last request, a backend's kept idle.
+func peek(rc syscall.RawConn) (n int, err error) {
 	var b [1]byte
-	err := c.rc.Control(func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		gone = err != syscall.EAGAIN
-	})
-	return gone || err != nil
+	if cerr := rc.Control(func(fd uintptr) {
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}); cerr != nil {
+		return 0, cerr
+	}
+	return n, err
 }
 
 // lastWrite is what a request is written through: the buffer's flushes

@@ -476,7 +476,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			// A copy: a transport may still read a request's body after
 			// the handler has returned, and the buffer is the next
 			// request's by then.
-			r.Body = &heldBody{b: bytes.Clone(c.buf[c.r+n : end])}
+			r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(c.buf[c.r+n : end])))
 			n = end - c.r
 		}
 		return r, n, r == nil
@@ -485,20 +485,6 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	theirs = n < 0 || c.r == 0 && c.w == bufSize
 	return nil, 0, theirs && c.mayHandOff()
 }
-
-// heldBody is a request's body that came whole with its head.
-type heldBody struct{ b []byte }
-
-func (h *heldBody) Read(p []byte) (int, error) {
-	if len(h.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, h.b)
-	h.b = h.b[n:]
-	return n, nil
-}
-
-func (h *heldBody) Close() error { return nil }
 
 // mayHandOff reports whether what is buffered may go to net/http's
 // server now: between requests it waits for four bytes before it reads a
@@ -626,13 +612,7 @@ func (c *clientConn) cut() {
 // the idle timeout would). Called by the ticker with the server's lock
 // held, once for each idle spell that lasts a whole tick.
 func (c *clientConn) closeIfEnded() {
-	ended := false
-	var b [1]byte
-	_ = c.rc.Control(func(fd uintptr) {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ended = n == 0 && err == nil
-	})
-	if ended && c.state.CompareAndSwap(stateIdle, stateClosed) {
+	if n, err := peek(c.rc); n == 0 && err == nil && c.state.CompareAndSwap(stateIdle, stateClosed) {
 		c.cut() // wakes the wait, which reads the end and closes
 	}
 }
