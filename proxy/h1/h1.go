@@ -377,11 +377,13 @@ type conn struct {
 	br      *bufio.Reader
 	limit   int64 // bytes the head may still take; <0: no bound (the body streams)
 	read    int64 // bytes read since the request was written
+	readErr error // the last read's failure since the request was written
 	idleAt  time.Time
 }
 
 func (c *conn) Read(p []byte) (int, error) {
 	if c.limit == 0 {
+		c.readErr = errHeaderTooLarge
 		return 0, errHeaderTooLarge
 	}
 	if c.limit > 0 && int64(len(p)) > c.limit {
@@ -391,6 +393,9 @@ func (c *conn) Read(p []byte) (int, error) {
 	c.read += int64(n)
 	if c.limit > 0 {
 		c.limit -= int64(n)
+	}
+	if err != nil {
+		c.readErr = err
 	}
 	return n, err
 }
@@ -524,7 +529,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
 	}
-	c.read, c.limit = 0, c.t.maxHead
+	c.read, c.limit, c.readErr = 0, c.t.maxHead, nil
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(&c.last)
 	c.last.final = false
@@ -561,6 +566,16 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 		c.conn.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if c.readErr != nil {
+			// ReadResponse takes the bytes before a failed read as a
+			// whole last line: a head cut short at the try's deadline,
+			// the bound or an end reads to it as a malformed one. The
+			// failure is what happened.
+			err = c.readErr
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
 		}
 		return nil, err
 	}

@@ -450,6 +450,38 @@ func TestShortWayInformational(t *testing.T) {
 	}
 }
 
+// A head cut short fails as what cut it: ReadResponse would take the
+// bytes before the failed read as a whole status line and call them
+// malformed.
+func TestShortWayHeadCutShort(t *testing.T) {
+	tr := newTestTransport(t, 200*time.Millisecond)
+	for _, tc := range []struct {
+		name string
+		then func(c net.Conn, br *bufio.Reader)
+		want func(error) bool
+	}{
+		{"at the try's deadline", func(c net.Conn, br *bufio.Reader) { br.ReadByte() }, isTimeout},
+		{"by the server's end", func(net.Conn, *bufio.Reader) {}, func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+	} {
+		for _, part := range []string{"HTTP/1.1 ", "HTTP/1.1 200 O", "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 "} {
+			b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+				if readRequest(br) {
+					io.WriteString(c, part)
+					tc.then(c, br)
+				}
+			})
+			req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !tc.want(err) {
+				t.Errorf("%q, then cut %s: %v", part, tc.name, err)
+			}
+		}
+	}
+}
+
 func TestShortWayIdleAndClose(t *testing.T) {
 	closed := make(chan struct{}, 4)
 	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
