@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rotor-lb/rotor/config"
+	"github.com/rotor-lb/rotor/internal/gcfloor"
 	"github.com/rotor-lb/rotor/server"
 )
 
@@ -29,6 +30,12 @@ and exits 0.`,
 			if path == "" {
 				return fmt.Errorf("--config: required")
 			}
+			if os.Getenv("GOGC") == "" {
+				// The heap may grow to heapFloor before the collector
+				// runs at GOGC's pace (docs/CONFIG.md, "Memory"); a GOGC
+				// set in the environment is the runtime's alone.
+				defer gcfloor.Start(heapFloor, 100)()
+			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
 				if err != nil {
@@ -47,6 +54,12 @@ and exits 0.`,
 	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (go tool pprof) of the whole run to this file")
 	return cmd
 }
+
+// heapFloor is the heap rotor serve lets grow before its collector keeps
+// to GOGC's pace: a proxy's live heap is a few MB and its garbage comes
+// with every request, so at GOGC 100 alone it collects tens of times a
+// second (docs/BENCHMARKS.md, "A floor under the heap").
+const heapFloor = 16 << 20
 
 // startCPUProfile profiles the process into path until stop is called.
 func startCPUProfile(path string) (stop func(), err error) {
