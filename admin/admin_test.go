@@ -115,6 +115,9 @@ func TestStickyAndRecordMetrics(t *testing.T) {
 	m.Served(&proxy.Record{Listener: "db", Kind: proxy.KindTCP, Pool: "s", Endpoint: "a", BytesIn: 1000, BytesOut: 3096, Duration: time.Second})
 	m.Served(&proxy.Record{Listener: "db", Kind: proxy.KindTCP, Pool: "s", Reason: "no_endpoint"})
 	m.Served(&proxy.Record{Listener: "web", Kind: proxy.KindHTTP, Pool: "s", Endpoint: "a", Status: 101, Attempts: 2})
+	for _, status := range []int{200, 502, 200} { // a series taken again, and one beside it
+		m.Served(&proxy.Record{Listener: "web", Kind: proxy.KindHTTP, Pool: "s", Endpoint: "a", Status: status, BytesIn: 10, BytesOut: 100, Duration: time.Millisecond})
+	}
 	m.Served(&proxy.Record{Listener: "out", Kind: proxy.KindConnect, Pool: "s", Status: 403, Reason: "port_forbidden"})
 	c := &control{pool: p}
 	body := do(admin.Handler(c, m, admin.Options{}), "GET", "/metrics").Body.String()
@@ -124,6 +127,10 @@ func TestStickyAndRecordMetrics(t *testing.T) {
 		`rotor_tcp_connections_total{endpoint="a",listener="db",pool="s",result="ok"} 1`,
 		`rotor_tcp_connections_total{endpoint="",listener="db",pool="s",result="no_endpoint"} 1`,
 		`rotor_requests_total{code="101",endpoint="a",kind="http",listener="web",pool="s"} 1`,
+		`rotor_requests_total{code="200",endpoint="a",kind="http",listener="web",pool="s"} 2`,
+		`rotor_requests_total{code="502",endpoint="a",kind="http",listener="web",pool="s"} 1`,
+		`rotor_bytes_total{direction="in",listener="web"} 30`, `rotor_bytes_total{direction="out",listener="web"} 300`,
+		`rotor_request_duration_seconds_count{listener="web",pool="s"} 4`,
 		`rotor_retries_total{listener="web",pool="s"} 1`,
 		`rotor_refused_total{listener="out",reason="port_forbidden"} 1`,
 	} {

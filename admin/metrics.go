@@ -4,6 +4,7 @@ package admin
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,24 @@ type Metrics struct {
 	refused  *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	pools    func() []PoolView
+
+	mu     sync.RWMutex
+	series map[httpKey]*httpSeries
+}
+
+// httpKey names the series a finished HTTP request counts in.
+type httpKey struct {
+	listener, kind, pool, endpoint string
+	status                         int
+}
+
+// httpSeries is an httpKey's counters, looked up in their vectors once: a
+// vector hashes every label value on each lookup, and a request would
+// make four.
+type httpSeries struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+	in, out  prometheus.Counter
 }
 
 var _ proxy.Observer = (*Metrics)(nil)
@@ -81,7 +100,8 @@ func NewMetrics(pools func() []PoolView) *Metrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rotor_bytes_total", Help: "Bytes relayed, by listener and direction (in: from clients, out: to clients).",
 		}, []string{"listener", "direction"}),
-		pools: pools,
+		pools:  pools,
+		series: make(map[httpKey]*httpSeries),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.conns, m.connDur, m.retries, m.refused, m.bytes, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -98,8 +118,15 @@ func (m *Metrics) Served(r *proxy.Record) {
 		m.conns.WithLabelValues(r.Listener, r.Pool, r.Endpoint, result).Inc()
 		m.connDur.WithLabelValues(r.Listener, r.Pool).Observe(r.Duration.Seconds())
 	} else {
-		m.requests.WithLabelValues(r.Listener, r.Kind, r.Pool, r.Endpoint, strconv.Itoa(r.Status)).Inc()
-		m.latency.WithLabelValues(r.Listener, r.Pool).Observe(r.Duration.Seconds())
+		s := m.httpSeries(r)
+		s.requests.Inc()
+		s.latency.Observe(r.Duration.Seconds())
+		if r.BytesIn > 0 {
+			s.in.Add(float64(r.BytesIn))
+		}
+		if r.BytesOut > 0 {
+			s.out.Add(float64(r.BytesOut))
+		}
 	}
 	if r.Attempts > 1 {
 		m.retries.WithLabelValues(r.Listener, r.Pool).Add(float64(r.Attempts - 1))
@@ -107,12 +134,39 @@ func (m *Metrics) Served(r *proxy.Record) {
 	if r.Reason != "" {
 		m.refused.WithLabelValues(r.Listener, r.Reason).Inc()
 	}
-	if r.BytesIn > 0 {
-		m.bytes.WithLabelValues(r.Listener, "in").Add(float64(r.BytesIn))
+	if r.Kind == proxy.KindTCP {
+		if r.BytesIn > 0 {
+			m.bytes.WithLabelValues(r.Listener, "in").Add(float64(r.BytesIn))
+		}
+		if r.BytesOut > 0 {
+			m.bytes.WithLabelValues(r.Listener, "out").Add(float64(r.BytesOut))
+		}
 	}
-	if r.BytesOut > 0 {
-		m.bytes.WithLabelValues(r.Listener, "out").Add(float64(r.BytesOut))
+}
+
+// httpSeries returns r's series, made the first time they are asked for.
+// They are as many as the vectors' (which keep every series they made).
+func (m *Metrics) httpSeries(r *proxy.Record) *httpSeries {
+	k := httpKey{r.Listener, r.Kind, r.Pool, r.Endpoint, r.Status}
+	m.mu.RLock()
+	s := m.series[k]
+	m.mu.RUnlock()
+	if s != nil {
+		return s
 	}
+	s = &httpSeries{
+		requests: m.requests.WithLabelValues(r.Listener, r.Kind, r.Pool, r.Endpoint, strconv.Itoa(r.Status)),
+		latency:  m.latency.WithLabelValues(r.Listener, r.Pool),
+		in:       m.bytes.WithLabelValues(r.Listener, "in"),
+		out:      m.bytes.WithLabelValues(r.Listener, "out"),
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old := m.series[k]; old != nil {
+		return old
+	}
+	m.series[k] = s
+	return s
 }
 
 var (
