@@ -270,6 +270,7 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	}
 	c.last = lastWrite{c: c}
 	c.sendFn = c.sendStep
+	c.cutFn = c.cut
 	return c, false, nil
 }
 
@@ -371,6 +372,7 @@ type conn struct {
 	// sendThenWait's state, and its step made once (a closure would be
 	// made, with what it holds, on every request).
 	sendFn  func(fd uintptr) bool
+	cutFn   func() // cut, made once
 	sendP   []byte
 	sendN   int
 	sendErr error
@@ -403,6 +405,10 @@ func (c *conn) Read(p []byte) (int, error) {
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
 var bodies = sync.Pool{New: func() any { return new([maxBody]byte) }}
+
+// cut makes the request's reads and writes on c fail at once: its
+// context is done.
+func (c *conn) cut() { c.conn.SetDeadline(aLongTimeAgo) }
 
 // gone reports whether the server has closed c, or sent something
 // unasked, while it sat idle: a look at the socket that takes nothing
@@ -527,7 +533,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	// the last word.
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
+		stop = context.AfterFunc(ctx, c.cutFn)
 	}
 	c.read, c.limit, c.readErr = 0, c.t.maxHead, nil
 	bw := writers.Get().(*bufio.Writer)
@@ -585,7 +591,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 		// Transport; a cancellation meanwhile still ends it.
 		c.conn.SetDeadline(time.Time{})
 		if ctx.Err() != nil {
-			c.conn.SetDeadline(aLongTimeAgo)
+			c.cut()
 		}
 	}
 	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close}
