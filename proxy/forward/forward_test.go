@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -731,4 +732,84 @@ func FuzzGuardHost(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A route's proxy answers CONNECT with a response head, bounded as one:
+// in time by the try, in size by h1's bound for a head, the caller going
+// away ends the wait, and a head cut short fails as what cut it. The
+// tunnel after the answer is not bounded.
+func TestTunnelAnswerIsBounded(t *testing.T) {
+	const tunnelBytes = 3 << 20 // past the head's bound
+	answers := map[string]func(c net.Conn){
+		"silent": func(c net.Conn) { io.Copy(io.Discard, c) },
+		"endless": func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+			line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+			for {
+				if _, err := io.WriteString(c, line); err != nil {
+					return
+				}
+			}
+		},
+		"cut": func(c net.Conn) { io.WriteString(c, "HTTP/1.1 ") },
+		"tunnel": func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\nhello")
+			c.Write(make([]byte, tunnelBytes))
+		},
+	}
+	dial := func(answer string, ctx context.Context) (net.Conn, error) {
+		addr := testtool.Serve(t, func(c net.Conn) {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			answers[answer](c)
+		})
+		r, err := forward.NewRoute(forward.RouteOptions{Name: answer, URL: "http://" + addr, Guard: loopback, Try: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r.DialTunnel(ctx, "127.0.0.1:443")
+	}
+	for _, tc := range []struct {
+		answer string
+		want   func(error) bool
+	}{
+		{"silent", func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }},
+		{"endless", func(err error) bool { return err != nil && strings.Contains(err.Error(), "exceeds 1048576 bytes") }},
+		{"cut", func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+	} {
+		// The caller's deadline is far past the try's: a wait it ended
+		// was not bounded by the route.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		conn, err := dial(tc.answer, ctx)
+		cancel()
+		if err == nil {
+			conn.Close()
+		}
+		if !tc.want(err) || time.Since(start) > 3*time.Second {
+			t.Errorf("%s answer: %v after %v", tc.answer, err, time.Since(start))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if _, err := dial("silent", ctx); !errors.Is(err, context.Canceled) || time.Since(start) > 250*time.Millisecond {
+		t.Errorf("caller gone after 50ms: %v after %v, want context.Canceled before the try", err, time.Since(start))
+	}
+
+	conn, err := dial("tunnel", context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if n != int64(len("hello")+tunnelBytes) || err != nil {
+		t.Errorf("the tunnel carried %d bytes (%v), want %d", n, err, len("hello")+tunnelBytes)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,6 +38,7 @@ type Route struct {
 
 	guard     *Guard
 	connect   time.Duration
+	try       time.Duration
 	transport *h1.Transport
 }
 
@@ -106,7 +108,7 @@ func NewRoute(o RouteOptions) (*Route, error) {
 	if o.Try <= 0 {
 		o.Try = 30 * time.Second
 	}
-	r := &Route{Name: o.Name, URL: u, InsecureSkipVerify: o.InsecureSkipVerify, guard: o.Guard, connect: o.Connect}
+	r := &Route{Name: o.Name, URL: u, InsecureSkipVerify: o.InsecureSkipVerify, guard: o.Guard, connect: o.Connect, try: o.Try}
 	t := &http.Transport{
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   64,
@@ -241,22 +243,43 @@ func (r *Route) DialTunnel(ctx context.Context, target string) (net.Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
+	// The proxy's answer is a response head, bounded as one: in time by
+	// the try (or the caller's deadline, if sooner), in size by
+	// h1.MaxResponseHeader; the caller going away ends the wait.
+	dl := time.Now().Add(r.try)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
 	}
+	_ = conn.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
 	if r.URL.User != nil {
 		pass, _ := r.URL.User.Password()
 		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(r.URL.User.Username()+":"+pass)) + "\r\n"
 	}
-	if _, err := conn.Write([]byte(req + "\r\n")); err != nil {
-		conn.Close()
-		return nil, err
+	head := &headReader{conn: conn, left: h1.MaxResponseHeader}
+	br := bufio.NewReader(head)
+	var resp *http.Response
+	if _, err = conn.Write([]byte(req + "\r\n")); err == nil {
+		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil && head.err != nil {
+			// ReadResponse takes the bytes before a failed read as a
+			// whole last line: a head cut short would read as a
+			// malformed one. The failure is what happened.
+			err = head.err
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+		}
 	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if !stop() && err == nil {
+		err = ctx.Err() // the wait was ended for the caller
+	}
 	if err != nil {
 		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -270,6 +293,33 @@ func (r *Route) DialTunnel(ctx context.Context, target string) (net.Conn, error)
 	return conn, nil
 }
 
+// errTunnelHead: a route's answer to CONNECT longer than a head may be.
+var errTunnelHead = fmt.Errorf("route's answer to CONNECT exceeds %d bytes", h1.MaxResponseHeader)
+
+// headReader reads a route's answer to CONNECT from its connection, up to
+// left bytes, and keeps what made a read fail.
+type headReader struct {
+	conn net.Conn
+	left int
+	err  error
+}
+
+func (h *headReader) Read(p []byte) (int, error) {
+	if h.left <= 0 {
+		h.err = errTunnelHead
+		return 0, h.err
+	}
+	if len(p) > h.left {
+		p = p[:h.left]
+	}
+	n, err := h.conn.Read(p)
+	h.left -= n
+	if err != nil {
+		h.err = err
+	}
+	return n, err
+}
+
 // StatusError is a route's refusal of a CONNECT, by status.
 type StatusError struct{ Status int }
 
@@ -280,7 +330,14 @@ type bufferedConn struct {
 	r *bufio.Reader
 }
 
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// Read gives what came with the answer first, then reads the connection
+// (not through the head's bound).
+func (c *bufferedConn) Read(p []byte) (int, error) {
+	if c.r.Buffered() > 0 {
+		return c.r.Read(p)
+	}
+	return c.Conn.Read(p)
+}
 
 // Close releases idle connections.
 func (r *Route) Close() { r.transport.CloseIdleConnections() }
