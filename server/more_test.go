@@ -53,7 +53,7 @@ func echoServer(t *testing.T, name string) net.Listener {
 
 func TestTCPProxy(t *testing.T) {
 	one, two := echoServer(t, "one"), echoServer(t, "two")
-	dead := freePort(t) // nothing listens: a refused dial, retried elsewhere
+	dead := deadAddr(t) // a refused dial, retried elsewhere
 	cfg := fmt.Sprintf(`admin: {listen: "off"}
 listeners:
   - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: pg}
@@ -276,7 +276,7 @@ func TestBadConfigRefusedAtStart(t *testing.T) {
 func TestSecretsStayOutOfLogsAndStatus(t *testing.T) {
 	a := newBackend(t, "a")
 	const token, pass = "tok-canary-5b2c", "pass-canary-7f3a9"
-	dead := freePort(t)
+	dead := deadAddr(t)
 	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 log: {access: true, level: debug}
 listeners:
