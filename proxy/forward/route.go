@@ -12,7 +12,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -261,15 +260,8 @@ func (r *Route) DialTunnel(ctx context.Context, target string) (net.Conn, error)
 	br := bufio.NewReader(head)
 	var resp *http.Response
 	if _, err = conn.Write([]byte(req + "\r\n")); err == nil {
-		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil && head.err != nil {
-			// ReadResponse takes the bytes before a failed read as a
-			// whole last line: a head cut short would read as a
-			// malformed one. The failure is what happened.
-			err = head.err
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
+		if resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil {
+			err = h1.HeadError(err, head.err)
 		}
 	}
 	if !stop() && err == nil {

@@ -406,6 +406,21 @@ var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10)
 
 var bodies = sync.Pool{New: func() any { return new([maxBody]byte) }}
 
+// HeadError is the error to report for a response head that failed to
+// read with err when a read under it failed with readErr (nil: none did).
+// ReadResponse takes the bytes before a failed read as a whole last line,
+// so a head cut short at a deadline, a bound or an end reads to it as a
+// malformed one: the failed read is what happened, an end unexpected.
+func HeadError(err, readErr error) error {
+	switch readErr {
+	case nil:
+		return err
+	case io.EOF:
+		return io.ErrUnexpectedEOF
+	}
+	return readErr
+}
+
 // cut makes the request's reads and writes on c fail at once: its
 // context is done.
 func (c *conn) cut() { c.conn.SetDeadline(aLongTimeAgo) }
@@ -573,17 +588,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if c.readErr != nil {
-			// ReadResponse takes the bytes before a failed read as a
-			// whole last line: a head cut short at the try's deadline,
-			// the bound or an end reads to it as a malformed one. The
-			// failure is what happened.
-			err = c.readErr
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-		}
-		return nil, err
+		return nil, HeadError(err, c.readErr)
 	}
 	c.limit = -1
 	if try > 0 {
