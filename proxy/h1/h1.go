@@ -271,6 +271,7 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	c.last = lastWrite{c: c}
 	c.sendFn = c.sendStep
 	c.cutFn = c.cut
+	c.unhookFn = c.unhook
 	return c, false, nil
 }
 
@@ -371,16 +372,21 @@ type conn struct {
 	last lastWrite       // what the request is written through
 	// sendThenWait's state, and its step made once (a closure would be
 	// made, with what it holds, on every request).
-	sendFn  func(fd uintptr) bool
-	cutFn   func() // cut, made once
-	sendP   []byte
-	sendN   int
-	sendErr error
-	br      *bufio.Reader
-	limit   int64 // bytes the head may still take; <0: no bound (the body streams)
-	read    int64 // bytes read since the request was written
-	readErr error // the last read's failure since the request was written
-	idleAt  time.Time
+	sendFn func(fd uintptr) bool
+	cutFn  func() // cut, made once
+	// The request's cancel hook while the exchange holds it, and unhook,
+	// made once.
+	hook     *cancelHook
+	hookCtx  context.Context
+	unhookFn func() bool
+	sendP    []byte
+	sendN    int
+	sendErr  error
+	br       *bufio.Reader
+	limit    int64 // bytes the head may still take; <0: no bound (the body streams)
+	read     int64 // bytes read since the request was written
+	readErr  error // the last read's failure since the request was written
+	idleAt   time.Time
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -419,6 +425,35 @@ func HeadError(err, readErr error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return readErr
+}
+
+// cutOnCancel cuts c once ctx is done and returns what stops that,
+// reporting whether it stopped it before the cut, as context.AfterFunc's
+// stop does. A request the h1 Server serves carries the server's hook for
+// it, which costs less; anything else, or a context cancelled on its own
+// (a bound of the caller's), registers with the context.
+func (c *conn) cutOnCancel(ctx context.Context) (stop func() bool) {
+	h, ok := ctx.Value(hookKey{}).(*cancelHook)
+	if !ok || h.done != ctx.Done() || !h.cut.CompareAndSwap(nil, &c.cutFn) {
+		return context.AfterFunc(ctx, c.cutFn)
+	}
+	c.hook, c.hookCtx = h, ctx
+	if ctx.Err() != nil {
+		c.cut() // cancelled before the hook was set: perhaps not fired
+	}
+	return c.unhookFn
+}
+
+// unhook takes c's cut from its hook; false: the request was cancelled,
+// and the cut may have run.
+func (c *conn) unhook() bool {
+	h, ctx := c.hook, c.hookCtx
+	if h == nil {
+		return false // already taken
+	}
+	c.hook, c.hookCtx = nil, nil
+	h.cut.CompareAndSwap(&c.cutFn, nil)
+	return ctx.Err() == nil
 }
 
 // cut makes the request's reads and writes on c fail at once: its
@@ -548,7 +583,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	// the last word.
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, c.cutFn)
+		stop = c.cutOnCancel(ctx)
 	}
 	c.read, c.limit, c.readErr = 0, c.t.maxHead, nil
 	bw := writers.Get().(*bufio.Writer)

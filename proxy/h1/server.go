@@ -256,6 +256,7 @@ type clientConn struct {
 	accepted time.Time
 	ctx      context.Context // the connection's, for every request on it
 	cancel   context.CancelFunc
+	hook     cancelHook    // the short way's transport cuts its exchange through it
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
 	armed    bool          // the connection's read deadline is the one its next read needs
@@ -292,7 +293,9 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
-	c.ctx, c.cancel = context.WithCancel(ctx)
+	ctx, c.cancel = context.WithCancel(ctx)
+	c.hook.done = ctx.Done()
+	c.ctx = context.WithValue(ctx, hookKey{}, &c.hook)
 	c.base = (&http.Request{RemoteAddr: c.remote}).WithContext(c.ctx)
 	s.mu.Lock()
 	if s.inShutdown.Load() {
@@ -316,7 +319,7 @@ func (c *clientConn) serve() {
 		c.s.mu.Lock()
 		delete(c.s.conns, c)
 		c.s.mu.Unlock()
-		c.cancel()
+		c.cancelRequest()
 		c.r = c.w
 		c.release()
 		if !handedOff {
@@ -595,11 +598,37 @@ func (c *clientConn) lingeringClose() {
 	}
 }
 
+// cancelRequest cancels the context of the connection's requests, and
+// with it a backend exchange of the short way's transport in flight.
+func (c *clientConn) cancelRequest() {
+	c.cancel()
+	c.hook.fire()
+}
+
+// cancelHook lets the short way's transport cut its backend exchange when
+// the h1 Server cancels the request's context, for less than registering
+// with the context (context.AfterFunc adds a child to it and removes it
+// under its lock, and makes two allocations, on every request). The
+// server cancels, then fires; the transport sets its cut, then looks at
+// the context: one of them sees the other.
+type cancelHook struct {
+	done <-chan struct{} // the Done of the context whose cancel fires it
+	cut  atomic.Pointer[func()]
+}
+
+type hookKey struct{}
+
+func (h *cancelHook) fire() {
+	if f := h.cut.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // cut ends the connection from another goroutine without waiting for its
 // raw read: both directions are shut down, which wakes a wait and fails
 // the handler's writes, and the request's context is cancelled.
 func (c *clientConn) cut() {
-	c.cancel()
+	c.cancelRequest()
 	_ = c.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
 }
 
@@ -656,7 +685,7 @@ func (c *clientConn) watch(done chan struct{}) {
 	stopped := c.stopping
 	c.watchMu.Unlock()
 	if !stopped && err != nil {
-		c.cancel() // the client closed the connection, or it broke
+		c.cancelRequest() // the client closed the connection, or it broke
 	}
 }
 

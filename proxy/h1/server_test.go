@@ -3,6 +3,7 @@ package h1_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
@@ -612,5 +614,75 @@ func TestServerServesBodiesWithTheirHead(t *testing.T) {
 	b, err := io.ReadAll(<-kept)
 	if err != nil || string(b) != body {
 		t.Fatalf("the body read after its handler: %d bytes, %v; want the %d sent", len(b), err, len(body))
+	}
+}
+
+// The short way's transport, called from a request the short way serves,
+// is cut when that request is cancelled (its client gone), through the
+// server's hook: while it waits for the backend, and when the request was
+// cancelled before the exchange began on a pooled connection (which the
+// hook, set after the cancel fired, never hears of).
+func TestServerCancelCutsTheTransport(t *testing.T) {
+	answers := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	hangs := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		io.Copy(io.Discard, c) // never answers
+	})
+	tr := h1.New(&http.Transport{DialContext: (&net.Dialer{}).DialContext, ResponseHeaderTimeout: 10 * time.Second})
+	t.Cleanup(tr.Close)
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	results := make(chan result, 1)
+	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		target := "http://" + hangs + "/"
+		if r.URL.Path == "/late" {
+			<-r.Context().Done()               // the client is gone before the exchange
+			target = "http://" + answers + "/" // a pooled connection: no dial to fail first
+		}
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			if r.URL.Path == "/warm" {
+				io.Copy(w, resp.Body)
+			}
+			resp.Body.Close()
+		}
+		if r.URL.Path != "/warm" {
+			results <- result{err, time.Since(start)}
+		}
+	})})
+	// Warm: a request whose answer leaves its connection in the pool.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+answers+"/", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for _, path := range []string{"/hang", "/late"} {
+		c, _ := dial(t, addr)
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		time.Sleep(300 * time.Millisecond) // the watch has begun
+		c.Close()
+		select {
+		case res := <-results:
+			if !errors.Is(res.err, context.Canceled) || res.took > 2*time.Second {
+				t.Errorf("%s: the exchange ended with %v after %v, want context.Canceled at once", path, res.err, res.took)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the exchange was not cut when its client went away", path)
+		}
 	}
 }
