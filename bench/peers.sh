@@ -14,8 +14,9 @@
 # GOMAXPROCS=2), shared with the load, to show how each scales.
 # Installs what is missing (Debian). Prints the tables; the results also
 # go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
-# docs/img/peers-${CORES}core.svg. WRITE=1 puts the tables into
-# docs/BENCHMARKS.md too, between the markers for this core count.
+# bench/out/peers/peers-${CORES}core.svg. WRITE=1 puts the tables into
+# docs/BENCHMARKS.md too, between the markers for this core count, and
+# the chart into docs/img.
 # For HTTP/1.1, TCP and HTTP/2 each proxy's CPU time a request is printed
 # too (from /proc), and charted as requests per CPU second: when the
 # load's core is the limit, the rates draw level and the CPU still tells
@@ -366,7 +367,8 @@ for target in direct=19301 rotor=18190 nginx=18191 haproxy=18192 caddy=18193; do
 done
 } | tee "$out/tables.txt"
 
-chart=docs/img/peers-${CORES}core.svg
+chart=$out/peers-${CORES}core.svg
+if [ "${WRITE:-}" = 1 ]; then chart=docs/img/peers-${CORES}core.svg; fi
 go run ./bench/chart -ref haproxy -title "rotor beside its peers, $CORES core(s) each (throughput / HAProxy's)" "$results" "$chart"
 echo
 echo "chart: $chart"
