@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -88,7 +89,8 @@ type relay struct {
 	queued bool          // on the loop's list of relays with reads left
 	over   bool          // finished; guarded by l.mu
 	cut    atomic.Bool   // cut by Close: the loop finishes it at its next event
-	done   chan struct{} // closed once finished
+	done   chan struct{} // closed once finished; nil when then is set
+	then   func(aToB, bToA int64)
 }
 
 // A direction is one way of a relay: bytes read from one socket and
@@ -109,11 +111,29 @@ var (
 // relayTCP runs Splice in the event loop when a and b are both plain TCP
 // connections; ok is false (and nothing was done) when they are not, or
 // the loop could not take them.
-func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
+func relayTCP(a, b io.ReadWriteCloser, s *Session) (aToB, bToA int64, ok bool) {
+	r := startRelay(a, b, s, nil)
+	if r == nil {
+		return 0, 0, false
+	}
+	<-r.done
+	return r.dirs[0].n, r.dirs[1].n, true
+}
+
+// relayTCPThen is relayTCP without the wait: then, when not nil, gets the
+// counts in a goroutine of its own once the relay is over.
+func relayTCPThen(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)) bool {
+	return startRelay(a, b, s, then) != nil
+}
+
+// startRelay hands a and b to a loop when both are plain TCP
+// connections; nil (and nothing done) when they are not, or the loop
+// could not take them.
+func startRelay(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)) *relay {
 	ta, okA := plainTCP(a)
 	tb, okB := plainTCP(b)
 	if !okA || !okB {
-		return 0, 0, false
+		return nil
 	}
 	loopsOnce.Do(func() {
 		loops = make([]*loop, runtime.GOMAXPROCS(0))
@@ -121,27 +141,31 @@ func relayTCP(a, b net.Conn, s *Session) (aToB, bToA int64, ok bool) {
 			loops[i] = newLoop()
 		}
 	})
-	return loops[int(loopNext.Add(1))%len(loops)].relay(ta, tb, s)
+	return loops[int(loopNext.Add(1))%len(loops)].relay(ta, tb, s, then)
 }
 
 func newLoop() *loop { return &loop{buf: make([]byte, 32<<10)} }
 
-// relay is relayTCP in the loop l.
-func (l *loop) relay(ta, tb *net.TCPConn, s *Session) (aToB, bToA int64, ok bool) {
+// relay starts relaying ta and tb in the loop l: the relay's done is
+// closed, or then called, once it is over.
+func (l *loop) relay(ta, tb *net.TCPConn, s *Session, then func(aToB, bToA int64)) *relay {
 	fa, err := dupConn(ta)
 	if err != nil {
-		return 0, 0, false
+		return nil
 	}
 	fb, err := dupConn(tb)
 	if err != nil {
 		syscall.Close(fa)
-		return 0, 0, false
+		return nil
 	}
-	r := &relay{l: l, fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, done: make(chan struct{})}
+	r := &relay{l: l, fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, then: then}
+	if then == nil {
+		r.done = make(chan struct{})
+	}
 	if err := l.add(r); err != nil {
 		syscall.Close(fa)
 		syscall.Close(fb)
-		return 0, 0, false
+		return nil
 	}
 	// Out of Go's poller: from here the loop alone watches the sockets.
 	ta.Close()
@@ -149,15 +173,14 @@ func (l *loop) relay(ta, tb *net.TCPConn, s *Session) (aToB, bToA int64, ok bool
 	if s != nil && !s.Replace(r) {
 		r.Close() // the drain's cut came first
 	}
-	<-r.done
-	return r.dirs[0].n, r.dirs[1].n, true
+	return r
 }
 
 // plainTCP returns c's socket when what c reads and writes is the
 // socket's bytes and nothing else: a *net.TCPConn, or a connection that
 // says so (PlainTCP; h1's connections handed to net/http once what was
 // read ahead of it is gone).
-func plainTCP(c net.Conn) (*net.TCPConn, bool) {
+func plainTCP(c io.ReadWriteCloser) (*net.TCPConn, bool) {
 	switch c := c.(type) {
 	case *net.TCPConn:
 		return c, true
@@ -476,7 +499,11 @@ func (l *loop) finish(r *relay) {
 	syscall.Close(r.fd[0])
 	syscall.Close(r.fd[1])
 	r.fd = [2]int{-1, -1}
-	close(r.done)
+	if r.then != nil {
+		go r.then(r.dirs[0].n, r.dirs[1].n)
+	} else {
+		close(r.done)
+	}
 }
 
 // The loop's system calls never block (its sockets are non-blocking, its

@@ -34,12 +34,9 @@ func relayed(t *testing.T, l *loop) (client, backend *net.TCPConn, done <-chan s
 	client, a := tcpPair(t)
 	b, backend := tcpPair(t)
 	ch := make(chan struct{})
-	go func() {
-		defer close(ch)
-		if _, _, ok := l.relay(a, b, nil); !ok {
-			t.Error("the loop did not take the connections")
-		}
-	}()
+	if l.relay(a, b, nil, func(int64, int64) { close(ch) }) == nil {
+		t.Fatal("the loop did not take the connections")
+	}
 	return client, backend, ch
 }
 

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"io"
-	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -10,7 +9,8 @@ import (
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
-// Splice copies both ways between a and b until both directions end, and
+// Splice copies both ways between a and b (connections, or streams such
+// as an upgraded answer's body) until both directions end, and
 // returns the bytes copied from a to b and from b to a. When one side
 // stops sending, the other is told by a half-close, so protocols that
 // finish by shutting one direction work. s, when not nil, is the drain's
@@ -24,12 +24,12 @@ import (
 // direction, four descriptors more per connection, kept in a pool until a
 // garbage collection. A proxied connection costs its two sockets and
 // nothing else; an idle one holds no buffer (see copyConn).
-func Splice(a, b net.Conn, s *Session) (aToB, bToA int64) {
+func Splice(a, b io.ReadWriteCloser, s *Session) (aToB, bToA int64) {
 	if aToB, bToA, ok := relayTCP(a, b, s); ok {
 		return aToB, bToA
 	}
 	var wg sync.WaitGroup
-	cp := func(dst, src net.Conn, n *int64) {
+	cp := func(dst, src io.ReadWriteCloser, n *int64) {
 		defer wg.Done()
 		*n, _ = copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
@@ -43,6 +43,17 @@ func Splice(a, b net.Conn, s *Session) (aToB, bToA int64) {
 	go cp(a, b, &bToA)
 	wg.Wait()
 	return aToB, bToA
+}
+
+// SpliceThen is Splice without the wait: it returns at once, and then
+// gets the counts, in a goroutine of its own, once both directions have
+// ended. Two plain TCP connections relayed in the event loop so cost no
+// goroutine, and nothing of the caller's, while they last.
+func SpliceThen(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)) {
+	if relayTCPThen(a, b, s, then) {
+		return
+	}
+	go func() { then(Splice(a, b, s)) }()
 }
 
 // waitBuffer is what one direction of a connection holds while it waits

@@ -43,6 +43,17 @@ func pair(tb testing.TB) (net.Conn, net.Conn) {
 type way struct {
 	name string
 	wrap func(net.Conn) net.Conn
+	then bool // through SpliceThen, which returns at once
+}
+
+// splice runs Splice, or SpliceThen, on a and b the way w says; then
+// gets the counts.
+func (w way) splice(a, b net.Conn, s *proxy.Session, then func(aToB, bToA int64)) {
+	if w.then {
+		proxy.SpliceThen(a, b, s, then)
+		return
+	}
+	go func() { then(proxy.Splice(a, b, s)) }()
 }
 
 // wrapped is a TCP connection Splice cannot take for the event loop; it
@@ -50,9 +61,14 @@ type way struct {
 type wrapped struct{ *net.TCPConn }
 
 var ways = []way{
-	{"loop", func(c net.Conn) net.Conn { return c }},
-	{"goroutines", func(c net.Conn) net.Conn { return wrapped{c.(*net.TCPConn)} }},
+	{"loop", plain, false},
+	{"goroutines", wrap, false},
+	{"loop, then", plain, true},
+	{"goroutines, then", wrap, true},
 }
+
+func plain(c net.Conn) net.Conn { return c }
+func wrap(c net.Conn) net.Conn  { return wrapped{c.(*net.TCPConn)} }
 
 // eachWay runs test once for each way.
 func eachWay(t *testing.T, test func(t *testing.T, w way)) {
@@ -68,12 +84,11 @@ func spliced(tb testing.TB, w way) (client, backend net.Conn, counts <-chan [2]i
 	b, backend := pair(tb)
 	a, b = w.wrap(a), w.wrap(b)
 	done := make(chan [2]int64, 1)
-	go func() {
-		in, out := proxy.Splice(a, b, nil)
+	w.splice(a, b, nil, func(in, out int64) {
 		a.Close()
 		b.Close()
 		done <- [2]int64{in, out}
-	}()
+	})
 	return client, backend, done
 }
 
@@ -197,11 +212,10 @@ func testSpliceSlowReader(t *testing.T, w way) {
 	var conns proxy.Conns
 	sess, _ := conns.Add(a, b)
 	done := make(chan [2]int64, 1)
-	go func() {
-		in, out := proxy.Splice(a, b, sess)
+	w.splice(a, b, sess, func(in, out int64) {
 		done <- [2]int64{in, out}
 		sess.Done()
-	}()
+	})
 	up := make([]byte, 16<<20)
 	for i := range up {
 		up[i] = byte(i * 13)
