@@ -6,14 +6,16 @@
 // background read, no context of its own and no buffer while it waits;
 // anything else hands the connection to net/http's server.
 //
-// To a server (Transport, this file): a request that has
-// no body and may be sent twice (GET, HEAD, OPTIONS, TRACE), not an
-// upgrade, to an http:// address, is written and answered on a pooled
-// keep-alive connection in the request's own goroutine, where net/http's
-// Transport runs a reader and a writer goroutine per connection and hands
-// every request and response between them (a quarter of a proxy's CPU on a
-// small request). Everything else (bodies, 100-continue, upgrades, TLS)
-// goes through net/http's Transport. The reverse proxy sends to its
+// To a server (Transport, this file): a request that has no body and may
+// be sent twice (GET, HEAD, OPTIONS, TRACE), or a short body, to an
+// http:// address, is written and answered on a pooled keep-alive
+// connection in the request's own goroutine, where net/http's Transport
+// runs a reader and a writer goroutine per connection and hands every
+// request and response between them (a quarter of a proxy's CPU on a
+// small request). An upgrade among them that the server accepts (101)
+// hands the connection itself over as the answer's body (Switched).
+// Everything else (longer bodies, 100-continue, TLS) goes through
+// net/http's Transport. The reverse proxy sends to its
 // backends this way, and the forward proxy's direct and SOCKS5 routes to
 // plain-http targets.
 //
@@ -167,8 +169,9 @@ func (t *Transport) closeIdle(final bool) {
 const maxBody = 4 << 10
 
 // short reports whether r may go the short way: a bodiless GET, HEAD,
-// OPTIONS or TRACE, or a request with a body of a known length up to
-// maxBody (not waiting for 100 Continue).
+// OPTIONS or TRACE (an upgrade among them), or a request with a body of a
+// known length up to maxBody (not waiting for 100 Continue, not an
+// upgrade).
 func short(r *http.Request) bool {
 	if r.URL.Scheme != "http" {
 		return false
@@ -189,9 +192,16 @@ func short(r *http.Request) bool {
 		if _, expect := r.Header["Expect"]; expect {
 			return false
 		}
+		return !upgrading(r)
 	}
-	_, upgrade := r.Header["Upgrade"]
-	return !upgrade
+	return true
+}
+
+// upgrading reports whether r asks to switch protocols: a 101 is its
+// final answer, and the connection is then the caller's.
+func upgrading(r *http.Request) bool {
+	_, ok := r.Header["Upgrade"]
+	return ok
 }
 
 // RoundTrip sends r and returns the server's answer.
@@ -603,7 +613,9 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 			break
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
-			err = errUnasked101
+			if !upgrading(r) {
+				err = errUnasked101
+			}
 			break
 		}
 		// ReverseProxy passes informational answers (103 Early Hints) on;
@@ -626,6 +638,9 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 		return nil, HeadError(err, c.readErr)
 	}
 	c.limit = -1
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return c.switched(ctx, resp, stop)
+	}
 	if try > 0 {
 		// The body streams unbounded, as it does through net/http's
 		// Transport; a cancellation meanwhile still ends it.
@@ -636,6 +651,67 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close}
 	return resp, nil
+}
+
+// switched hands c over as the body of a 101 answer to an upgrade, as
+// net/http's Transport does: an io.ReadWriteCloser that is the
+// connection, no longer the pool's, with no deadline and no longer cut
+// when the request's context ends (the caller owns it now).
+func (c *conn) switched(ctx context.Context, resp *http.Response, stop func() bool) (*http.Response, error) {
+	if stop != nil && !stop() {
+		c.conn.Close()
+		return nil, ctx.Err()
+	}
+	c.conn.SetDeadline(time.Time{})
+	sw := &Switched{Conn: c.conn}
+	if n := c.br.Buffered(); n > 0 {
+		sw.pre = make([]byte, n)
+		c.br.Read(sw.pre)
+	}
+	resp.Body = sw
+	return resp, nil
+}
+
+// Switched is a connection a server switched protocols on (the body of a
+// 101 the short way): it reads first what came with the answer's head,
+// then the connection's own bytes.
+type Switched struct {
+	net.Conn
+	pre []byte
+}
+
+func (s *Switched) Read(p []byte) (int, error) {
+	if len(s.pre) > 0 {
+		n := copy(p, s.pre)
+		s.pre = s.pre[n:]
+		return n, nil
+	}
+	return s.Conn.Read(p)
+}
+
+// Buffered returns what came with the answer's head and was not read
+// yet, and leaves it to the caller: the connection reads on from its own
+// bytes.
+func (s *Switched) Buffered() []byte {
+	b := s.pre
+	s.pre = nil
+	return b
+}
+
+// PlainTCP returns the socket once nothing read with the head is left:
+// from then on the connection's bytes are the socket's, which
+// proxy.Splice relays in its event loop.
+func (s *Switched) PlainTCP() (*net.TCPConn, bool) {
+	tc, ok := s.Conn.(*net.TCPConn)
+	return tc, ok && len(s.pre) == 0
+}
+
+// CloseWrite shuts the connection's sending side, when it has one to shut.
+func (s *Switched) CloseWrite() error {
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return s.Conn.Close()
 }
 
 // body gives its connection back to the pool once read to the end

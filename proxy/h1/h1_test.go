@@ -671,3 +671,110 @@ func TestShortWayBodies(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// An upgrade goes the short way: the 101's body is the connection,
+// handed over with what the server sent right behind its head, owned by
+// the caller (neither the try's deadline nor the request's context cut
+// it afterwards), the same bytes as net/http's Transport gives; refused,
+// it is an ordinary answer on a connection kept for the next request.
+func TestShortWayUpgrade(t *testing.T) {
+	backend := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.Header.Get("Upgrade") != "echo" || req.Header.Get("Connection") != "Upgrade" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nrefused")
+				continue
+			}
+			// The head and the protocol's first bytes in one write.
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\nhello")
+			_, _ = io.Copy(c, br) // echo until the client's end
+			return
+		}
+	})
+	upgrade := func(ctx context.Context, header string) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, backend.url(), nil)
+		if header != "" {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", header)
+		}
+		return req
+	}
+	// session switches on tr and talks: the first bytes, then an echo,
+	// then a half-close answered by the server's end.
+	session := func(tr http.RoundTripper, after func(rwc io.ReadWriteCloser)) string {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		resp, err := tr.RoundTrip(upgrade(ctx, "echo"))
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v, %v", resp, err)
+		}
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		if !ok {
+			t.Fatalf("the 101's body is a %T, not a connection", resp.Body)
+		}
+		defer rwc.Close()
+		cancel() // the request is over; the connection is the caller's
+		time.Sleep(150 * time.Millisecond)
+		if after != nil {
+			after(rwc)
+		}
+		if _, err := io.WriteString(rwc, " ping"); err != nil {
+			t.Fatalf("writing to the switched connection: %v", err)
+		}
+		if cw, ok := rwc.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			t.Fatalf("%T cannot half-close", rwc)
+		}
+		b, err := io.ReadAll(rwc)
+		if err != nil {
+			t.Fatalf("reading the switched connection: %v", err)
+		}
+		return string(b)
+	}
+
+	tr := newTestTransport(t, 100*time.Millisecond)
+	got := session(tr, func(rwc io.ReadWriteCloser) {
+		sw := rwc.(*Switched)
+		if _, plain := sw.PlainTCP(); plain {
+			t.Errorf("PlainTCP with the server's first bytes still unread")
+		}
+		if b := string(sw.Buffered()); b != "hello" {
+			t.Errorf("read with the 101's head: %q, want %q", b, "hello")
+		}
+		if _, plain := sw.PlainTCP(); !plain {
+			t.Errorf("not PlainTCP once what came with the head was taken")
+		}
+	})
+	if got != " ping" {
+		t.Errorf("after Buffered: %q, want the echo alone", got)
+	}
+	want := session(newTestTransport(t, 100*time.Millisecond).HTTP, nil)
+	if got := session(tr, nil); got != want || got != "hello ping" {
+		t.Errorf("the short way's switched connection read %q, net/http's %q; want %q", got, want, "hello ping")
+	}
+	if n := tr.Idle(); n != 0 {
+		t.Errorf("%d idle connections after upgrades, want 0: a switched connection is not the pool's", n)
+	}
+
+	// Refused: an ordinary answer, and its connection kept; an answer of
+	// 101 to a request that did not ask for one is still an error.
+	if _, body := fetch(t, tr, upgrade(context.Background(), "other")); body != "refused" {
+		t.Errorf("a refused upgrade: %q", body)
+	}
+	if n := tr.Idle(); n != 1 {
+		t.Errorf("%d idle connections after a refused upgrade, want 1", n)
+	}
+	unasked := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		readRequest(br)
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\n\r\n")
+	})
+	req, _ := http.NewRequest(http.MethodGet, unasked.url(), nil)
+	if _, err := tr.RoundTrip(req); !errors.Is(err, errUnasked101) {
+		t.Errorf("a 101 unasked: %v, want %v", err, errUnasked101)
+	}
+}
