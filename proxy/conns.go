@@ -3,9 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
-	"net"
 	"sync"
-	"sync/atomic"
 )
 
 // Conns tracks the connections a drain must wait for that net/http's
@@ -121,47 +119,4 @@ func (c *Conns) Shutdown(ctx context.Context) error {
 	}
 	<-idle
 	return ctx.Err()
-}
-
-// CountingConn counts the bytes read from and written to a connection.
-type CountingConn struct {
-	net.Conn
-	In, Out atomic.Int64
-	onClose func()
-	once    sync.Once
-}
-
-// NewCountingConn wraps c; onClose, when set, runs once on the first
-// Close.
-func NewCountingConn(c net.Conn, onClose func()) *CountingConn {
-	return &CountingConn{Conn: c, onClose: onClose}
-}
-
-func (c *CountingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.In.Add(int64(n))
-	return n, err
-}
-
-func (c *CountingConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.Out.Add(int64(n))
-	return n, err
-}
-
-// WriteTo copies what the connection reads to w until it ends, as Splice
-// copies (see copyConn): io.Copy takes it, so an upgraded connection
-// that ReverseProxy copies holds no 32 KiB buffer while it waits.
-func (c *CountingConn) WriteTo(w io.Writer) (int64, error) { return copyConn(w, c) }
-
-// ReadFrom writes what r reads to the connection until r ends, as WriteTo.
-func (c *CountingConn) ReadFrom(r io.Reader) (int64, error) { return copyConn(c, r) }
-
-// Close closes the connection and runs onClose once.
-func (c *CountingConn) Close() error {
-	err := c.Conn.Close()
-	if c.onClose != nil {
-		c.once.Do(c.onClose)
-	}
-	return err
 }

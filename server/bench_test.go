@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -58,4 +59,32 @@ pools:
 		b.Fatal(err)
 	}
 	getInParallel(b, &http.Transport{MaxIdleConnsPerHost: 256, Proxy: http.ProxyURL(proxyURL)}, a.URL+"/")
+}
+
+// BenchmarkUpgradedEcho: 64-byte messages and their echoes over
+// upgraded connections (WebSocket-like) through the reverse proxy, one
+// connection per benchmark goroutine (25 a core), client, rotor and an
+// echoing backend in this process: what relaying an upgraded connection
+// costs a message.
+func BenchmarkUpgradedEcho(b *testing.B) {
+	r := startRotorB(b, webConfig("round_robin", newUpgradeEcho(b)))
+	addr := r.Addr("web").String()
+	msg := []byte(strings.Repeat("m", 64))
+	b.SetBytes(int64(len(msg)))
+	b.SetParallelism(25) // 50 connections on two cores
+	b.RunParallel(func(pb *testing.PB) {
+		c, br := upgrade(b, addr)
+		defer c.Close()
+		back := make([]byte, len(msg))
+		for pb.Next() {
+			if _, err := c.Write(msg); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := io.ReadFull(br, back); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

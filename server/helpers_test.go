@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,6 +27,40 @@ func (b *backend) url() string                         { return b.URL }
 func (b *backend) count() int                          { return b.Count() }
 func (b *backend) set(status int, delay time.Duration) { b.Set(status, delay, false) }
 func (b *backend) lastRequest() *http.Request          { return b.Last() }
+
+// newUpgradeEcho is a backend that switches any request to protocol
+// "echo" (101) and then echoes what it reads until its client's end.
+func newUpgradeEcho(tb testing.TB) *backend {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+		_, _ = io.Copy(conn, rw)
+	}))
+	tb.Cleanup(be.Close)
+	return &backend{&testtool.Backend{Server: be, Name: "echo"}}
+}
+
+// upgrade switches a new connection to addr (rotor's http listener) to
+// protocol "echo".
+func upgrade(tb testing.TB, addr string) (net.Conn, *bufio.Reader) {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		c.Close()
+		tb.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	return c, br
+}
 
 // freePort returns a loopback address with a port free right now.
 func freePort(t *testing.T) string {

@@ -352,9 +352,10 @@ pools:
 // is cut at the deadline, not before, and logged with the bytes it
 // relayed.
 func TestShutdownDrainsThenCutsTunnels(t *testing.T) {
-	echo := testtool.Echo(t)
-	_, port, _ := net.SplitHostPort(echo)
-	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+	t.Run("CONNECT", func(t *testing.T) {
+		echo := testtool.Echo(t)
+		_, port, _ := net.SplitHostPort(echo)
+		r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 log: {access: true}
 listeners:
   - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%s], allow_targets: [127.0.0.0/8],
@@ -364,15 +365,36 @@ pools:
     endpoints:
       - {name: direct, url: "direct://"}
 `, port), nil)
-	tc, status := connect(t, r.Addr("out").String(), echo)
-	if status != http.StatusOK {
-		t.Fatalf("CONNECT: %d", status)
-	}
-	defer tc.Close()
-	br := bufio.NewReader(tc)
+		tc, status := connect(t, r.Addr("out").String(), echo)
+		if status != http.StatusOK {
+			t.Fatalf("CONNECT: %d", status)
+		}
+		drainThenCut(t, r, tc, bufio.NewReader(tc))
+	})
+	// An upgraded connection, relayed after its handler has returned.
+	t.Run("upgrade", func(t *testing.T) {
+		r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {shutdown: 600ms}}
+pools:
+  - name: app
+    endpoints:
+      - {name: echo, url: %q}
+`, newUpgradeEcho(t).url()), nil)
+		c, br := upgrade(t, r.Addr("web").String())
+		drainThenCut(t, r, c, br)
+	})
+}
+
+// drainThenCut holds the long-lived connection c (an echo) through a
+// drain: it works when the drain begins, is cut at the shutdown's 600ms
+// deadline and not before, and is logged with its bytes.
+func drainThenCut(t *testing.T, r *rotor, c net.Conn, br *bufio.Reader) {
+	defer c.Close()
 	roundTrip := func(msg string) error {
-		_ = tc.SetDeadline(time.Now().Add(3 * time.Second))
-		if _, err := fmt.Fprintln(tc, msg); err != nil {
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := fmt.Fprintln(c, msg); err != nil {
 			return err
 		}
 		line, err := br.ReadString('\n')
@@ -389,25 +411,25 @@ pools:
 	go func() { done <- r.Shutdown(context.Background()) }()
 	time.Sleep(200 * time.Millisecond)
 	if err := roundTrip("during the drain"); err != nil {
-		t.Fatalf("the tunnel broke when the drain began: %v", err)
+		t.Fatalf("the connection broke when the drain began: %v", err)
 	}
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Fatal("shutdown cut a tunnel at its deadline and said nothing")
+			t.Fatal("shutdown cut a connection at its deadline and said nothing")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("shutdown did not cut the tunnel left open")
+		t.Fatal("shutdown did not cut the connection left open")
 	}
 	if d := time.Since(start); d < 550*time.Millisecond {
-		t.Fatalf("the tunnel was cut after %v, before the 600ms deadline", d)
+		t.Fatalf("the connection was cut after %v, before the 600ms deadline", d)
 	}
-	_ = tc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := br.ReadByte(); err == nil {
-		t.Fatal("the tunnel is still open after the deadline")
+		t.Fatal("the connection is still open after the deadline")
 	}
 	want := int64(len("before\nduring the drain\n"))
-	eventually(t, 3*time.Second, "the tunnel logged", func() bool {
+	eventually(t, 3*time.Second, "the connection logged", func() bool {
 		return strings.Contains(r.logs.String(), fmt.Sprintf("bytes_in=%d bytes_out=%d", want, want))
 	})
 }

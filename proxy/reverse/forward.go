@@ -322,8 +322,10 @@ func (f *flusher) stop() {
 }
 
 // switchProtocols completes an upgrade the backend agreed to (101): the
-// backend's answer to the client, then the two connections copied to each
-// other until either ends, which ends both.
+// backend's answer to the client, and what either sent behind its head;
+// then the two connections are w's to relay to each other (ServeHTTP,
+// proxy.SpliceThen) until both directions end, an end of one passed on
+// as a half-close.
 func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Response, info *reqInfo) {
 	fail := func(err error) {
 		res.Body.Close()
@@ -351,10 +353,16 @@ func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Respon
 		fail(err)
 		return
 	}
-	defer backend.Close()
-	defer client.Close()
-	stop := context.AfterFunc(r.Context(), func() { backend.Close() })
-	defer stop()
+	relayed := false
+	defer func() {
+		if !relayed {
+			backend.Close()
+			client.Close()
+		}
+	}()
+	if !w.session.Replace(client, backend) {
+		return // the drain's cut came first
+	}
 
 	copyHeader(w.Header(), res.Header)
 	res.Header, res.Body = w.Header(), nil // res.Write writes the head alone
@@ -362,26 +370,24 @@ func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Respon
 		h.log.Debug("upgrade answer", "listener", h.name, "path", r.URL.Path, "error", err)
 		return
 	}
+	// What the backend sent with its 101, then what the client sent
+	// after its request, each read with a head: passed on before the
+	// connections' own bytes.
+	if sw, ok := backend.(*h1.Switched); ok {
+		n, _ := brw.Write(sw.Buffered())
+		w.upOut += int64(n)
+	}
 	if err := brw.Flush(); err != nil {
 		h.log.Debug("upgrade answer", "listener", h.name, "path", r.URL.Path, "error", err)
 		return
 	}
-	// What the client sent after its request, read with it.
 	if n := brw.Reader.Buffered(); n > 0 {
 		early, _ := brw.Reader.Peek(n)
-		if _, err := backend.Write(early); err != nil {
+		m, err := backend.Write(early)
+		w.upIn += int64(m)
+		if err != nil {
 			return
 		}
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(backend, client)
-		client.Close()
-		backend.Close()
-	}()
-	_, _ = io.Copy(client, backend)
-	client.Close()
-	backend.Close()
-	<-done // the byte counts are whole when the session is recorded
+	w.client, w.backend, relayed = client, backend, true
 }

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -204,6 +205,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	record.Reason = info.reason
+	if rec.backend != nil {
+		// Upgraded: relayed from here on without this goroutine (in the
+		// event loop when both ends are plain TCP), and recorded once
+		// over. Nothing of the server's connection is held meanwhile.
+		rec.ResponseWriter = nil
+		proxy.SpliceThen(rec.client, rec.backend, rec.session, func(in, out int64) {
+			rec.client.Close()
+			rec.backend.Close()
+			rec.upIn += in
+			rec.upOut += out
+			h.finish(record, rec, info.body)
+		})
+		return
+	}
 	h.finish(record, rec, info.body)
 	if aborted {
 		panic(http.ErrAbortHandler)
@@ -224,13 +239,11 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 	if body != nil {
 		record.BytesIn = body.Len()
 	}
-	if c := rec.upgraded; c != nil {
-		record.BytesIn += c.In.Load()
-		record.BytesOut += c.Out.Load()
-	}
+	record.BytesIn += rec.upIn
+	record.BytesOut += rec.upOut
 	h.obs.Served(record)
-	if rec.release != nil {
-		rec.release()
+	if rec.session != nil {
+		rec.session.Done()
 	}
 }
 
@@ -337,14 +350,18 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, info *req
 
 // recorder notes the status and size of a response. Unwrap lets
 // http.ResponseController reach the connection for flushes; Hijack, for
-// upgrades, hands out the connection counted and tracked for the drain.
+// upgrades, hands out the connection tracked for the drain.
 type recorder struct {
 	http.ResponseWriter
-	status   int
-	bytes    int64
-	conns    *proxy.Conns
-	upgraded *proxy.CountingConn
-	release  func() // ends the upgraded session for the drain
+	status int
+	bytes  int64
+	conns  *proxy.Conns
+	// An upgraded connection: its drain session, its two ends once the
+	// answer is through (relayed once the request is recorded), and its
+	// bytes each way.
+	session         *proxy.Session
+	client, backend io.ReadWriteCloser
+	upIn, upOut     int64
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -373,8 +390,8 @@ func (r *recorder) Flush() {
 }
 
 // Hijack takes the connection over for an upgrade (protocols are switched
-// only after the backend answered 101): the status is 101, and
-// the connection is counted and tracked until it closes.
+// only after the backend answered 101): the status is 101, and the
+// connection is tracked for the drain (r.session) until it is recorded.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
 	if err != nil {
@@ -383,14 +400,13 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if r.status == 0 {
 		r.status = http.StatusSwitchingProtocols
 	}
-	cc := proxy.NewCountingConn(c, nil)
 	// The session ends when ServeHTTP has recorded it, not when the
 	// connection closes: a drain that waited for it finds it logged.
-	s, ok := r.conns.Add(cc)
-	r.upgraded, r.release = cc, s.Done
+	s, ok := r.conns.Add(c)
+	r.session = s
 	if !ok { // shutting down: no new long-lived connections
-		cc.Close()
+		c.Close()
 		return nil, nil, errors.New("reverse: shutting down")
 	}
-	return cc, brw, nil
+	return c, brw, nil
 }
