@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -128,18 +127,7 @@ pools:
 // reverse proxy), each after an exchange of 64 KiB each way: what each
 // costs rotor.
 func TestIdleUpgraded(t *testing.T) {
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, rw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		_ = rw.Flush()
-		_, _ = io.Copy(conn, rw) // echo until the client goes
-	}))
-	t.Cleanup(be.Close)
-	p := start(t, webConfig("", &backend{&testtool.Backend{Server: be, Name: "echo"}}))
+	p := start(t, webConfig("", &backend{testtool.NewUpgradeEcho(t)}))
 	payload := strings.Repeat("x", 64<<10)
 	open := func() net.Conn {
 		t.Helper()

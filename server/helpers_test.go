@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,22 +27,9 @@ func (b *backend) count() int                          { return b.Count() }
 func (b *backend) set(status int, delay time.Duration) { b.Set(status, delay, false) }
 func (b *backend) lastRequest() *http.Request          { return b.Last() }
 
-// newUpgradeEcho is a backend that switches any request to protocol
-// "echo" (101) and then echoes what it reads until its client's end.
-func newUpgradeEcho(tb testing.TB) *backend {
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, rw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
-		_ = rw.Flush()
-		_, _ = io.Copy(conn, rw)
-	}))
-	tb.Cleanup(be.Close)
-	return &backend{&testtool.Backend{Server: be, Name: "echo"}}
-}
+// newUpgradeEcho is testtool's backend that switches to "echo" and
+// echoes.
+func newUpgradeEcho(tb testing.TB) *backend { return &backend{testtool.NewUpgradeEcho(tb)} }
 
 // upgrade switches a new connection to addr (rotor's http listener) to
 // protocol "echo".

@@ -35,6 +35,24 @@ func NewBackend(t testing.TB, name string) *Backend {
 	return b
 }
 
+// NewUpgradeEcho is a backend named "echo" that switches any request to
+// protocol "echo" (101) and then echoes what it reads until its client's
+// end: an upgraded connection (WebSocket-like) to proxy.
+func NewUpgradeEcho(t testing.TB) *Backend {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+		_, _ = io.Copy(conn, rw)
+	}))
+	t.Cleanup(be.Close)
+	return &Backend{Server: be, Name: "echo"}
+}
+
 func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
 	b.hits++
