@@ -91,58 +91,78 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// handle proxies one connection: a backend dialled in the pool's flight,
+// then the two relayed (proxy.SpliceThen: in the event loop, with no
+// goroutine waiting) until both directions end, and the connection
+// recorded.
 func (p *Proxy) handle(client net.Conn) {
-	defer p.wg.Done()
-	defer client.Close()
-	record := proxy.Record{Listener: p.name, Kind: proxy.KindTCP, Client: client.RemoteAddr().String(), Start: time.Now()}
+	record := &proxy.Record{Listener: p.name, Kind: proxy.KindTCP, Client: client.RemoteAddr().String(), Start: time.Now()}
 	var f *proxy.Flight
 	// One session for the drain: the client, and the backend once
 	// dialled. It ends once the connection is recorded.
 	sess, ok := p.conns.Add(client)
-	defer func() {
+	end := func(backend net.Conn) {
+		if backend != nil {
+			backend.Close()
+		}
+		client.Close()
 		if f != nil {
+			f.End()
 			record.Attempts = f.Attempts()
 		}
 		record.Duration = time.Since(record.Start)
-		p.obs.Served(&record)
+		p.obs.Served(record)
 		sess.Done()
-	}()
+		p.wg.Done()
+	}
 	if !ok {
 		record.Reason = "shutting_down"
+		end(nil)
 		return
 	}
 	pool := p.pool()
 	record.Pool = pool.Name
 	key, _, _ := net.SplitHostPort(record.Client)
 	f = pool.Start(proxy.Request{Key: key, Idempotent: true, Hold: true})
-	defer f.End()
-	var backend net.Conn
+	backend := p.dial(pool, f, record)
+	if backend == nil {
+		end(nil)
+		return
+	}
+	if !sess.Replace(client, backend) {
+		record.Reason = "shutting_down" // the drain's deadline passed while dialling
+		end(backend)
+		return
+	}
+	proxy.SpliceThen(client, backend, sess, func(in, out int64) {
+		record.BytesIn, record.BytesOut = in, out
+		p.Bytes.Add(in + out)
+		end(backend)
+	})
+}
+
+// dial connects to the endpoint f picks, trying another while the flight
+// allows; nil, with the record's reason, when none could be had.
+func (p *Proxy) dial(pool *Pool, f *proxy.Flight, record *proxy.Record) net.Conn {
 	for {
 		ep, err := f.Next()
 		if err != nil {
 			record.Reason = proxy.Reason(err, health.NoError)
 			p.log.Warn("no endpoint", "listener", p.name, "pool", pool.Name, "client", record.Client)
-			return
+			return nil
 		}
 		record.Endpoint = ep.Name
 		dialStart := time.Now()
-		backend, err = net.DialTimeout("tcp", pool.Addrs[ep.Name], pool.Connect)
+		backend, err := net.DialTimeout("tcp", pool.Addrs[ep.Name], pool.Connect)
 		kind := proxy.Classify(err, context.Background())
 		if !f.Done(proxy.Result{Outcome: health.Outcome{Err: kind, Latency: time.Since(dialStart)}, Unsent: true}) {
 			if err != nil {
 				record.Reason = kind.String()
 				p.log.Warn("dial failed", "listener", p.name, "endpoint", ep.Name, "error", err)
-				return
+				return nil
 			}
-			break
+			return backend
 		}
 		p.log.Debug("dial failed, trying another endpoint", "listener", p.name, "endpoint", ep.Name, "error", err)
 	}
-	defer backend.Close()
-	if !sess.Replace(client, backend) {
-		record.Reason = "shutting_down" // the drain's deadline passed while dialling
-		return
-	}
-	record.BytesIn, record.BytesOut = proxy.Splice(client, backend, sess)
-	p.Bytes.Add(record.BytesIn + record.BytesOut)
 }
