@@ -85,7 +85,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &counter{ResponseWriter: w}
 	var release func() // a tunnel's drain session, ended once it is recorded
-	defer func() {
+	finish := func() {
 		record.Duration = time.Since(record.Start)
 		if record.Kind != proxy.KindConnect || record.Status != http.StatusOK {
 			record.BytesOut += rec.n
@@ -94,6 +94,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if release != nil {
 			release()
 		}
+	}
+	relayed := false // a tunnel is recorded when its relay is over
+	defer func() {
+		if !relayed {
+			finish()
+		}
 	}()
 	if !h.authorized(s, r) {
 		rec.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
@@ -101,7 +107,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
-		release = h.connect(s, rec, r, record)
+		var relay func(end func())
+		release, relay = h.connect(s, rec, r, record)
+		if relay != nil {
+			// Relayed from here on without this goroutine; nothing of
+			// the server's connection is held meanwhile.
+			relayed, rec.ResponseWriter = true, nil
+			relay(finish)
+		}
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Host == "" {
@@ -179,8 +192,10 @@ func (h *Handler) fail(r *http.Request, trip Trip, err error) int {
 // picks, trying another route when establishing it fails. Its outcome is
 // the time to establish the tunnel (dial, and the route's handshake); the
 // route counts the tunnel in flight until it closes. It returns what ends
-// the tunnel's drain session (nil when there was none).
-func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *proxy.Record) (release func()) {
+// the tunnel's drain session (nil when there was none), and, once the
+// tunnel is established, what relays it (proxy.SpliceThen) and calls end
+// when it is over.
+func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *proxy.Record) (release func(), relay func(end func())) {
 	host, portStr, err := net.SplitHostPort(r.Host)
 	port, perr := strconv.Atoi(portStr)
 	if err != nil || perr != nil {
@@ -205,8 +220,12 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 		key = t.key(r)
 	}
 	f := t.pool.Start(proxy.Request{Key: key, Idempotent: true, Hold: true})
-	defer f.End()
-	defer func() { record.Attempts = f.Attempts() }()
+	defer func() {
+		record.Attempts = f.Attempts()
+		if relay == nil {
+			f.End()
+		}
+	}()
 	// refuseTarget ends a try that the target, not the route, stopped:
 	// 403 for an address that is not allowed, 502 for a name that did not
 	// resolve (so could not be checked, so is not carried).
@@ -268,30 +287,48 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 			return
 		}
 	}
-	defer conn.Close()
 	client, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
+		conn.Close()
 		record.Status, record.Reason = http.StatusInternalServerError, "local"
 		return
 	}
-	defer client.Close()
 	sess, ok := h.conns.Add(client, conn)
 	release = sess.Done
+	closeBoth := func() {
+		client.Close()
+		conn.Close()
+	}
 	if !ok {
 		record.Status, record.Reason = proxy.StatusServiceUnavailable, "shutting_down"
 		_, _ = brw.WriteString("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")
 		_ = brw.Flush()
+		closeBoth()
 		return
 	}
 	record.Status = http.StatusOK
 	_, _ = brw.WriteString("HTTP/1.1 200 Connection established\r\n\r\n")
 	_ = brw.Flush()
-	var clientSide net.Conn = client
-	if brw.Reader.Buffered() > 0 {
-		clientSide = &bufferedConn{Conn: client, r: brw.Reader}
+	// What the client sent behind its CONNECT, read with it, goes first;
+	// the rest is the sockets' own, which the relay loop can take.
+	if n := brw.Reader.Buffered(); n > 0 {
+		early, _ := brw.Reader.Peek(n)
+		m, err := conn.Write(early)
+		record.BytesIn += int64(m)
+		if err != nil {
+			closeBoth()
+			return
+		}
 	}
-	record.BytesIn, record.BytesOut = proxy.Splice(clientSide, conn, sess)
-	return release
+	return release, func(end func()) {
+		proxy.SpliceThen(client, conn, sess, func(in, out int64) {
+			closeBoth()
+			record.BytesIn += in
+			record.BytesOut = out
+			f.End()
+			end()
+		})
+	}
 }
 
 // isResolveError reports whether err is a name that did not resolve: the
