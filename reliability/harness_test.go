@@ -34,6 +34,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// ROTOR_BIN runs the suite against a rotor already built (another
+	// commit's, to measure the two side by side) instead of this tree's.
+	if bin := os.Getenv("ROTOR_BIN"); bin != "" {
+		rotorBin = bin
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
 	rotorBin = filepath.Join(dir, "rotor")
 	args := []string{"build", "-o", rotorBin}
 	if raceEnabled {
