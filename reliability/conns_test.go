@@ -172,6 +172,59 @@ func TestIdleUpgraded(t *testing.T) {
 	}
 }
 
+// Thousands of idle CONNECT tunnels through the forward proxy's direct
+// route, each after an exchange of 64 KiB each way: what each costs rotor.
+func TestIdleConnect(t *testing.T) {
+	echo := testtool.Echo(t)
+	_, port, _ := net.SplitHostPort(echo)
+	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%s], allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+`, port), "GOGC=10")
+	payload := strings.Repeat("x", 64<<10)
+	open := func() net.Conn {
+		t.Helper()
+		c := rawConn(t, p.addr("out"))
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", echo, echo)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v, %v", resp, err)
+		}
+		go func() { _, _ = io.WriteString(c, payload) }()
+		if n, err := io.ReadFull(br, make([]byte, len(payload))); err != nil {
+			t.Fatalf("echo: %d bytes, %v", n, err)
+		}
+		return c
+	}
+	open().Close()
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	n := scale(500, 2000)
+	holdIdle(t, n, open)
+	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	perHeap, perG := (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
+	figure(t, "idle CONNECT tunnels", "%d idle after 64 KiB each way: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
+		n, float64(rss-baseRSS)/float64(n)/1024, perHeap/1024, perG, fds-baseFD)
+	if fds-baseFD < 2*n || fds-baseFD > 2*n+20 {
+		t.Fatalf("%d descriptors for %d idle tunnels, want two each", fds-baseFD, n)
+	}
+	// Relayed in the event loop once the handler has returned: no
+	// goroutine waits for an idle tunnel, and nothing of the server's
+	// connection is held.
+	if perG > 0.1 {
+		t.Fatalf("%.2f goroutines per idle CONNECT tunnel, want none", perG)
+	}
+	if perHeap > 16<<10 {
+		t.Fatalf("%.1f KB of heap per idle CONNECT tunnel: its handler's state is held while it waits", perHeap/1024)
+	}
+}
+
 // A TCP half-close reaches the other side and the answer still comes
 // back; and a thousand connections at once all go through.
 func TestTCPHalfCloseAndConcurrency(t *testing.T) {
