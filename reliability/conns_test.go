@@ -68,9 +68,52 @@ func holdIdle(t *testing.T, n int, open func() net.Conn) []net.Conn {
 	return conns
 }
 
+// idleRelayed measures what n idle relayed connections cost rotor: each
+// opened by open (whose conn is then ready for echo64k) after one
+// exchange of 64 KiB each way, and held. A relayed connection is two
+// sockets in the relay loop: two descriptors, no goroutine waiting for
+// it, and, on the heap, no buffer and nothing of a handler's state; more
+// than maxHeap bytes each fails the test.
+func idleRelayed(t *testing.T, p *proc, what string, n int, maxHeap float64, open func() (net.Conn, *bufio.Reader)) {
+	t.Helper()
+	opened := func() net.Conn {
+		t.Helper()
+		c, br := open()
+		echo64k(t, c, br)
+		return c
+	}
+	opened().Close() // warm
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	holdIdle(t, n, opened)
+	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
+	figure(t, "idle "+what, "%d idle after 64 KiB each way: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
+		n, perRSS/1024, perHeap/1024, perG, fds-baseFD)
+	if fds-baseFD < 2*n || fds-baseFD > 2*n+20 {
+		t.Fatalf("%d descriptors for %d idle %s, want two each", fds-baseFD, n, what)
+	}
+	if perG > 0.1 {
+		t.Fatalf("%d idle %s hold %.0f goroutines (%.2f each), want none", n, what, g-baseG, perG)
+	}
+	if perHeap > maxHeap {
+		t.Fatalf("%d idle %s hold %.1f KB of heap each: buffers or a handler's state kept while they wait", n, what, perHeap/1024)
+	}
+}
+
+// echo64k sends 64 KiB on c and reads the same back through br.
+func echo64k(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	payload := strings.Repeat("x", 64<<10)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() { _, _ = io.WriteString(c, payload) }()
+	if n, err := io.ReadFull(br, make([]byte, len(payload))); err != nil {
+		t.Fatalf("echo: %d bytes, %v", n, err)
+	}
+}
+
 // Thousands of idle proxied TCP connections, each after one exchange of
-// 64 KiB each way: what each costs rotor in memory. A connection waiting
-// for bytes holds no buffer.
+// 64 KiB each way: what each costs rotor.
 func TestIdleTCP(t *testing.T) {
 	echo := testtool.Echo(t)
 	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
@@ -79,65 +122,27 @@ listeners:
 pools:
   - {name: dbs, endpoints: [{name: e, address: %q}]}
 `, echo))
-	payload := strings.Repeat("x", 64<<10)
-	exchange := func(c net.Conn) {
-		t.Helper()
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		go func() { _, _ = io.WriteString(c, payload) }()
-		if n, err := io.ReadFull(c, make([]byte, len(payload))); err != nil {
-			t.Fatalf("echo: %d bytes, %v", n, err)
-		}
-	}
-	warm, err := net.Dial("tcp", p.addr("db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	exchange(warm)
-	warm.Close()
-	time.Sleep(200 * time.Millisecond)
-	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	n := scale(1000, 5000)
-	holdIdle(t, n, func() net.Conn {
-		c, err := net.Dial("tcp", p.addr("db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		exchange(c)
-		return c
-	})
-	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	per, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
-	figure(t, "idle TCP connections", "%d idle after one exchange each: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
-		n, per/1024, perHeap/1024, perG, fds-baseFD)
-	if fds-baseFD < 2*n || fds-baseFD > 2*n+20 {
-		t.Fatalf("%d descriptors for %d idle connections, want two each", fds-baseFD, n)
-	}
-	// Relayed in the event loop: nothing waits for an idle one.
-	if perG > 0.1 {
-		t.Fatalf("%.2f goroutines per idle TCP connection, want none", perG)
-	}
 	// The heap, not the RSS, which the race detector's shadow memory
-	// multiplies. An idle connection holds no buffer: about 3 KB of heap
-	// each when run alone, up to 8 KB among the other tests under the
-	// race detector (what the exchanges left for the next collection). A
-	// 4 KiB buffer held by each direction while it waits would be 8 KB
-	// more (two 32 KiB copy buffers, 64 KB).
-	if perHeap > 10<<10 {
-		t.Fatalf("%.1f KB of heap per idle connection: buffers are held while waiting", perHeap/1024)
-	}
+	// multiplies: about 3 KB each when run alone, up to 8 KB among the
+	// other tests under the race detector (what the exchanges left for the
+	// next collection). A 4 KiB buffer held by each direction while it
+	// waits would be 8 KB more (two 32 KiB copy buffers, 64 KB).
+	idleRelayed(t, p, "TCP connections", scale(1000, 5000), 10<<10, func() (net.Conn, *bufio.Reader) {
+		c := rawConn(t, p.addr("db"))
+		return c, bufio.NewReader(c)
+	})
 }
 
 // Thousands of idle upgraded connections (WebSocket-like, through the
 // reverse proxy), each after an exchange of 64 KiB each way: what each
-// costs rotor.
+// costs rotor once the handler has returned (a waiting handler kept 30 KB
+// of its request and of the server's connection).
 func TestIdleUpgraded(t *testing.T) {
 	// GOGC=10: collected often, so that the heap in use is what is live
 	// rather than what each upgrade's exchange left for a collection that
 	// the heap's floor would put off.
 	p := start(t, webConfig("", &backend{testtool.NewUpgradeEcho(t)}), "GOGC=10")
-	payload := strings.Repeat("x", 64<<10)
-	open := func() net.Conn {
-		t.Helper()
+	idleRelayed(t, p, "upgraded connections", scale(500, 2000), 16<<10, func() (net.Conn, *bufio.Reader) {
 		c := rawConn(t, p.addr("web"))
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
@@ -146,34 +151,13 @@ func TestIdleUpgraded(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("upgrade: %v, %v", resp, err)
 		}
-		go func() { _, _ = io.WriteString(c, payload) }()
-		if n, err := io.ReadFull(br, make([]byte, len(payload))); err != nil {
-			t.Fatalf("echo: %d bytes, %v", n, err)
-		}
-		return c
-	}
-	open().Close()
-	time.Sleep(200 * time.Millisecond)
-	baseRSS, baseHeap, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
-	n := scale(500, 2000)
-	holdIdle(t, n, open)
-	rss, heap, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.metric("go_goroutines")
-	perHeap, perG := (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
-	figure(t, "idle upgraded connections", "%d idle after 64 KiB each way: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each",
-		n, float64(rss-baseRSS)/float64(n)/1024, perHeap/1024, perG)
-	// Relayed in the event loop once the handler has returned: no
-	// goroutine waits for an idle one, and nothing of its request or of
-	// the server's connection is held (a waiting handler kept 30 KB).
-	if perG > 0.1 {
-		t.Fatalf("%.2f goroutines per idle upgraded connection, want none", perG)
-	}
-	if perHeap > 16<<10 {
-		t.Fatalf("%.1f KB of heap per idle upgraded connection: its handler's state is held while it waits", perHeap/1024)
-	}
+		return c, br
+	})
 }
 
 // Thousands of idle CONNECT tunnels through the forward proxy's direct
-// route, each after an exchange of 64 KiB each way: what each costs rotor.
+// route, each after an exchange of 64 KiB each way: what each costs rotor
+// once the handler has returned.
 func TestIdleConnect(t *testing.T) {
 	echo := testtool.Echo(t)
 	_, port, _ := net.SplitHostPort(echo)
@@ -185,9 +169,7 @@ pools:
     endpoints:
       - {name: direct, url: "direct://"}
 `, port), "GOGC=10")
-	payload := strings.Repeat("x", 64<<10)
-	open := func() net.Conn {
-		t.Helper()
+	idleRelayed(t, p, "CONNECT tunnels", scale(500, 2000), 16<<10, func() (net.Conn, *bufio.Reader) {
 		c := rawConn(t, p.addr("out"))
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", echo, echo)
@@ -196,33 +178,8 @@ pools:
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("CONNECT: %v, %v", resp, err)
 		}
-		go func() { _, _ = io.WriteString(c, payload) }()
-		if n, err := io.ReadFull(br, make([]byte, len(payload))); err != nil {
-			t.Fatalf("echo: %d bytes, %v", n, err)
-		}
-		return c
-	}
-	open().Close()
-	time.Sleep(200 * time.Millisecond)
-	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	n := scale(500, 2000)
-	holdIdle(t, n, open)
-	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	perHeap, perG := (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
-	figure(t, "idle CONNECT tunnels", "%d idle after 64 KiB each way: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
-		n, float64(rss-baseRSS)/float64(n)/1024, perHeap/1024, perG, fds-baseFD)
-	if fds-baseFD < 2*n || fds-baseFD > 2*n+20 {
-		t.Fatalf("%d descriptors for %d idle tunnels, want two each", fds-baseFD, n)
-	}
-	// Relayed in the event loop once the handler has returned: no
-	// goroutine waits for an idle tunnel, and nothing of the server's
-	// connection is held.
-	if perG > 0.1 {
-		t.Fatalf("%.2f goroutines per idle CONNECT tunnel, want none", perG)
-	}
-	if perHeap > 16<<10 {
-		t.Fatalf("%.1f KB of heap per idle CONNECT tunnel: its handler's state is held while it waits", perHeap/1024)
-	}
+		return c, br
+	})
 }
 
 // A TCP half-close reaches the other side and the answer still comes
