@@ -6,6 +6,7 @@ package check
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -26,6 +27,7 @@ type Spec struct {
 	Timeout  time.Duration
 	Rise     int
 	Fall     int
+	TLS      *tls.Config // http: how https endpoints are reached (nil: the system's roots)
 }
 
 // Target is one endpoint to check.
@@ -58,7 +60,7 @@ func Start(spec Spec, targets []Target, log *slog.Logger) *Checker {
 		passes: map[string]int{}, fails: map[string]int{},
 		client: &http.Client{
 			Timeout:       spec.Timeout,
-			Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
+			Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil, TLSClientConfig: spec.TLS},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}

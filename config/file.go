@@ -36,11 +36,12 @@ type State struct {
 	// Timeout bounds every Redis operation (default 50ms); past it the
 	// instance serves on its local state.
 	Timeout time.Duration `yaml:"timeout"`
-	TLS     *StateTLS     `yaml:"tls"`
+	TLS     *ClientTLS    `yaml:"tls"`
 }
 
-// StateTLS connects to Redis over TLS.
-type StateTLS struct {
+// ClientTLS is how rotor speaks TLS as a client: to Redis (state.tls),
+// and to a pool's https endpoints (pools[].tls).
+type ClientTLS struct {
 	CA         string `yaml:"ca"`   // PEM file of the CAs to trust; default the system's
 	Cert       string `yaml:"cert"` // client certificate, with Key
 	Key        string `yaml:"key"`
@@ -157,6 +158,9 @@ type Pool struct {
 	// BlockedBody, on a route pool, is a regular expression: a 2xx answer
 	// whose first 64 KiB match it is the route's failure ("access denied").
 	BlockedBody string `yaml:"blocked_body"`
+	// TLS is how the pool's https endpoints are reached and checked: the
+	// CAs to trust, a client certificate, the name to verify.
+	TLS *ClientTLS `yaml:"tls"`
 }
 
 // Sticky configures the sticky policy.

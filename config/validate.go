@@ -194,10 +194,16 @@ func (f *File) resolvePaths(dir string) {
 			abs(&t.Key)
 		}
 	}
-	if t := f.State.TLS; t != nil {
-		abs(&t.CA)
-		abs(&t.Cert)
-		abs(&t.Key)
+	clientTLS := func(t *ClientTLS) {
+		if t != nil {
+			abs(&t.CA)
+			abs(&t.Cert)
+			abs(&t.Key)
+		}
+	}
+	clientTLS(f.State.TLS)
+	for i := range f.Pools {
+		clientTLS(f.Pools[i].TLS)
 	}
 }
 
@@ -526,6 +532,15 @@ func (p *Pool) validate(path, kind string) []pathError {
 			add(errAt(path+".blocked_body", "not a regular expression: %v", err))
 		}
 	}
+	if t := p.TLS; t != nil {
+		switch {
+		case kind == "tcp" || kind == "forward":
+			add(errAt(path+".tls", "is for http pools, whose https endpoints it reaches"))
+		case !p.hasHTTPS():
+			add(errAt(path+".tls", "no endpoint is https (url https://..., or endpoints_from's scheme: https)"))
+		}
+		errs = append(errs, t.validate(path+".tls")...)
+	}
 	if p.Key.TargetHost && kind != "forward" {
 		add(errAt(path+".key.target_host", "is for forward pools"))
 	}
@@ -541,6 +556,20 @@ func (p *Pool) validate(path, kind string) []pathError {
 		}
 	}
 	return errs
+}
+
+// hasHTTPS reports whether any of the pool's endpoints is reached over
+// https.
+func (p *Pool) hasHTTPS() bool {
+	if p.EndpointsFrom != nil && p.EndpointsFrom.Scheme == "https" {
+		return true
+	}
+	for _, e := range p.Endpoints {
+		if u, err := url.Parse(e.URL); err == nil && u.Scheme == "https" {
+			return true
+		}
+	}
+	return false
 }
 
 func checkHostPort(s string) error {
@@ -623,8 +652,19 @@ func (st *State) validate() []pathError {
 	if strings.ContainsAny(st.Prefix, " \t\r\n{}") {
 		add(errAt("state.prefix", "must not contain spaces or braces (got %q)", st.Prefix))
 	}
-	if t := st.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
-		add(errAt("state.tls", "cert and key go together"))
+	if t := st.TLS; t != nil {
+		errs = append(errs, t.validate("state.tls")...)
+	}
+	return errs
+}
+
+func (t *ClientTLS) validate(path string) []pathError {
+	var errs []pathError
+	if (t.Cert == "") != (t.Key == "") {
+		errs = append(errs, errAt(path, "cert and key go together"))
+	}
+	if t.ServerName != "" && (len(t.ServerName) > 253 || strings.ContainsAny(t.ServerName, " /:@")) {
+		errs = append(errs, errAt(path+".server_name", "must be a host name (got %q)", t.ServerName))
 	}
 	return errs
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -44,7 +45,10 @@ type home struct {
 	routes    map[routeKey]*forward.Route
 }
 
-type transportKey struct{ connect, try time.Duration }
+type transportKey struct {
+	connect, try time.Duration
+	tls          [sha256.Size]byte // the client TLS section's digest (clientTLS); zero without one
+}
 
 // routeKey says what a route is built from: a route with the same key is
 // taken over by the next runtime, with its connections.
@@ -75,6 +79,7 @@ type poolRuntime struct {
 	proxy     *proxy.Pool
 	reverse   *reverse.Pool
 	tcp       *tcp.Pool
+	tls       *tls.Config                 // http: how its https endpoints are reached; nil: the system's roots
 	newTrans  bool                        // next.transport was made by this build
 	newRoutes map[routeKey]*forward.Route // routes made by this build
 }
@@ -133,7 +138,7 @@ func (s *Server) buildWith(cfg *config.File, f found, ds map[string]*discoverer)
 			if err != nil {
 				return nil, fmt.Errorf("pools.%s.health.check.expect: %w", pc.Name, err)
 			}
-			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall}}
+			cs := checkSpec{pool: pc.Name, spec: check.Spec{Kind: c.Kind, Path: c.Path, Expect: expect, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall, TLS: pr.tls}}
 			for _, ep := range pr.snap.Endpoints() {
 				tg := check.Target{Name: ep.Name, State: ep.State}
 				if pr.reverse != nil {
@@ -245,8 +250,14 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 	}
 	switch kind {
 	case "http":
-		if key := (transportKey{pc.Timeouts.Connect, pc.Timeouts.Try}); pr.next.transport == nil || pr.next.transKey != key {
-			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try), key, true
+		key := transportKey{connect: pc.Timeouts.Connect, try: pc.Timeouts.Try}
+		if pc.TLS != nil {
+			if pr.tls, key.tls, err = clientTLS("pools."+pc.Name+".tls", pc.TLS); err != nil {
+				return nil, err
+			}
+		}
+		if pr.next.transport == nil || pr.next.transKey != key {
+			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try, pr.tls), key, true
 		}
 		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key)}
 		if sc := pc.StickyCookie; sc != nil {

@@ -1,11 +1,7 @@
 package server
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
 	"log/slog"
-	"os"
 	"reflect"
 
 	"github.com/rotor-lb/rotor/admin"
@@ -25,23 +21,9 @@ func newShared(st config.State, log *slog.Logger) (*shared.Client, error) {
 		o.Addrs = []string{st.Address}
 	}
 	if t := st.TLS; t != nil {
-		o.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-		if t.CA != "" {
-			pem, err := os.ReadFile(t.CA)
-			if err != nil {
-				return nil, fmt.Errorf("state.tls.ca: %w", err)
-			}
-			o.TLS.RootCAs = x509.NewCertPool()
-			if !o.TLS.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("state.tls.ca: %s: no PEM certificate in it", t.CA)
-			}
-		}
-		if t.Cert != "" {
-			cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-			if err != nil {
-				return nil, fmt.Errorf("state.tls: %w", err)
-			}
-			o.TLS.Certificates = []tls.Certificate{cert}
+		var err error
+		if o.TLS, _, err = clientTLS("state.tls", t); err != nil {
+			return nil, err
 		}
 	}
 	return shared.New(o)

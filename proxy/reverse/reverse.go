@@ -9,6 +9,7 @@ package reverse
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -48,10 +49,12 @@ type Pool struct {
 // bounds the dial and try the wait for response headers. It never asks for
 // compression itself: a client's Accept-Encoding reaches the backend as it
 // came, and the answer reaches the client as the backend encoded it.
-func NewTransport(connect, try time.Duration) *h1.Transport {
+func NewTransport(connect, try time.Duration, tlsConfig *tls.Config) *h1.Transport {
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
 	return h1.New(&http.Transport{
 		DialContext:            dialer.DialContext,
+		TLSClientConfig:        tlsConfig,
+		TLSHandshakeTimeout:    connect, // as nginx and Envoy bound it: part of connecting
 		MaxIdleConns:           4096,
 		MaxIdleConnsPerHost:    512,
 		IdleConnTimeout:        90 * time.Second,
