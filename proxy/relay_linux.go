@@ -1,3 +1,5 @@
+//go:build !norawio
+
 package proxy
 
 import (

@@ -71,7 +71,7 @@ const waitBuffer = 4 << 10
 // io.Copy does) or either fails, and returns the bytes written. From a
 // socket it copies the raw way (copyRaw).
 func copyConn(dst io.Writer, src io.Reader) (int64, error) {
-	if sc, ok := src.(syscall.Conn); ok {
+	if sc, ok := src.(syscall.Conn); ok && rawio.Supported {
 		if rr, err := sc.SyscallConn(); err == nil {
 			return copyRaw(dst, rr)
 		}

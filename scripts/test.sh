@@ -35,7 +35,14 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
+# rotor and its tests build for macOS and Windows too: there the raw
+# socket ways (rawio, the epoll relay loop) give way to the net package's.
+GOOS=darwin go vet ./...
+GOOS=windows go vet ./...
 go test -race -count=1 -timeout 15m ./...
+# The proxies once more as they run where there is no raw socket access
+# (Windows): net/http's server and transport, a goroutine's copy.
+go test -race -count=1 -timeout 5m -tags norawio ./proxy/... ./server
 
 # Every fuzz target, briefly: its corpus (testdata/fuzz) and 20,000 new
 # inputs (a few seconds each). A count, not a duration: Go 1.26's fuzzing

@@ -1,3 +1,5 @@
+//go:build unix && !norawio
+
 package rawio
 
 import (
@@ -11,8 +13,13 @@ import (
 // once the pipe is empty.
 func TestReadWrite(t *testing.T) {
 	var fds [2]int
-	if err := syscall.Pipe2(fds[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+	if err := syscall.Pipe(fds[:]); err != nil {
 		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	defer syscall.Close(fds[0])
 	defer syscall.Close(fds[1])

@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // Require returns the path of the first of names found on PATH.
@@ -26,6 +28,16 @@ func Require(t testing.TB, names ...string) string {
 	}
 	t.Skipf("SKIPPED: none of %v is installed; this test runs in CI", names)
 	return ""
+}
+
+// NeedsRaw skips a test of what only raw socket access (rawio) gives: a
+// build without it (Windows, or -tags norawio, as the suite runs the
+// proxies once more) hands the short ways over to net/http.
+func NeedsRaw(t testing.TB) {
+	t.Helper()
+	if !rawio.Supported {
+		t.Skip("tests raw socket access, which this build has not (rawio.Supported)")
+	}
 }
 
 // Eventually polls cond every 5 ms until it holds, failing the test after

@@ -206,7 +206,11 @@ func upgrading(r *http.Request) bool {
 
 // RoundTrip sends r and returns the server's answer.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if t.dial == nil || !short(r) {
+	// A body is sent once, and only a look at the socket (rawio.Peek)
+	// tells a kept connection the server has closed from a live one:
+	// where there is none, a body goes net/http's way, whose idle
+	// connections each have a reader that notices their end.
+	if t.dial == nil || !short(r) || r.ContentLength > 0 && !rawio.Supported {
 		return t.HTTP.RoundTrip(r)
 	}
 	addr := r.URL.Host
@@ -275,7 +279,7 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	}
 	c = &conn{t: t, host: host, conn: nc, limit: -1}
 	c.br = bufio.NewReader(c)
-	if sc, ok := nc.(syscall.Conn); ok {
+	if sc, ok := nc.(syscall.Conn); ok && rawio.Supported {
 		c.rc, _ = sc.SyscallConn()
 	}
 	c.last = lastWrite{c: c}
@@ -489,10 +493,7 @@ func (c *conn) gone() bool {
 // is. The short way asks it of a connection that waits: a client's that
 // may have ended with its last request, a backend's kept idle.
 func peek(rc syscall.RawConn) (n int, err error) {
-	var b [1]byte
-	if cerr := rc.Control(func(fd uintptr) {
-		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	}); cerr != nil {
+	if cerr := rc.Control(func(fd uintptr) { n, err = rawio.Peek(fd) }); cerr != nil {
 		return 0, cerr
 	}
 	return n, err

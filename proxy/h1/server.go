@@ -285,6 +285,9 @@ type clientConn struct {
 }
 
 func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
+	if !rawio.Supported {
+		return nil, errors.ErrUnsupported
+	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -629,7 +632,7 @@ func (h *cancelHook) fire() {
 // the handler's writes, and the request's context is cancelled.
 func (c *clientConn) cut() {
 	c.cancelRequest()
-	_ = c.rc.Control(func(fd uintptr) { _ = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) })
+	_ = c.rc.Control(func(fd uintptr) { _ = rawio.Shutdown(fd) })
 }
 
 // closeIfEnded closes an idle connection whose client has closed its

@@ -432,6 +432,7 @@ func TestServerShutdown(t *testing.T) {
 // A connection waiting for its next request holds no read buffer; one
 // that has read part of a head holds one until the head is whole.
 func TestServerIdleHoldsNoBuffer(t *testing.T) {
+	testtool.NeedsRaw(t)
 	s, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})})
@@ -589,6 +590,7 @@ func TestServerCloseCutsBusyHandlers(t *testing.T) {
 // the next request in it, it is still what was sent. One that does not
 // fit in the buffer goes to net/http's server.
 func TestServerServesBodiesWithTheirHead(t *testing.T) {
+	testtool.NeedsRaw(t)
 	kept := make(chan io.ReadCloser, 1)
 	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/keep" {

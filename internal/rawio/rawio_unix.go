@@ -1,9 +1,11 @@
-// Package rawio is the system calls rotor makes itself inside a
-// syscall.RawConn's Read, where the net package's own retrying does not
-// reach: a read and a write, each made again when a signal interrupts it.
+//go:build unix && !norawio
+
 package rawio
 
 import "syscall"
+
+// Supported: this system's sockets can be read and written raw.
+const Supported = true
 
 // Read reads from fd into p, again while the call is interrupted (EINTR).
 // It returns what read(2) does otherwise: EAGAIN when nothing is there.
@@ -33,3 +35,14 @@ func Write(fd uintptr, p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// Peek looks at socket fd without taking from it or waiting: n is 1 when
+// a byte is there, 0 with no error at its end; EAGAIN when nothing is.
+func Peek(fd uintptr) (n int, err error) {
+	var b [1]byte
+	n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n, err
+}
+
+// Shutdown shuts both directions of socket fd down.
+func Shutdown(fd uintptr) error { return syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }
