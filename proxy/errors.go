@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"os"
@@ -35,14 +36,19 @@ func Classify(err error, ctx context.Context) health.ErrorKind {
 	return health.Broken
 }
 
-// IsDialError reports whether err happened before a connection existed,
-// so the endpoint saw nothing and any request may be retried.
+// IsDialError reports whether err happened before anything was sent (the
+// dial, or a handshake that refused the endpoint's certificate), so the
+// endpoint saw nothing and any request may be retried.
 func IsDialError(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return errors.Is(err, syscall.ECONNREFUSED)
+	// A certificate rotor would not accept: the handshake stopped before
+	// anything of the request was sent (nginx retries it as it retries a
+	// refused connection).
+	var cv *tls.CertificateVerificationError
+	return errors.As(err, &cv) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // Statuses rotor answers with when no endpoint did.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -139,6 +140,35 @@ pools:
 				t.Fatalf("%d %q, want %d", status, body, tc.want)
 			}
 		})
+	}
+
+	// An endpoint whose certificate does not verify saw nothing of the
+	// request: even a POST goes on to the next endpoint, and the failure
+	// is a connection error against the one that showed it.
+	stranger := httpsBackend(t, newTestCA(t), false)
+	r2 := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools:
+  - name: app
+    retries: {attempts: 2, budget: 1}
+    endpoints: [{name: stranger, url: %q}, {name: known, url: %q}]
+    tls: {ca: %s, server_name: backend.internal}
+`, stranger.URL, plain.URL, ca.pem), nil)
+	for i := range 4 {
+		resp, err := client.Post(r2.url("web"), "text/plain", strings.NewReader("a body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(b) != "secure" {
+			t.Fatalf("POST %d past an endpoint with a certificate from another CA: %d %q", i, resp.StatusCode, b)
+		}
+	}
+	for _, ep := range r2.Pools()[0].Snapshot.Endpoints() {
+		if st := ep.State.Snapshot(time.Now()); (ep.Name == "stranger") != (st.Failures > 0) {
+			t.Errorf("endpoint %s: %+v", ep.Name, st)
+		}
 	}
 
 	// A reload that changes the tls gets a transport made with the new
