@@ -48,8 +48,11 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 	a, b := newBackend(t, "a"), newBackend(t, "b")
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir)
-	web, secure, out, db := freePort(t), freePort(t), freePort(t), freePort(t)
-	good := reloadConfig(web, secure, out, db, a, b, cert, key)
+	// Every listener on a port of its own choosing: the addresses stay
+	// the same strings from reload to reload, with no port to find free
+	// first (another process could take it before rotor binds it).
+	const anyPort = "127.0.0.1:0"
+	good := reloadConfig(anyPort, anyPort, anyPort, anyPort, a, b, cert, key)
 	r := startRotor(t, good, nil)
 	eventually(t, 3*time.Second, "first checks pass", func() bool {
 		for _, ep := range r.Pools()[0].Snapshot.Endpoints() {
@@ -72,7 +75,7 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"bad policy", strings.Replace(good, "  - name: app\n", "  - name: app\n    policy: p3c\n", 1), `"p3c" is not a policy`},
 		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
 		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
-		{"a listener moves", strings.Replace(good, web, freePort(t), 1), "restart rotor"},
+		{"a listener moves", reloadConfig("127.0.0.2:0", anyPort, anyPort, anyPort, a, b, cert, key), "restart rotor"},
 		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
 		{"the admin token changes", strings.Replace(good, `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "a-new-token-0123456789"}`, 1), "admin.listen or admin.token changed"},
 		{"a certificate that does not load", good, "listeners.secure.tls"},
