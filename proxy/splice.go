@@ -28,21 +28,7 @@ func Splice(a, b io.ReadWriteCloser, s *Session) (aToB, bToA int64) {
 	if aToB, bToA, ok := relayTCP(a, b, s); ok {
 		return aToB, bToA
 	}
-	var wg sync.WaitGroup
-	cp := func(dst, src io.ReadWriteCloser, n *int64) {
-		defer wg.Done()
-		*n, _ = copyConn(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	wg.Add(2)
-	go cp(b, a, &aToB)
-	go cp(a, b, &bToA)
-	wg.Wait()
-	return aToB, bToA
+	return copyBoth(a, b)
 }
 
 // SpliceThen is Splice without the wait: it returns at once, and then
@@ -53,7 +39,30 @@ func SpliceThen(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)
 	if relayTCPThen(a, b, s, then) {
 		return
 	}
-	go func() { then(Splice(a, b, s)) }()
+	go func() { then(copyBoth(a, b)) }()
+}
+
+// copyBoth copies both ways between a and b, one direction in a goroutine
+// of its own and the other in the caller's, until both have ended; each
+// direction's end is passed on as a half-close where dst has one.
+func copyBoth(a, b io.ReadWriteCloser) (aToB, bToA int64) {
+	cp := func(dst, src io.ReadWriteCloser) int64 {
+		n, _ := copyConn(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+		return n
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		aToB = cp(b, a)
+	}()
+	bToA = cp(a, b)
+	<-done
+	return aToB, bToA
 }
 
 // waitBuffer is what one direction of a connection holds while it waits
