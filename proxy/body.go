@@ -85,6 +85,36 @@ func GetBuffer() []byte { return buffers.Get().(*[CopyBuffer]byte)[:] }
 // PutBuffer gives back a buffer GetBuffer lent.
 func PutBuffer(b []byte) { buffers.Put((*[CopyBuffer]byte)(b[:CopyBuffer])) }
 
+// CopyAnswer copies an answer's body from src, a backend's, to dst, the
+// client's, through a lent buffer, and says which side ended it early: a
+// failed read (rerr, the backend's end, or the request's context) or a
+// failed write (werr: the client is gone). Both nil: the body was whole.
+// A caller whose head has gone out aborts the client's connection on
+// either, so that a cut body is not taken for a whole one (a chunked
+// answer would otherwise end with its last chunk).
+func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
+	buf := GetBuffer()
+	defer PutBuffer(buf)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			m, err := dst.Write(buf[:n])
+			if err == nil && m < n {
+				err = io.ErrShortWrite
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+}
+
 // Errors a limited body returns: the client's, never an endpoint's.
 var (
 	// ErrBodyTooLarge: the body is over the listener's maximum (413).

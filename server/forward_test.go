@@ -1,9 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -131,5 +134,57 @@ pools:
 		if got.Get("X-Hop") != "" || got.Get("X-Kept") != "1" {
 			t.Errorf("the target got %v: want X-Kept and not X-Hop, which Connection names", got)
 		}
+	}
+}
+
+// An answer the target cuts after its head has gone to the client is cut
+// for the client too, chunked or with a length: the client must not take
+// what came for the whole body. It is recorded as broken.
+func TestForwardCutAnswerIsAborted(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if r.URL.Path == "/chunked" {
+			brw.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + "5\r\nhello\r\n")
+		} else {
+			brw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("x", 50000))
+		}
+		brw.Flush()
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, `admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+`, nil)
+	host := strings.TrimPrefix(be.URL, "http://")
+	for i, path := range []string{"/chunked", "/length"} {
+		c, err := net.Dial("tcp", r.Addr("out").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET http://"+host+path+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != http.StatusOK || err != io.ErrUnexpectedEOF {
+			t.Fatalf("%s: status %d, %d bytes, %v: want 200, what was sent, then the end of the connection", path, resp.StatusCode, len(body), err)
+		}
+		admin := "http://" + r.Addr("admin").String() + "/metrics"
+		want := fmt.Sprintf(`rotor_refused_total{listener="out",reason="broken"} %d`, i+1)
+		eventually(t, 3*time.Second, path+": the cut answer recorded", func() bool {
+			_, metrics := get(t, admin)
+			return strings.Contains(metrics, want)
+		})
 	}
 }

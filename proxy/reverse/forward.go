@@ -265,26 +265,7 @@ func copyBody(w *recorder, body io.Reader, atOnce bool) (rerr, werr error) {
 		defer f.stop()
 		dst = f
 	}
-	buf := proxy.GetBuffer()
-	defer proxy.PutBuffer(buf)
-	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			m, err := dst.Write(buf[:n])
-			if err == nil && m < n {
-				err = io.ErrShortWrite
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		if err == io.EOF {
-			return nil, nil
-		}
-		if err != nil {
-			return err, nil
-		}
-	}
+	return proxy.CopyAnswer(dst, body)
 }
 
 // flusher flushes after every write, and once, from its timer, the head
