@@ -107,12 +107,9 @@ func TestRoutesLocalExample(t *testing.T) {
 	}
 }
 
-// The forward proxy passes a request's fields on as they came, less the
-// hop-by-hop ones: a client that sent no User-Agent reaches the target
-// with none (not Go's), and one that sent its own with its own.
-func TestForwardKeepsUserAgent(t *testing.T) {
-	target := newBackend(t, "target")
-	cfg := `admin: {listen: "127.0.0.1:0"}
+// directForward is a forward listener with one direct route, allowed to
+// reach loopback targets, and the admin listener.
+const directForward = `admin: {listen: "127.0.0.1:0"}
 listeners:
   - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
 pools:
@@ -120,7 +117,13 @@ pools:
     endpoints:
       - {name: direct, url: "direct://"}
 `
-	r := startRotor(t, cfg, nil)
+
+// The forward proxy passes a request's fields on as they came, less the
+// hop-by-hop ones: a client that sent no User-Agent reaches the target
+// with none (not Go's), and one that sent its own with its own.
+func TestForwardKeepsUserAgent(t *testing.T) {
+	target := newBackend(t, "target")
+	r := startRotor(t, directForward, nil)
 	host := strings.TrimPrefix(target.url(), "http://")
 	for _, tc := range []struct{ field, want string }{{"", ""}, {"User-Agent: curl/8.0\r\n", "curl/8.0"}} {
 		raw := "GET http://" + host + "/ua HTTP/1.1\r\nHost: " + host + "\r\n" + tc.field + "Connection: X-Hop\r\nX-Hop: 1\r\nX-Kept: 1\r\n\r\n"
@@ -155,14 +158,7 @@ func TestForwardCutAnswerIsAborted(t *testing.T) {
 		brw.Flush()
 	}))
 	t.Cleanup(be.Close)
-	r := startRotor(t, `admin: {listen: "127.0.0.1:0"}
-listeners:
-  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
-pools:
-  - name: routes
-    endpoints:
-      - {name: direct, url: "direct://"}
-`, nil)
+	r := startRotor(t, directForward, nil)
 	host := strings.TrimPrefix(be.URL, "http://")
 	for i, path := range []string{"/chunked", "/length"} {
 		c, err := net.Dial("tcp", r.Addr("out").String())
