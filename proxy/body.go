@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"sync"
@@ -113,6 +114,16 @@ func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
 			return err, nil
 		}
 	}
+}
+
+// CutReason is the record's reason for an answer CopyAnswer ended early:
+// "broken" when the backend's side failed, "client_gone" when the client
+// left (its write failed, or the request's context was cancelled).
+func CutReason(rerr error) string {
+	if rerr == nil || errors.Is(rerr, context.Canceled) {
+		return "client_gone"
+	}
+	return "broken"
 }
 
 // Errors a limited body returns: the client's, never an endpoint's.

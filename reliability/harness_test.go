@@ -36,22 +36,19 @@ func TestMain(m *testing.M) {
 	}
 	// ROTOR_BIN runs the suite against a rotor already built (another
 	// commit's, to measure the two side by side) instead of this tree's.
-	if bin := os.Getenv("ROTOR_BIN"); bin != "" {
-		rotorBin = bin
-		code := m.Run()
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}
-	rotorBin = filepath.Join(dir, "rotor")
-	args := []string{"build", "-o", rotorBin}
-	if raceEnabled {
-		args = append(args, "-race") // what the suite does to rotor, the race detector watches
-	}
-	build := exec.Command("go", append(args, "github.com/rotor-lb/rotor/cmd/rotor")...)
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building rotor:", err)
-		os.Exit(1)
+	rotorBin = os.Getenv("ROTOR_BIN")
+	if rotorBin == "" {
+		rotorBin = filepath.Join(dir, "rotor")
+		args := []string{"build", "-o", rotorBin}
+		if raceEnabled {
+			args = append(args, "-race") // what the suite does to rotor, the race detector watches
+		}
+		build := exec.Command("go", append(args, "github.com/rotor-lb/rotor/cmd/rotor")...)
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building rotor:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -99,7 +100,7 @@ func httpsBackend(t *testing.T, ca *testCA, requireClient bool) *httptest.Server
 		pool.AddCert(ca.cert)
 		b.TLS.ClientAuth, b.TLS.ClientCAs = tls.RequireAndVerifyClientCert, pool
 	}
-	b.Config.ErrorLog = nil
+	b.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes the test makes on purpose
 	b.StartTLS()
 	t.Cleanup(b.Close)
 	return b

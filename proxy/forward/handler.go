@@ -162,10 +162,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rerr == nil && werr == nil {
 		return
 	}
-	record.Reason = "broken"
-	if rerr == nil || errors.Is(rerr, context.Canceled) {
-		record.Reason = "client_gone"
-	}
+	record.Reason = proxy.CutReason(rerr)
 	if rerr != nil {
 		h.log.Debug("answer cut", "listener", h.name, "host", r.URL.Hostname(), "error", secret.Text(rerr.Error()))
 	}

@@ -91,10 +91,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 	rerr, werr := copyBody(w, res.Body, flushesAtOnce(res))
 	if rerr != nil || werr != nil {
 		res.Body.Close()
-		info.kind, info.reason = health.NoError, "broken"
-		if rerr == nil || errors.Is(rerr, context.Canceled) {
-			info.reason = "client_gone"
-		}
+		info.kind, info.reason = health.NoError, proxy.CutReason(rerr)
 		if rerr != nil {
 			h.log.Debug("answer cut", "listener", h.name, "path", r.URL.Path, "error", rerr)
 		}
