@@ -30,6 +30,7 @@ import (
 	"github.com/rotor-lb/rotor/proxy"
 	"github.com/rotor-lb/rotor/proxy/forward"
 	"github.com/rotor-lb/rotor/proxy/h1"
+	"github.com/rotor-lb/rotor/proxy/h2"
 	"github.com/rotor-lb/rotor/proxy/reverse"
 	"github.com/rotor-lb/rotor/proxy/tcp"
 	"github.com/rotor-lb/rotor/shared"
@@ -235,8 +236,11 @@ func (s *Server) Start() error {
 					GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 						return s.rt.Load().listeners[name].tls, nil
 					}}
-				// ServeTLS, not Serve on a TLS listener: it is what sets
-				// up HTTP/2 for clients.
+				// HTTP/2 is rotor's own server's; ServeTLS, not Serve on
+				// a TLS listener, offers it to clients (ALPN).
+				h2s := &h2.Server{MaxConcurrentStreams: uint32(l.MaxConcurrentStreams),
+					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ErrorLog: li.http.ErrorLog}
+				h2s.Configure(li.http)
 				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
 			} else {
 				s.serveCleartext(li, ln)
@@ -278,9 +282,7 @@ func (s *Server) Start() error {
 }
 
 // httpServer is the http.Server for an http or forward listener, with
-// its timeouts, its limits on heads and bodies, and its HTTP/2 limits.
-// Go's HTTP/2 server brings its own defences against rapid resets and
-// CONTINUATION floods; the header limit bounds the latter.
+// its timeouts and its limits on heads and bodies.
 func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 	kind := proxy.KindHTTP
 	if l.Kind == "forward" {
@@ -292,7 +294,6 @@ func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 		ReadHeaderTimeout: l.Timeouts.ReadHeader,
 		IdleTimeout:       l.Timeouts.Idle,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: l.MaxConcurrentStreams},
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 }

@@ -1,0 +1,618 @@
+// Package h2 is rotor's HTTP/2 server for TLS listeners: the connections
+// net/http's server hands over after negotiating "h2" (TLSNextProto), each
+// request served by the listener's http.Handler, the same one HTTP/1.1
+// requests go to, so that both share one request lifecycle.
+//
+// It exists for the way it writes. net/http's HTTP/2 server writes from
+// one goroutine a connection, to which each response's HEADERS and then
+// its DATA are handed one at a time, and it flushes each time its queue
+// runs dry, from a new goroutine: two TLS records and two writes for a
+// small response. Here the handler's goroutine writes its own frames
+// under the connection's write lock, a whole small response at once
+// (HEADERS, DATA, trailers), and the last writer of those waiting for the
+// lock flushes for all of them: one record and one write for a response,
+// fewer when streams answer together.
+//
+// Frames are read and written with golang.org/x/net/http2's Framer and
+// its HPACK coder; the rest (streams and their states, flow control both
+// ways, limits, resets, GOAWAY) is here. Bounded: streams in flight
+// (SETTINGS_MAX_CONCURRENT_STREAMS, and streams reset by the client count
+// until their handlers return), a request's header list, each stream's
+// and the connection's buffered request body (the flow-control windows
+// this server grants), and time: the preface, a connection without
+// streams (the idle timeout), and a write or a wait for the client's
+// window that makes no progress for the idle timeout.
+package h2
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Defaults and fixed sizes.
+const (
+	// DefaultMaxStreams is SETTINGS_MAX_CONCURRENT_STREAMS when none is set.
+	DefaultMaxStreams = 128
+	// streamWindow is the request body a stream may send ahead of its
+	// handler's reads; connWindow all the connection's streams together.
+	streamWindow = 1 << 20
+	connWindow   = 1 << 20
+	// maxReadFrame is the largest frame accepted (the protocol's
+	// default, never raised): the Framer's read buffer is this.
+	maxReadFrame = 16 << 10
+	// writeBuffer is the connection's write buffer.
+	writeBuffer = 16 << 10
+	// prefaceTimeout bounds the wait for the client's preface and
+	// SETTINGS.
+	prefaceTimeout = 10 * time.Second
+	// defaultIdle is the idle timeout when none is set.
+	defaultIdle = 2 * time.Minute
+)
+
+// Server serves HTTP/2 on the TLS connections of one net/http server.
+type Server struct {
+	// MaxConcurrentStreams is the streams a connection may have in
+	// flight (DefaultMaxStreams when 0).
+	MaxConcurrentStreams uint32
+	// MaxHeaderBytes bounds a request's header list as HPACK counts it
+	// (http.DefaultMaxHeaderBytes when 0); a larger one is answered 431.
+	MaxHeaderBytes int
+	// IdleTimeout closes a connection without streams, and bounds a
+	// write or a wait for the client's flow-control window that makes
+	// no progress (2 minutes when 0).
+	IdleTimeout time.Duration
+	// ErrorLog receives handler panics and protocol errors worth noting;
+	// nil: the standard logger.
+	ErrorLog *log.Logger
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	shutdown bool
+}
+
+// Configure makes s hs's HTTP/2 server: hs hands s its connections that
+// negotiate "h2", and its Shutdown sends each of them a GOAWAY, after
+// which they close once their streams end (hs.Shutdown waits for that).
+func (s *Server) Configure(hs *http.Server) {
+	if hs.TLSNextProto == nil {
+		hs.TLSNextProto = make(map[string]func(*http.Server, *tls.Conn, http.Handler))
+	}
+	hs.TLSNextProto[http2.NextProtoTLS] = s.ServeConn
+	hs.RegisterOnShutdown(s.goAway)
+}
+
+// ServeConn serves HTTP/2 on tc, whose handshake chose "h2", until the
+// connection ends; it returns once every handler it started has. h is the
+// handler net/http passes: it carries the connection's base context.
+func (s *Server) ServeConn(hs *http.Server, tc *tls.Conn, h http.Handler) {
+	c := s.newConn(tc, h)
+	if !s.track(c, true) {
+		return
+	}
+	defer s.track(c, false)
+	c.serve()
+}
+
+func (s *Server) track(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.shutdown {
+			return false
+		}
+		if s.conns == nil {
+			s.conns = make(map[*conn]struct{})
+		}
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+// goAway starts the graceful end of every connection: GOAWAY naming the
+// last stream each will serve, and the close once those have ended.
+func (s *Server) goAway() {
+	s.mu.Lock()
+	s.shutdown = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.startGoAway(http2.ErrCodeNo)
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.ErrorLog != nil {
+		s.ErrorLog.Printf(format, args...)
+	} else {
+		log.Printf(format, args...)
+	}
+}
+
+// conn is one HTTP/2 connection. Its reading goroutine (serve) alone reads
+// frames and changes what the client's frames change; handlers write their
+// own frames under wmu.
+type conn struct {
+	s        *Server
+	tc       *tls.Conn
+	h        http.Handler
+	ctx      context.Context
+	cancel   context.CancelFunc
+	tls      *tls.ConnectionState
+	remote   string
+	fr       *http2.Framer // reads; serve's alone
+	idle     time.Duration
+	maxHead  uint32
+	handlers sync.WaitGroup
+
+	// The write side, under wmu. writers counts goroutines that hold or
+	// wait for wmu: the one that brings it to zero flushes.
+	wmu     sync.Mutex
+	writers atomic.Int32
+	bw      *bufio.Writer
+	wfr     *http2.Framer
+	enc     *hpack.Encoder
+	hbuf    []byte // the header block being encoded
+	werr    error  // the first write error: every later write fails with it
+	wdSet   time.Time
+	// maxFrame is the client's SETTINGS_MAX_FRAME_SIZE, capped at the
+	// write buffer.
+	maxFrame atomic.Int32
+
+	// Stream state, under mu.
+	mu         sync.Mutex
+	streams    map[uint32]*stream
+	maxID      uint32 // the highest stream the client opened
+	running    int    // handlers not returned, reset streams' included
+	refused    int    // streams refused while reset ones still ran
+	sendWindow int64  // the connection's window for our DATA
+	recvWindow int64  // what the client may still send on the connection
+	initWindow int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	unacked    int64  // request body bytes consumed and not yet granted again
+	ready      bool   // our SETTINGS are written: other frames may follow
+	goingAway  bool   // GOAWAY sent: no new streams
+	lastID     uint32 // the last stream the GOAWAY promised to serve
+	closing    bool
+	idleTimer  *time.Timer
+}
+
+func (s *Server) newConn(tc *tls.Conn, h http.Handler) *conn {
+	base := context.Background()
+	if bc, ok := h.(interface{ BaseContext() context.Context }); ok {
+		base = bc.BaseContext()
+	}
+	ctx, cancel := context.WithCancel(base)
+	state := tc.ConnectionState()
+	c := &conn{
+		s: s, tc: tc, h: h, ctx: ctx, cancel: cancel, tls: &state,
+		remote:     tc.RemoteAddr().String(),
+		idle:       s.IdleTimeout,
+		streams:    make(map[uint32]*stream),
+		sendWindow: 65535,
+		recvWindow: connWindow,
+		initWindow: 65535,
+	}
+	c.maxFrame.Store(16 << 10)
+	if c.idle <= 0 {
+		c.idle = defaultIdle
+	}
+	maxHead := s.MaxHeaderBytes
+	if maxHead <= 0 {
+		maxHead = http.DefaultMaxHeaderBytes
+	}
+	// Room above the listener's own limit, so that its handler, which
+	// counts a head as HTTP/1.1 writes it, answers a head just past the
+	// limit itself (and records it), and HPACK's 32 bytes a field do not
+	// refuse a head HTTP/1.1 would have taken.
+	c.maxHead = uint32(min(maxHead+4096, 1<<30))
+	c.fr = http2.NewFramer(nil, tc)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = c.maxHead
+	c.fr.SetMaxReadFrameSize(maxReadFrame)
+	c.bw = bufio.NewWriterSize(writerOnly{tc}, writeBuffer)
+	c.wfr = http2.NewFramer(c.bw, nil)
+	c.enc = hpack.NewEncoder(&headerBuf{c})
+	return c
+}
+
+// writerOnly hides tc's ReadFrom, so that bufio writes through Write.
+type writerOnly struct{ io.Writer }
+
+// headerBuf is the encoder's output: the connection's header block.
+type headerBuf struct{ c *conn }
+
+func (b *headerBuf) Write(p []byte) (int, error) {
+	b.c.hbuf = append(b.c.hbuf, p...)
+	return len(p), nil
+}
+
+func (s *Server) maxStreams() uint32 {
+	if s.MaxConcurrentStreams == 0 {
+		return DefaultMaxStreams
+	}
+	return s.MaxConcurrentStreams
+}
+
+// serve reads the client's frames until the connection ends, then ends
+// every stream and waits for their handlers.
+func (c *conn) serve() {
+	defer func() {
+		c.mu.Lock()
+		c.closing = true
+		if c.idleTimer != nil {
+			c.idleTimer.Stop()
+		}
+		for _, st := range c.streams {
+			st.resetLocked(errConnClosed)
+		}
+		c.mu.Unlock()
+		c.cancel()
+		c.tc.Close()
+		c.handlers.Wait()
+	}()
+	_ = c.tc.SetReadDeadline(time.Now().Add(prefaceTimeout))
+	if err := c.readPreface(); err != nil {
+		return
+	}
+	err := c.write(func() error {
+		if err := c.wfr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.s.maxStreams()},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.maxHead},
+		); err != nil {
+			return err
+		}
+		return c.wfr.WriteWindowUpdate(0, connWindow-65535)
+	})
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.ready = true
+	late := c.goingAway // a shutdown began before SETTINGS went
+	c.mu.Unlock()
+	if late {
+		_ = c.write(func() error { return c.wfr.WriteGoAway(0, http2.ErrCodeNo, nil) })
+		return
+	}
+	// The client's preface ends with its SETTINGS.
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return
+	}
+	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+		c.fail(http2.ConnectionError(http2.ErrCodeProtocol))
+		return
+	} else if err := c.onSettings(sf); err != nil {
+		c.fail(err)
+		return
+	}
+	_ = c.tc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.armIdleLocked()
+	c.mu.Unlock()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err == nil {
+			err = c.onFrame(f)
+		} else if errors.Is(err, http2.ErrFrameTooLarge) {
+			err = http2.ConnectionError(http2.ErrCodeFrameSize)
+		}
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			c.resetStream(se.StreamID, se.Code)
+			continue
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+func (c *conn) readPreface() error {
+	var buf [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.tc, buf[:]); err != nil {
+		return err
+	}
+	if string(buf[:]) != http2.ClientPreface {
+		return errors.New("h2: bad client preface")
+	}
+	return nil
+}
+
+// fail ends the connection for err: a protocol error gets its GOAWAY
+// first; a read error (the client gone) nothing.
+func (c *conn) fail(err error) {
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		c.mu.Lock()
+		last := c.maxID
+		c.goingAway = true
+		c.mu.Unlock()
+		_ = c.write(func() error {
+			return c.wfr.WriteGoAway(last, http2.ErrCode(ce), nil)
+		})
+	}
+}
+
+// errConnClosed ends the streams of a connection that ended.
+var errConnClosed = errors.New("h2: connection closed")
+
+// errReset is a stream's error once the client reset it.
+var errReset = errors.New("h2: stream reset by the client")
+
+// errRefused is a stream's error when this server reset it.
+var errRefused = errors.New("h2: stream reset")
+
+func (c *conn) onFrame(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil
+		}
+		data := f.Data
+		return c.write(func() error { return c.wfr.WritePing(true, data) })
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol}
+		}
+		return nil
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; those open finish.
+		c.mu.Lock()
+		c.goingAway = true
+		if len(c.streams) == 0 {
+			c.closeLocked()
+		}
+		c.mu.Unlock()
+		return nil
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	default:
+		return nil // unknown frame types are ignored (RFC 9113, 4.1)
+	}
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.NumSettings() > 100 || f.HasDuplicates() {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	var tableSize *uint32
+	c.mu.Lock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.initWindow
+			c.initWindow = int64(s.Val)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > 1<<31-1 {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+				st.cond.Broadcast()
+			}
+		case http2.SettingMaxFrameSize:
+			c.maxFrame.Store(int32(min(s.Val, writeBuffer)))
+		case http2.SettingHeaderTableSize:
+			v := s.Val
+			tableSize = &v
+		}
+		return nil
+	})
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.write(func() error {
+		if tableSize != nil {
+			c.enc.SetMaxDynamicTableSizeLimit(min(*tableSize, 4096))
+		}
+		return c.wfr.WriteSettingsAck()
+	})
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		c.sendWindow += int64(f.Increment)
+		if c.sendWindow > 1<<31-1 {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		for _, st := range c.streams {
+			st.cond.Broadcast()
+		}
+		return nil
+	}
+	if f.StreamID > c.maxID {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		return nil // closed: a late update
+	}
+	st.sendWindow += int64(f.Increment)
+	if st.sendWindow > 1<<31-1 {
+		return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeFlowControl}
+	}
+	st.cond.Broadcast()
+	return nil
+}
+
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID > c.maxID {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
+	}
+	if st := c.streams[f.StreamID]; st != nil {
+		st.resetLocked(errReset)
+	}
+	return nil
+}
+
+// resetStream sends RST_STREAM for id and ends the stream, if open.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	if st := c.streams[id]; st != nil {
+		st.resetLocked(errRefused)
+	}
+	c.mu.Unlock()
+	_ = c.write(func() error { return c.wfr.WriteRSTStream(id, code) })
+}
+
+// startGoAway sends GOAWAY naming the last stream the connection will
+// serve; it closes once those have ended.
+func (c *conn) startGoAway(code http2.ErrCode) {
+	c.mu.Lock()
+	if c.goingAway {
+		c.mu.Unlock()
+		return
+	}
+	c.goingAway = true
+	c.lastID = c.maxID
+	last := c.lastID
+	ready := c.ready
+	c.mu.Unlock()
+	if !ready {
+		return // serve sends it after its SETTINGS
+	}
+	_ = c.write(func() error { return c.wfr.WriteGoAway(last, code, nil) })
+	c.mu.Lock()
+	if len(c.streams) == 0 {
+		c.closeLocked()
+	}
+	c.mu.Unlock()
+}
+
+// closeLocked closes the connection once what is written is flushed; the
+// reading goroutine then ends the rest.
+func (c *conn) closeLocked() {
+	if c.closing {
+		return
+	}
+	c.closing = true
+	go func() {
+		// What is written goes, then the close: the client, told
+		// GOAWAY, closes its side, and the reading goroutine, seeing
+		// that, closes the connection. A client that does not is cut
+		// after a second.
+		_ = c.write(func() error { return nil })
+		_ = c.tc.CloseWrite()
+		time.AfterFunc(time.Second, func() { c.tc.Close() })
+	}()
+}
+
+// armIdleLocked starts the idle timer of a connection without streams.
+func (c *conn) armIdleLocked() {
+	if c.idleTimer == nil {
+		c.idleTimer = time.AfterFunc(c.idle, c.onIdle)
+		return
+	}
+	c.idleTimer.Reset(c.idle)
+}
+
+func (c *conn) onIdle() {
+	c.mu.Lock()
+	idle := len(c.streams) == 0 && !c.closing
+	c.mu.Unlock()
+	if idle {
+		c.startGoAway(http2.ErrCodeNo)
+	}
+}
+
+// write runs frames, which writes frames to the connection's buffer,
+// under the write lock, and flushes unless another writer is waiting for
+// the lock, which will flush for both.
+func (c *conn) write(frames func() error) error {
+	c.writers.Add(1)
+	c.wmu.Lock()
+	err := c.werr
+	if err == nil {
+		err = frames()
+	}
+	if c.writers.Add(-1) == 0 && err == nil && c.bw.Buffered() > 0 {
+		err = c.flushLocked()
+	}
+	if err != nil && c.werr == nil {
+		c.werr = err
+		c.tc.Close() // a connection that cannot be written is done
+	}
+	c.wmu.Unlock()
+	return err
+}
+
+// flushLocked flushes the write buffer, bounded by the idle timeout: a
+// client that stops reading does not hold the connection's writers.
+func (c *conn) flushLocked() error {
+	if now := time.Now(); now.Sub(c.wdSet) > c.idle/4 {
+		// Moved only when a quarter of the timeout has gone by: a
+		// flush always has three quarters of it at least.
+		_ = c.tc.SetWriteDeadline(now.Add(c.idle))
+		c.wdSet = now
+	}
+	return c.bw.Flush()
+}
+
+// writeHeaders encodes fields as a header block and writes it as HEADERS
+// and, past the client's frame size, CONTINUATION frames. Called with
+// wmu.
+func (c *conn) writeHeaders(id uint32, fields []hpack.HeaderField, endStream bool) error {
+	c.hbuf = c.hbuf[:0]
+	for _, f := range fields {
+		if err := c.enc.WriteField(f); err != nil {
+			return err
+		}
+	}
+	maxFrame := int(c.maxFrame.Load())
+	block := c.hbuf
+	first := block
+	if len(first) > maxFrame {
+		first = first[:maxFrame]
+	}
+	block = block[len(first):]
+	err := c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first,
+		EndStream: endStream, EndHeaders: len(block) == 0})
+	for err == nil && len(block) > 0 {
+		frag := block[:min(len(block), maxFrame)]
+		block = block[len(frag):]
+		err = c.wfr.WriteContinuation(id, len(block) == 0, frag)
+	}
+	return err
+}
+
+// String names the connection in logs.
+func (c *conn) String() string { return fmt.Sprintf("h2 %s", c.remote) }
