@@ -733,3 +733,74 @@ func TestIdleTimeout(t *testing.T) {
 		t.Fatalf("GOAWAY after %v", d)
 	}
 }
+
+// A body its handler gave up (closed) does not keep the connection's
+// window: another stream's upload on the same connection goes through.
+func TestClosedBodyGivesBackWindow(t *testing.T) {
+	release := make(chan struct{})
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/closer" {
+			r.Body.Close()
+			<-release
+			return
+		}
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, n)
+	}), nil)
+	defer close(release)
+	c := s.client(t)
+	get(t, c, s.url("/warm")) // one connection for both
+	go func() {
+		resp, err := c.Post(s.url("/closer"), "", bytes.NewReader(make([]byte, 1<<20)))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	done := make(chan string, 1)
+	go func() {
+		resp, err := c.Post(s.url("/reader"), "", bytes.NewReader(make([]byte, 1<<20)))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- string(b)
+	}()
+	select {
+	case got := <-done:
+		if got != fmt.Sprint(1<<20) {
+			t.Fatalf("the second upload: %s", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second upload waits for window the first one's dropped body holds")
+	}
+}
+
+// A connection idle for longer than the write timeout still writes a
+// large answer: the deadline is set for the writes about to be made.
+func TestWriteAfterIdle(t *testing.T) {
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.CopyN(w, zeros{}, 1<<20)
+	}), &h2.Server{IdleTimeout: 400 * time.Millisecond})
+	r := dialRaw(t, s.addr)
+	_ = r.fr.WriteWindowUpdate(0, 4<<20)
+	_ = r.fr.WritePing(false, [8]byte{})
+	r.until("PING ack", func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok })
+	time.Sleep(300 * time.Millisecond) // within the idle timeout, past its quarter
+	r.headers(1, true, request(s.addr, "GET", "/")...)
+	got := 0
+	for {
+		f := r.until("DATA", func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok })
+		d := f.(*http2.DataFrame)
+		got += len(d.Data())
+		_ = r.fr.WriteWindowUpdate(1, uint32(len(d.Data())))
+		if d.StreamEnded() {
+			break
+		}
+	}
+	if got != 1<<20 {
+		t.Fatalf("%d bytes of %d", got, 1<<20)
+	}
+}

@@ -133,7 +133,7 @@ func (s *Server) goAway() {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.startGoAway(http2.ErrCodeNo)
+		go c.startGoAway(http2.ErrCodeNo) // one client not reading holds up no other
 	}
 }
 
@@ -562,10 +562,11 @@ func (c *conn) write(frames func() error) error {
 	c.wmu.Lock()
 	err := c.werr
 	if err == nil {
+		c.deadlineLocked()
 		err = frames()
 	}
 	if c.writers.Add(-1) == 0 && err == nil && c.bw.Buffered() > 0 {
-		err = c.flushLocked()
+		err = c.bw.Flush()
 	}
 	if err != nil && c.werr == nil {
 		c.werr = err
@@ -575,16 +576,16 @@ func (c *conn) write(frames func() error) error {
 	return err
 }
 
-// flushLocked flushes the write buffer, bounded by the idle timeout: a
-// client that stops reading does not hold the connection's writers.
-func (c *conn) flushLocked() error {
+// deadlineLocked bounds the writes about to be made (the buffer's, when
+// it fills, and the flush) by the idle timeout: a client that stops
+// reading does not hold the connection's writers. The deadline moves
+// only when a quarter of the timeout has gone by since it last did, so
+// that a write always has three quarters of it at least.
+func (c *conn) deadlineLocked() {
 	if now := time.Now(); now.Sub(c.wdSet) > c.idle/4 {
-		// Moved only when a quarter of the timeout has gone by: a
-		// flush always has three quarters of it at least.
 		_ = c.tc.SetWriteDeadline(now.Add(c.idle))
 		c.wdSet = now
 	}
-	return c.bw.Flush()
 }
 
 // writeHeaders encodes fields as a header block and writes it as HEADERS

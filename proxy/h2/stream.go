@@ -345,6 +345,17 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.unlockGrant()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
+	if st.bodyErr == errBodyClosed {
+		// The handler gave up the body: what comes of it is dropped, and
+		// the connection's window has it back.
+		c.unacked += n
+		var err error
+		if f.StreamEnded() {
+			err = c.endRemoteLocked(st)
+		}
+		c.unlockGrant()
+		return err
+	}
 	if pad := n - int64(len(data)); pad > 0 {
 		st.unacked += pad
 		c.unacked += pad
