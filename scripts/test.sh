@@ -28,6 +28,14 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# h2spec, the HTTP/2 conformance suite (proxy/h2's tests run it), is a Go
+# program: from the module proxy, at a fixed version.
+export PATH="$PATH:$(go env GOPATH)/bin"
+if ! command -v h2spec >/dev/null 2>&1; then
+	echo "installing: h2spec"
+	go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+fi
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "gofmt: these files are not formatted:" >&2

@@ -19,6 +19,8 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +31,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy/h2"
 )
 
@@ -803,4 +806,30 @@ func TestWriteAfterIdle(t *testing.T) {
 	if got != 1<<20 {
 		t.Fatalf("%d bytes of %d", got, 1<<20)
 	}
+}
+
+// h2spec, the HTTP/2 conformance suite (RFC 7540 and 7541, and the
+// generic tests), against the server: every test passes.
+func TestH2Spec(t *testing.T) {
+	bin := testtool.Require(t, "h2spec")
+	s := start(t, http.HandlerFunc(hello), &h2.Server{MaxHeaderBytes: 64 << 10})
+	host, port, _ := net.SplitHostPort(s.addr)
+	report := t.TempDir() + "/report.xml"
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-t", "-k", "-o", "5", "-j", report).CombinedOutput()
+	m := regexp.MustCompile(`(\d+) tests, (\d+) passed, (\d+) skipped, (\d+) failed`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary from h2spec (%v):\n%s", err, out)
+	}
+	if string(m[4]) != "0" || err != nil {
+		t.Fatalf("h2spec: %s\n%s", m[0], failures(out))
+	}
+	t.Logf("h2spec: %s", m[0])
+}
+
+// failures is h2spec's list of failed tests, from its output's end.
+func failures(out []byte) []byte {
+	if i := bytes.Index(out, []byte("Failures:")); i >= 0 {
+		return out[i:]
+	}
+	return out
 }

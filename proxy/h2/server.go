@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -97,7 +98,13 @@ func (s *Server) Configure(hs *http.Server) {
 // connection ends; it returns once every handler it started has. h is the
 // handler net/http passes: it carries the connection's base context.
 func (s *Server) ServeConn(hs *http.Server, tc *tls.Conn, h http.Handler) {
-	c := s.newConn(tc, h)
+	state := tc.ConnectionState()
+	s.serveConn(tc, &state, h)
+}
+
+// serveConn serves nc, whose TLS state is state.
+func (s *Server) serveConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) {
+	c := s.newConn(nc, state, h)
 	if !s.track(c, true) {
 		return
 	}
@@ -150,7 +157,7 @@ func (s *Server) logf(format string, args ...any) {
 // own frames under wmu.
 type conn struct {
 	s        *Server
-	tc       *tls.Conn
+	nc       net.Conn
 	h        http.Handler
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -192,16 +199,15 @@ type conn struct {
 	idleTimer  *time.Timer
 }
 
-func (s *Server) newConn(tc *tls.Conn, h http.Handler) *conn {
+func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) *conn {
 	base := context.Background()
 	if bc, ok := h.(interface{ BaseContext() context.Context }); ok {
 		base = bc.BaseContext()
 	}
 	ctx, cancel := context.WithCancel(base)
-	state := tc.ConnectionState()
 	c := &conn{
-		s: s, tc: tc, h: h, ctx: ctx, cancel: cancel, tls: &state,
-		remote:     tc.RemoteAddr().String(),
+		s: s, nc: nc, h: h, ctx: ctx, cancel: cancel, tls: state,
+		remote:     nc.RemoteAddr().String(),
 		idle:       s.IdleTimeout,
 		streams:    make(map[uint32]*stream),
 		sendWindow: 65535,
@@ -221,17 +227,17 @@ func (s *Server) newConn(tc *tls.Conn, h http.Handler) *conn {
 	// limit itself (and records it), and HPACK's 32 bytes a field do not
 	// refuse a head HTTP/1.1 would have taken.
 	c.maxHead = uint32(min(maxHead+4096, 1<<30))
-	c.fr = http2.NewFramer(nil, tc)
+	c.fr = http2.NewFramer(nil, nc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.maxHead
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
-	c.bw = bufio.NewWriterSize(writerOnly{tc}, writeBuffer)
+	c.bw = bufio.NewWriterSize(writerOnly{nc}, writeBuffer)
 	c.wfr = http2.NewFramer(c.bw, nil)
 	c.enc = hpack.NewEncoder(&headerBuf{c})
 	return c
 }
 
-// writerOnly hides tc's ReadFrom, so that bufio writes through Write.
+// writerOnly hides the connection's ReadFrom, so that bufio writes through Write.
 type writerOnly struct{ io.Writer }
 
 // headerBuf is the encoder's output: the connection's header block.
@@ -263,10 +269,10 @@ func (c *conn) serve() {
 		}
 		c.mu.Unlock()
 		c.cancel()
-		c.tc.Close()
+		c.nc.Close()
 		c.handlers.Wait()
 	}()
-	_ = c.tc.SetReadDeadline(time.Now().Add(prefaceTimeout))
+	_ = c.nc.SetReadDeadline(time.Now().Add(prefaceTimeout))
 	if err := c.readPreface(); err != nil {
 		return
 	}
@@ -303,7 +309,7 @@ func (c *conn) serve() {
 		c.fail(err)
 		return
 	}
-	_ = c.tc.SetReadDeadline(time.Time{})
+	_ = c.nc.SetReadDeadline(time.Time{})
 	c.mu.Lock()
 	c.armIdleLocked()
 	c.mu.Unlock()
@@ -328,7 +334,7 @@ func (c *conn) serve() {
 
 func (c *conn) readPreface() error {
 	var buf [len(http2.ClientPreface)]byte
-	if _, err := io.ReadFull(c.tc, buf[:]); err != nil {
+	if _, err := io.ReadFull(c.nc, buf[:]); err != nil {
 		return err
 	}
 	if string(buf[:]) != http2.ClientPreface {
@@ -404,8 +410,9 @@ func (c *conn) onFrame(f http2.Frame) error {
 }
 
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
-	if f.NumSettings() > 100 || f.HasDuplicates() {
-		return http2.ConnectionError(http2.ErrCodeProtocol)
+	if f.NumSettings() > 100 {
+		// Each setting is looked at: a frame of thousands is a flood.
+		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
 	var tableSize *uint32
 	c.mu.Lock()
@@ -531,8 +538,10 @@ func (c *conn) closeLocked() {
 		// that, closes the connection. A client that does not is cut
 		// after a second.
 		_ = c.write(func() error { return nil })
-		_ = c.tc.CloseWrite()
-		time.AfterFunc(time.Second, func() { c.tc.Close() })
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		time.AfterFunc(time.Second, func() { c.nc.Close() })
 	}()
 }
 
@@ -570,7 +579,7 @@ func (c *conn) write(frames func() error) error {
 	}
 	if err != nil && c.werr == nil {
 		c.werr = err
-		c.tc.Close() // a connection that cannot be written is done
+		c.nc.Close() // a connection that cannot be written is done
 	}
 	c.wmu.Unlock()
 	return err
@@ -583,7 +592,7 @@ func (c *conn) write(frames func() error) error {
 // that a write always has three quarters of it at least.
 func (c *conn) deadlineLocked() {
 	if now := time.Now(); now.Sub(c.wdSet) > c.idle/4 {
-		_ = c.tc.SetWriteDeadline(now.Add(c.idle))
+		_ = c.nc.SetWriteDeadline(now.Add(c.idle))
 		c.wdSet = now
 	}
 }

@@ -326,7 +326,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		// No one will read these bytes: the connection's window has
 		// them back at once.
 		c.unacked += n
-		closed := st == nil || st.remoteDone
+		// Closed for the client: it ended or reset the stream. One this
+		// server reset may still have DATA on the way: dropped.
+		closed := st == nil || st.remoteDone || st.err == errReset
 		c.unlockGrant()
 		if closed {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
