@@ -83,8 +83,8 @@ func (l *limits) refuse(w http.ResponseWriter, r *http.Request, status int, reas
 	})
 }
 
-// growStack grows the calling goroutine's stack to 16 KiB at once: net/http's
-// HTTP/2 server runs each request on a goroutine of its own, whose stack of
+// growStack grows the calling goroutine's stack to 16 KiB at once: the
+// HTTP/2 server (proxy/h2) runs each request on a goroutine of its own, whose stack of
 // a few KiB grew as the request went down through rotor, each growth
 // copying the stack frame by frame, a tenth of an HTTP/2 request's CPU.
 // Grown here, near the stack's base, the copy is of a few frames and the
