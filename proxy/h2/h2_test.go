@@ -833,3 +833,19 @@ func failures(out []byte) []byte {
 	}
 	return out
 }
+
+// A request refused for its header block closes its stream only: the
+// body the client had started on it does not end the connection.
+func TestRefusedHeadersThenData(t *testing.T) {
+	s := start(t, http.HandlerFunc(hello), nil)
+	r := dialRaw(t, s.addr)
+	r.headers(1, false, request(s.addr, "POST", "/", "x-bad", "a\x00b")...)
+	if code := r.reset(1); code != http2.ErrCodeProtocol {
+		t.Fatal(code)
+	}
+	_ = r.fr.WriteData(1, true, []byte("late body"))
+	r.headers(3, true, request(s.addr, "GET", "/")...)
+	if st := r.status(3); st != "200" {
+		t.Fatalf("the next stream: %s", st)
+	}
+}

@@ -496,6 +496,11 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.mu.Lock()
 	if st := c.streams[id]; st != nil {
 		st.resetLocked(errRefused)
+	} else if id > c.maxID && id%2 == 1 {
+		// A request refused as it opened (a malformed header block): the
+		// stream is closed, and what the client still sends on it is
+		// answered as on a closed stream.
+		c.maxID = id
 	}
 	c.mu.Unlock()
 	_ = c.write(func() error { return c.wfr.WriteRSTStream(id, code) })
