@@ -2,14 +2,26 @@ package reliability_test
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/rotor-lb/rotor/internal/testtool"
 )
@@ -243,4 +255,81 @@ pools:
 	if failures != 0 {
 		t.Fatalf("%d of %d connections failed (first: %v)", failures, n, first)
 	}
+}
+
+// Idle HTTP/2 connections over TLS, each after one request: what each
+// costs rotor. One goroutine each (its reading one, waiting for a frame)
+// and one descriptor; no write buffer held while it waits.
+func TestIdleHTTP2(t *testing.T) {
+	a := newBackend(t, "a")
+	dir := t.TempDir()
+	certFile, keyFile := selfSigned(t, dir)
+	cfg := strings.Replace(webConfig("", a), "pool: app,",
+		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
+	p := start(t, cfg, "GOGC=10")
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	open := func() net.Conn {
+		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := tr.NewClientConn(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", "https://"+p.addr("web")+"/", nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return c
+	}
+	open().Close() // warm
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	n := scale(500, 2000)
+	holdIdle(t, n, open)
+	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
+	figure(t, "idle HTTP/2 connections", "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
+		n, perRSS/1024, perHeap/1024, perG, fds-baseFD)
+	if fds-baseFD < n || fds-baseFD > n+20 {
+		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
+	}
+	if perG > 1.1 {
+		t.Fatalf("%.2f goroutines each, want the reading one alone", perG)
+	}
+	if perHeap > 24<<10 {
+		t.Fatalf("%.1f KB of heap each: a write buffer or a stream's state kept while idle", perHeap/1024)
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key into dir.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rotor test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }

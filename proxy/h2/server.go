@@ -25,7 +25,6 @@
 package h2
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -172,7 +171,7 @@ type conn struct {
 	// wait for wmu: the one that brings it to zero flushes.
 	wmu     sync.Mutex
 	writers atomic.Int32
-	bw      *bufio.Writer
+	wbuf    *[]byte // frames not yet written; from bufPool, and back once flushed
 	wfr     *http2.Framer
 	enc     *hpack.Encoder
 	hbuf    []byte // the header block being encoded
@@ -231,14 +230,48 @@ func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = c.maxHead
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
-	c.bw = bufio.NewWriterSize(writerOnly{nc}, writeBuffer)
-	c.wfr = http2.NewFramer(c.bw, nil)
+	c.wfr = http2.NewFramer(frameWriter{c}, nil)
 	c.enc = hpack.NewEncoder(&headerBuf{c})
 	return c
 }
 
-// writerOnly hides the connection's ReadFrom, so that bufio writes through Write.
-type writerOnly struct{ io.Writer }
+// bufPool holds write buffers: a connection has one only while it
+// writes, so that an idle one holds none.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, writeBuffer)
+	return &b
+}}
+
+// frameWriter is the Framer's output: the connection's write buffer,
+// written out when it would overflow. Called with wmu.
+type frameWriter struct{ c *conn }
+
+func (w frameWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if c.wbuf == nil {
+		c.wbuf = bufPool.Get().(*[]byte)
+	}
+	if len(*c.wbuf)+len(p) > cap(*c.wbuf) {
+		if err := c.flushBuf(); err != nil {
+			return 0, err
+		}
+		if len(p) > cap(*c.wbuf) {
+			return c.nc.Write(p)
+		}
+	}
+	*c.wbuf = append(*c.wbuf, p...)
+	return len(p), nil
+}
+
+// flushBuf writes the buffer out. Called with wmu.
+func (c *conn) flushBuf() error {
+	if c.wbuf == nil || len(*c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(*c.wbuf)
+	*c.wbuf = (*c.wbuf)[:0]
+	return err
+}
 
 // headerBuf is the encoder's output: the connection's header block.
 type headerBuf struct{ c *conn }
@@ -579,8 +612,13 @@ func (c *conn) write(frames func() error) error {
 		c.deadlineLocked()
 		err = frames()
 	}
-	if c.writers.Add(-1) == 0 && err == nil && c.bw.Buffered() > 0 {
-		err = c.bw.Flush()
+	if c.writers.Add(-1) == 0 && c.wbuf != nil {
+		if err == nil {
+			err = c.flushBuf()
+		}
+		*c.wbuf = (*c.wbuf)[:0]
+		bufPool.Put(c.wbuf)
+		c.wbuf = nil
 	}
 	if err != nil && c.werr == nil {
 		c.werr = err
