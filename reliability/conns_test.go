@@ -2,20 +2,11 @@ package reliability_test
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -262,8 +253,7 @@ pools:
 // and one descriptor; no write buffer held while it waits.
 func TestIdleHTTP2(t *testing.T) {
 	a := newBackend(t, "a")
-	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
 	cfg := strings.Replace(webConfig("", a), "pool: app,",
 		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
 	p := start(t, cfg, "GOGC=10")
@@ -304,32 +294,4 @@ func TestIdleHTTP2(t *testing.T) {
 	if perHeap > 24<<10 {
 		t.Fatalf("%.1f KB of heap each: a write buffer or a stream's state kept while idle", perHeap/1024)
 	}
-}
-
-// selfSigned writes a certificate for 127.0.0.1 and its key into dir.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rotor test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
 }

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // h2Conn opens an HTTP/2 connection (TLS, ALPN h2) with the client's
@@ -74,7 +76,7 @@ func h2Headers(t *testing.T, authority, path string) []byte {
 // listener settings given.
 func tlsWeb(t *testing.T, b *backend, settings string) *rotor {
 	t.Helper()
-	certFile, keyFile := selfSigned(t, t.TempDir())
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
 	cfg := strings.Replace(webConfig("round_robin", b), "routes:",
 		fmt.Sprintf("%s tls: {cert: %q, key: %q}, routes:", settings, certFile, keyFile), 1)
 	return startRotor(t, cfg, nil)

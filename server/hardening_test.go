@@ -283,7 +283,7 @@ pools:
 // HTTP/2 clients get the listener's stream limit.
 func TestHTTP2StreamLimit(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
+	certFile, keyFile := testtool.SelfSignedFiles(t, dir)
 	a := newBackend(t, "a")
 	cfg := strings.Replace(webConfig("round_robin", a), "routes:",
 		fmt.Sprintf("max_concurrent_streams: 7, tls: {cert: %q, key: %q}, routes:", certFile, keyFile), 1)

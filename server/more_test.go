@@ -2,16 +2,9 @@ package server_test
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -229,7 +222,7 @@ func TestWebSocketUpgradeAndStreaming(t *testing.T) {
 
 func TestHTTP2OverTLS(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
+	certFile, keyFile := testtool.SelfSignedFiles(t, dir)
 	a := newBackend(t, "a")
 	cfg := strings.Replace(webConfig("round_robin", a), "routes:", fmt.Sprintf("tls: {cert: %q, key: %q}, routes:", certFile, keyFile), 1)
 	r := startRotor(t, cfg, nil)
@@ -244,21 +237,6 @@ func TestHTTP2OverTLS(t *testing.T) {
 	if resp.ProtoMajor != 2 || string(body) != "a" {
 		t.Fatalf("%s %q, want HTTP/2 and a", resp.Proto, body)
 	}
-}
-
-func selfSigned(t *testing.T, dir string) (string, string) {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	cert, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	_ = os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	_ = os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return cert, keyPath
 }
 
 func TestBadConfigRefusedAtStart(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // reloadConfig is a config with every listener kind, a health-checked pool
@@ -47,7 +48,7 @@ pools:
 func TestRefusedReloadChangesNothing(t *testing.T) {
 	a, b := newBackend(t, "a"), newBackend(t, "b")
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := testtool.SelfSignedFiles(t, dir)
 	// Every listener on a port of its own choosing: the addresses stay
 	// the same strings from reload to reload, with no port to find free
 	// first (another process could take it before rotor binds it).
@@ -163,7 +164,7 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 func TestReloadServesARenewedCertificate(t *testing.T) {
 	a := newBackend(t, "a")
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := testtool.SelfSignedFiles(t, dir)
 	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
   - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: %q, key: %q}}
@@ -181,7 +182,7 @@ pools:
 	}
 	first := serial()
 	renewed := t.TempDir()
-	c2, k2 := selfSigned(t, renewed)
+	c2, k2 := testtool.SelfSignedFiles(t, renewed)
 	for from, to := range map[string]string{c2: cert, k2: key} {
 		b, err := os.ReadFile(from)
 		if err != nil {
