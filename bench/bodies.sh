@@ -3,8 +3,11 @@
 # download with a Content-Length and chunked, and a 1 GiB upload with a
 # Content-Length and chunked, each with curl (MB/s, the best of ROUNDS).
 # rotor gets one core (taskset -c 0, GOMAXPROCS=1); curl and the backend
-# share the other. The last column is rotor's CPU time a GiB, from /proc:
-# whether its core is the limit.
+# share the other. rotor's CPU time a GiB, from /proc, and how busy the
+# other core was (curl's and the backend's) over the direct runs and over
+# rotor's tell which core is the limit: when that one is full in both,
+# the ratio measures how cheap each makes the backend's and curl's work,
+# and swings with what else the machine runs.
 # Needs: curl, taskset. Usage: bash bench/bodies.sh > bench/out/bodies.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,15 +39,19 @@ best() { curl_best 1 "$ROUNDS" "$@"; }
 
 echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
 echo "# rotor CPU: its user and system time a GiB over its runs (1.00 s would be its core full at 1,074 MB/s)"
-printf "%-26s %10s %10s %8s %14s\n" body direct rotor ratio "rotor CPU s/GiB"
+printf "%-26s %10s %10s %8s %16s %18s\n" body direct rotor ratio "rotor CPU s/GiB" "core 1 busy d/r %"
 row() {
 	local name=$1 path=$2
 	shift 2
+	c0=$(core_ticks 1)
 	d=$(best "$@" "http://127.0.0.1:19401$path")
+	c1=$(core_ticks 1)
 	t0=$(cpu_ticks "$rotor_pid")
 	r=$(best "$@" "http://127.0.0.1:18400$path")
+	c2=$(core_ticks 1)
 	cpu=$(awk -v t="$(($(cpu_ticks "$rotor_pid") - t0))" -v hz="$hz" -v n="$ROUNDS" -v size="$SIZE" 'BEGIN {printf "%.2f", t / hz / n / (size / 1073741824)}')
-	printf "%-26s %10s %10s %8s %14s\n" "$name" "$d" "$r" "$(awk -v d="$d" -v r="$r" 'BEGIN {printf "%.2fx", r / d}')" "$cpu"
+	printf "%-26s %10s %10s %8s %16s %18s\n" "$name" "$d" "$r" "$(awk -v d="$d" -v r="$r" 'BEGIN {printf "%.2fx", r / d}')" "$cpu" \
+		"$(core_busy "$c0" "$c1")/$(core_busy "$c1" "$c2")"
 }
 row "download, Content-Length" "/bytes/$SIZE"
 row "download, chunked" "/bytes/$SIZE?chunked=1"

@@ -55,6 +55,14 @@ cpu_ticks() {
 	echo "$t"
 }
 
+# core_ticks N: core N's busy and total clock ticks so far (/proc/stat),
+# for core_busy.
+core_ticks() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
+
+# core_busy "BEFORE" "AFTER": the share of the time between two
+# core_ticks that the core was busy, in percent.
+core_busy() { awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2])}'; }
+
 # median prints the median of the numbers it reads, "-" when there are none.
 median() { tr ' ' '\n' | { grep -E '^[0-9.]+$' || true; } | sort -g | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : "-"}'; }
 
