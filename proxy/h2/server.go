@@ -447,41 +447,44 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		// Each setting is looked at: a frame of thousands is a flood.
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
-	var tableSize *uint32
-	c.mu.Lock()
-	err := f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			return err
-		}
-		switch s.ID {
-		case http2.SettingInitialWindowSize:
-			delta := int64(s.Val) - c.initWindow
-			c.initWindow = int64(s.Val)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-				if st.sendWindow > 1<<31-1 {
-					return http2.ConnectionError(http2.ErrCodeFlowControl)
-				}
-				st.cond.Broadcast()
+	// Applied and acknowledged in one turn of the write lock: no frame
+	// written under the new settings goes before their ACK (a client may
+	// read its ACK as the point from which they hold).
+	var err error
+	werr := c.write(func() error {
+		c.mu.Lock()
+		err = f.ForeachSetting(func(s http2.Setting) error {
+			if err := s.Valid(); err != nil {
+				return err
 			}
-		case http2.SettingMaxFrameSize:
-			c.maxFrame.Store(int32(min(s.Val, writeBuffer)))
-		case http2.SettingHeaderTableSize:
-			v := s.Val
-			tableSize = &v
-		}
-		return nil
-	})
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return c.write(func() error {
-		if tableSize != nil {
-			c.enc.SetMaxDynamicTableSizeLimit(min(*tableSize, 4096))
+			switch s.ID {
+			case http2.SettingInitialWindowSize:
+				delta := int64(s.Val) - c.initWindow
+				c.initWindow = int64(s.Val)
+				for _, st := range c.streams {
+					st.sendWindow += delta
+					if st.sendWindow > 1<<31-1 {
+						return http2.ConnectionError(http2.ErrCodeFlowControl)
+					}
+					st.cond.Broadcast()
+				}
+			case http2.SettingMaxFrameSize:
+				c.maxFrame.Store(int32(min(s.Val, writeBuffer)))
+			case http2.SettingHeaderTableSize:
+				c.enc.SetMaxDynamicTableSizeLimit(min(s.Val, 4096))
+			}
+			return nil
+		})
+		c.mu.Unlock()
+		if err != nil {
+			return nil // the connection error is returned below
 		}
 		return c.wfr.WriteSettingsAck()
 	})
+	if err != nil {
+		return err
+	}
+	return werr
 }
 
 func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {

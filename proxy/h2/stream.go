@@ -34,6 +34,7 @@ type stream struct {
 	off          int   // buf[off:] is unread
 	bodyErr      error // io.EOF once the client ended the stream
 	remoteDone   bool  // END_STREAM received
+	localDone    bool  // END_STREAM written (or about to be, in the buffer)
 	err          error // reset, by either side, or the connection ended
 	handlerDone  bool
 	declared     int64 // the request's Content-Length; -1: none
@@ -118,6 +119,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 // onTrailersLocked takes a second HEADERS on an open stream: the
 // request's trailers, which must end it.
 func (c *conn) onTrailersLocked(st *stream, f *http2.MetaHeadersFrame) error {
+	if st.remoteDone && st.localDone {
+		// Closed both ways, its handler not yet returned (RFC 9113,
+		// 5.1: closed).
+		return http2.ConnectionError(http2.ErrCodeStreamClosed)
+	}
 	if st.remoteDone || st.err != nil {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeStreamClosed}
 	}

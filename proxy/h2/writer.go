@@ -241,6 +241,14 @@ func (w *responseWriter) send(data []byte, end bool) error {
 				gone = true
 				return nil
 			}
+			if last {
+				// Marked before the frames go (they are flushed after):
+				// the client cannot see the stream closed before this
+				// server has it so.
+				c.mu.Lock()
+				st.localDone = true
+				c.mu.Unlock()
+			}
 			if head != nil {
 				st.sentFinal = true
 				if err := c.writeHeaders(st.id, head, last && len(chunk) == 0 && len(trailers) == 0); err != nil {
