@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
@@ -52,4 +54,14 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		time.Sleep(5 * time.Millisecond)
 	}
 	return time.Since(start)
+}
+
+// VerifyNoLeaks runs a package's tests (TestMain) and fails it if any
+// goroutine outlives them, but for the ones an http.Transport keeps for
+// its idle connections (its reader and writer, the reader waiting in the
+// poller): clients whose pools the tests leave to be collected.
+func VerifyNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }

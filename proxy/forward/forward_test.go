@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
 	"github.com/rotor-lb/rotor/internal/testtool"
@@ -30,11 +28,7 @@ import (
 	"github.com/rotor-lb/rotor/proxy/forward"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
-}
+func TestMain(m *testing.M) { testtool.VerifyNoLeaks(m) }
 
 var loopback = &forward.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 

@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
@@ -30,11 +29,7 @@ import (
 )
 
 // Every connection's goroutines, and every handler's, end with it.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
-}
+func TestMain(m *testing.M) { testtool.VerifyNoLeaks(m) }
 
 // testServer is an http.Server on 127.0.0.1 whose HTTP/2 is h2's.
 type testServer struct {
