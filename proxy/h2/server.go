@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -193,7 +192,6 @@ type conn struct {
 	unacked    int64  // request body bytes consumed and not yet granted again
 	ready      bool   // our SETTINGS are written: other frames may follow
 	goingAway  bool   // GOAWAY sent: no new streams
-	lastID     uint32 // the last stream the GOAWAY promised to serve
 	closing    bool
 	idleTimer  *time.Timer
 }
@@ -551,8 +549,7 @@ func (c *conn) startGoAway(code http2.ErrCode) {
 		return
 	}
 	c.goingAway = true
-	c.lastID = c.maxID
-	last := c.lastID
+	last := c.maxID // the last stream this connection will serve
 	ready := c.ready
 	c.mu.Unlock()
 	if !ready {
@@ -669,6 +666,3 @@ func (c *conn) writeHeaders(id uint32, fields []hpack.HeaderField, endStream boo
 	}
 	return err
 }
-
-// String names the connection in logs.
-func (c *conn) String() string { return fmt.Sprintf("h2 %s", c.remote) }

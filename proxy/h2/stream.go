@@ -410,8 +410,7 @@ func (st *stream) resetLocked(err error) {
 	if st.bodyErr == nil || st.bodyErr == io.EOF && len(st.buf) > st.off {
 		st.bodyErr = err
 	}
-	st.c.unacked += int64(len(st.buf) - st.off)
-	st.buf, st.off = nil, 0
+	st.dropBodyLocked()
 	if st.cancel != nil {
 		st.cancel()
 	}
@@ -421,6 +420,13 @@ func (st *stream) resetLocked(err error) {
 	}
 }
 
+// dropBodyLocked lets go of the body bytes no one will read: the
+// connection's window has them back.
+func (st *stream) dropBodyLocked() {
+	st.c.unacked += int64(len(st.buf) - st.off)
+	st.buf, st.off = nil, 0
+}
+
 // removeLocked forgets an ended stream; the connection left without
 // streams starts its idle timer, or closes if going away.
 func (c *conn) removeLocked(st *stream) {
@@ -428,8 +434,7 @@ func (c *conn) removeLocked(st *stream) {
 		return
 	}
 	delete(c.streams, st.id)
-	c.unacked += int64(len(st.buf) - st.off)
-	st.buf, st.off = nil, 0
+	st.dropBodyLocked()
 	if st.readTimer != nil {
 		st.readTimer.Stop()
 	}
@@ -499,8 +504,7 @@ func (b *requestBody) Close() error {
 	if st.bodyErr == nil {
 		st.bodyErr = errBodyClosed
 	}
-	st.c.unacked += int64(len(st.buf) - st.off)
-	st.buf, st.off = nil, 0
+	st.dropBodyLocked()
 	st.cond.Broadcast()
 	st.c.unlockGrant()
 	return nil

@@ -98,17 +98,25 @@ func (w *responseWriter) WriteHeader(code int) {
 		case strings.HasPrefix(k, http.TrailerPrefix):
 			continue
 		}
-		name := lower(k)
-		if connectionHeaders[name] || name == "te" || !httpguts.ValidHeaderFieldName(name) {
-			continue
-		}
-		for _, v := range vv {
-			if httpguts.ValidHeaderFieldValue(v) {
-				fields = append(fields, hpack.HeaderField{Name: name, Value: v})
-			}
-		}
+		fields = appendField(fields, k, vv)
 	}
 	w.fields = fields
+}
+
+// appendField appends the field k's values to fields, its name lower
+// case; a field HTTP/2 forbids in an answer, a name that is not a token
+// and values with line breaks or NULs are left out.
+func appendField(fields []hpack.HeaderField, k string, vv []string) []hpack.HeaderField {
+	name := lower(k)
+	if connectionHeaders[name] || name == "te" || !httpguts.ValidHeaderFieldName(name) {
+		return fields
+	}
+	for _, v := range vv {
+		if httpguts.ValidHeaderFieldValue(v) {
+			fields = append(fields, hpack.HeaderField{Name: name, Value: v})
+		}
+	}
+	return fields
 }
 
 // informational sends a 1xx answer at once, with the header as it is.
@@ -119,15 +127,7 @@ func (w *responseWriter) informational(code int) {
 	st := w.st
 	fields := []hpack.HeaderField{{Name: ":status", Value: statusText(code)}}
 	for k, vv := range w.header {
-		name := lower(k)
-		if connectionHeaders[name] || !httpguts.ValidHeaderFieldName(name) {
-			continue
-		}
-		for _, v := range vv {
-			if httpguts.ValidHeaderFieldValue(v) {
-				fields = append(fields, hpack.HeaderField{Name: name, Value: v})
-			}
-		}
+		fields = appendField(fields, k, vv)
 	}
 	_ = st.c.write(func() error {
 		if st.sentFinal || code == http.StatusContinue && st.sent100 || st.gone() {
@@ -237,17 +237,19 @@ func (w *responseWriter) send(data []byte, end bool) error {
 		head := w.headFields(chunk, last)
 		gone := false
 		err := c.write(func() error {
-			if st.gone() {
-				gone = true
-				return nil
-			}
-			if last {
-				// Marked before the frames go (they are flushed after):
-				// the client cannot see the stream closed before this
-				// server has it so.
-				c.mu.Lock()
+			// A reset stream gets nothing more (its RST_STREAM is
+			// written under this lock too). A last write marks the
+			// stream ended before its frames go (they are flushed
+			// after): the client cannot see it closed before this
+			// server has it so.
+			c.mu.Lock()
+			gone = st.err != nil
+			if last && !gone {
 				st.localDone = true
-				c.mu.Unlock()
+			}
+			c.mu.Unlock()
+			if gone {
+				return nil
 			}
 			if head != nil {
 				st.sentFinal = true
@@ -318,14 +320,8 @@ func (w *responseWriter) headFields(body []byte, last bool) []hpack.HeaderField 
 func (w *responseWriter) trailerFields() []hpack.HeaderField {
 	var fields []hpack.HeaderField
 	add := func(k string, vv []string) {
-		name := lower(k)
-		if !httpguts.ValidTrailerHeader(k) || !httpguts.ValidHeaderFieldName(name) {
-			return
-		}
-		for _, v := range vv {
-			if httpguts.ValidHeaderFieldValue(v) {
-				fields = append(fields, hpack.HeaderField{Name: name, Value: v})
-			}
+		if httpguts.ValidTrailerHeader(k) {
+			fields = appendField(fields, k, vv)
 		}
 	}
 	for _, k := range w.trailers {
