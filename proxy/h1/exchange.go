@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -17,12 +16,11 @@ import (
 // Request.Write writes it, byte for byte: directly when its parts are
 // plain, through Request.Write otherwise. Plain: no Close, no
 // Transfer-Encoding or Trailer, no opaque URL, an ASCII Host that is
-// valid and has no zone, a target without control characters, values
-// with no CR or LF and no space or tab at either end, and no trace
-// watching what is written. Request.Write's rules: the request line, Host
-// (the request's, else the URL's), User-Agent (Go's unless the header
-// has one; none when it is empty), then the other fields sorted by name,
-// names that are not tokens left out.
+// valid and has no zone, a target without control characters, and no
+// trace watching what is written. Request.Write's rules: the request
+// line, Host (the request's, else the URL's), User-Agent (Go's unless the
+// header has one; none when it is empty), then the other fields sorted by
+// name as Header.WriteSubset writes them (appendFields).
 func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
 	host := r.Host
 	if host == "" {
@@ -43,71 +41,42 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
 			ua = v[0]
 		}
 	}
-	// The fields to write, sorted by name; an array on the stack holds a
-	// common request's.
-	type kv struct {
-		name   string
-		values []string
-	}
-	var buf [24]kv
-	fields := buf[:0]
-	for name, values := range r.Header {
-		switch name {
-		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
-			continue
-		}
-		if !httpguts.ValidHeaderFieldName(name) {
-			continue
-		}
-		for _, v := range values {
-			if !plainValue(v) {
-				return netWriteRequest(bw, r, body)
-			}
-		}
-		fields = append(fields, kv{name, values})
-	}
-	if !plainValue(ua) {
-		return netWriteRequest(bw, r, body)
-	}
-	slices.SortFunc(fields, func(a, b kv) int { return strings.Compare(a.name, b.name) })
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
 	}
-	bw.WriteString(method)
-	bw.WriteByte(' ')
-	bw.WriteString(target)
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n")
+	b := bw.AvailableBuffer()
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, target...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\n"...)
 	if ua != "" {
-		bw.WriteString("User-Agent: ")
-		bw.WriteString(ua)
-		bw.WriteString("\r\n")
+		b = append(b, "User-Agent: "...)
+		b = appendValue(b, ua)
+		b = append(b, "\r\n"...)
 	}
 	switch {
 	case len(body) > 0, method == http.MethodPost, method == http.MethodPut, method == http.MethodPatch:
 		// As Request.Write: a length for a body, and for these methods
 		// without one ("Content-Length: 0", which many servers expect).
-		var n [20]byte
-		bw.WriteString("Content-Length: ")
-		bw.Write(strconv.AppendInt(n[:0], int64(len(body)), 10))
-		bw.WriteString("\r\n")
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
 	}
-	for _, f := range fields {
-		for _, v := range f.values {
-			bw.WriteString(f.name)
-			bw.WriteString(": ")
-			bw.WriteString(v)
-			bw.WriteString("\r\n")
-		}
-	}
-	_, err := bw.WriteString("\r\n")
+	var fields [24]headerField
+	b = appendFields(b, sortedFields(fields[:], r.Header, requestSkip, false))
+	_, err := bw.Write(append(b, "\r\n"...))
 	if err == nil && len(body) > 0 {
 		_, err = bw.Write(body)
 	}
 	return err
 }
+
+// requestSkip are the fields of a request's header Request.Write leaves
+// out, or writes from elsewhere.
+var requestSkip = []string{"Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer"}
 
 // netWriteRequest writes r with net/http's Request.Write, body (read
 // from r's already) as its body.
@@ -129,18 +98,6 @@ func plainHost(host string) bool {
 		}
 	}
 	return httpguts.ValidHostHeader(host)
-}
-
-// plainValue: a value Request.Write sends as it is (it turns CR and LF
-// into spaces and trims whitespace at both ends).
-func plainValue(v string) bool {
-	if v == "" {
-		return true
-	}
-	if isSpace(v[0]) || isSpace(v[len(v)-1]) {
-		return false
-	}
-	return strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }

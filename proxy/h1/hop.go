@@ -7,14 +7,18 @@ import (
 	"strings"
 )
 
-// hopByHop are the fields of one connection, not of the message (RFC
-// 9110, 7.6.1, and the older ones proxies still meet), canonical as parsed
-// headers' keys are.
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
 // isHopByHop reports whether the canonical field name belongs to one
-// connection whatever the Connection field says.
-func isHopByHop(name string) bool { return slices.Contains(hopByHop, name) }
+// connection whatever the Connection field says: the fields of one
+// connection, not of the message (RFC 9110, 7.6.1, and the older ones
+// proxies still meet), canonical as parsed headers' keys are.
+func isHopByHop(name string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
 
 // dropListed deletes from h the fields that connection (a message's
 // Connection values) names: once each, so the work is linear in the head
@@ -53,10 +57,15 @@ func Outgoing(in http.Header, drop []string) http.Header {
 }
 
 // RemoveHopByHop deletes a message's hop-by-hop fields: those its
-// Connection names, then the fixed ones.
+// Connection names, then the fixed ones, in one pass over the header
+// (most have none of them).
 func RemoveHopByHop(h http.Header) {
-	dropListed(h, h["Connection"])
-	for _, k := range hopByHop {
-		delete(h, k)
+	if connection, ok := h["Connection"]; ok {
+		dropListed(h, connection)
+	}
+	for k := range h {
+		if isHopByHop(k) {
+			delete(h, k)
+		}
 	}
 }

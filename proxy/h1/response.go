@@ -14,8 +14,8 @@ import (
 // HTTP/1.0. A Content-Type is sniffed when none was given, a Date added,
 // the headers a status cannot carry dropped, trailers (declared in
 // Trailer, or named with http.TrailerPrefix) sent after a chunked body,
-// and the header map written with net/http's own Header.WriteSubset
-// (names that are not tokens left out, line breaks in values made
+// and the header map written as net/http's Header.WriteSubset writes it
+// (sorted, names that are not tokens left out, line breaks in values made
 // spaces).
 type response struct {
 	c      *clientConn
@@ -57,14 +57,15 @@ func (w *response) WriteHeader(code int) {
 		// Informational: written at once, the header map with it (RFC
 		// 8297: 103 Early Hints), the map left as it is.
 		bw := w.writer()
-		writeStatusLine(bw, w.req.ProtoMinor == 1, code)
-		_ = w.header.WriteSubset(bw, noBodyHeaders)
-		_, _ = bw.WriteString("\r\n")
+		var fields [16]headerField
+		b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
+		b = appendFields(b, sortedFields(fields[:], w.header, noBodyFields, false))
+		_, _ = bw.Write(append(b, "\r\n"...))
 		_ = bw.Flush()
 		return
 	}
 	w.status = code
-	cl := w.header.Get("Content-Length")
+	cl := Value(w.header, "Content-Length")
 	if cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.cl = v
@@ -73,7 +74,7 @@ func (w *response) WriteHeader(code int) {
 	_, typed := w.header["Content-Type"]
 	// A HEAD answer waits too: what its handler writes is dropped, but
 	// counted and sniffed, as net/http does.
-	w.wait = bodyAllowed(code) && (w.cl < 0 || !typed && w.header.Get("Content-Encoding") == "")
+	w.wait = bodyAllowed(code) && (w.cl < 0 || !typed && Value(w.header, "Content-Encoding") == "")
 	if w.wait {
 		// What the handler does to its header map from here on is not the
 		// head's (trailers, say): the head waiting for the body keeps a
@@ -235,9 +236,13 @@ func (w *response) writeTrailers(bw *bufio.Writer) {
 		}
 	}
 	if t != nil {
-		_ = t.Write(bw)
+		var fields [16]headerField
+		_, _ = bw.Write(appendFields(bw.AvailableBuffer(), sortedFields(fields[:], t, nil, false)))
 	}
 }
+
+// noBodyFields are the fields an informational answer leaves out.
+var noBodyFields = []string{"Content-Length", "Transfer-Encoding"}
 
 // headHeader is the header the head is written from: the copy taken at
 // WriteHeader when the head waited for the body, else the handler's.
@@ -248,100 +253,126 @@ func (w *response) headHeader() http.Header {
 	return w.header
 }
 
-var noBodyHeaders = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
+// headFacts is what deciding an answer's framing needs to know of its
+// header, learnt in one pass over it rather than a lookup a question.
+type headFacts struct {
+	te, connection, encoding string // the first values of Transfer-Encoding, Connection and Content-Encoding
+	length, typed, dated     bool   // Content-Length, Content-Type, Date present
+	hasConnection            bool   // Connection present
+	trailers                 bool   // trailers declared in Trailer or named with http.TrailerPrefix
+}
+
+func factsOf(h http.Header) (f headFacts) {
+	for k, vv := range h {
+		switch k {
+		case "Transfer-Encoding":
+			f.te = firstOf(vv)
+		case "Connection":
+			f.hasConnection, f.connection = true, firstOf(vv)
+		case "Content-Encoding":
+			f.encoding = firstOf(vv)
+		case "Content-Length":
+			f.length = true
+		case "Content-Type":
+			f.typed = true
+		case "Date":
+			f.dated = true
+		case "Trailer":
+			f.trailers = f.trailers || len(vv) > 0
+		default:
+			f.trailers = f.trailers || strings.HasPrefix(k, http.TrailerPrefix)
+		}
+	}
+	return f
+}
+
+func firstOf(vv []string) string {
+	if len(vv) > 0 {
+		return vv[0]
+	}
+	return ""
+}
 
 // writeHead writes the status line and the header, deciding the framing
 // as net/http's server does (its chunkWriter.writeHeader); p is the body
 // held so far, all of it when the handler is done.
 func (w *response) writeHead(p []byte) {
 	h := w.headHeader()
-	var exclude map[string]bool
-	drop := func(k string) {
-		if _, ok := h[k]; ok {
-			if exclude == nil {
-				exclude = map[string]bool{}
-			}
-			exclude[k] = true
-		}
-	}
-	trailers := len(h["Trailer"]) > 0
-	for k := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			drop(k)
-			trailers = true
-		}
-	}
+	f := factsOf(h)
+	// The fields the header has that the head leaves out (those named
+	// with http.TrailerPrefix as well); naming one it lacks changes
+	// nothing.
+	var skipBuf [8]string
+	skip := skipBuf[:0]
 	var x extraHeader
 	code := w.status
 	body := bodyAllowed(code)
-	te := h.Get("Transfer-Encoding")
-	hasTE := te != ""
-	if _, given := h["Content-Length"]; w.done && !trailers && !hasTE && body && !given && (!w.head || len(p) > 0) {
+	hasTE := f.te != ""
+	if w.done && !f.trailers && !hasTE && body && !f.length && (!w.head || len(p) > 0) {
 		w.cl = int64(len(p))
 		x.contentLength = strconv.Itoa(len(p))
 	}
 	hasCL := w.cl >= 0
 	if w.want10 && (w.head || hasCL || !body) {
-		if _, ok := h["Connection"]; !ok {
+		if !f.hasConnection {
 			x.connection = "keep-alive"
 		}
 	} else if w.req.ProtoMinor == 0 || w.wantsClose {
 		w.closeAfter = true
 	}
-	if h.Get("Connection") == "close" || w.c.s.inShutdown.Load() {
+	if f.connection == "close" || w.c.s.inShutdown.Load() {
 		w.closeAfter = true
 	}
 	if body {
-		if _, typed := h["Content-Type"]; !typed && h.Get("Content-Encoding") == "" && !hasTE && len(p) > 0 {
+		if !f.typed && f.encoding == "" && !hasTE && len(p) > 0 {
 			x.contentType = http.DetectContentType(p)
 		}
 	} else {
-		drop("Content-Length")
-		drop("Transfer-Encoding")
+		skip = append(skip, "Content-Length", "Transfer-Encoding")
 		if code == http.StatusNotModified {
-			drop("Content-Type")
+			skip = append(skip, "Content-Type")
 		}
 	}
-	if _, dated := h["Date"]; !dated {
+	if !f.dated {
 		x.date = *w.c.s.date.Load()
 	}
-	if hasCL && hasTE && te != "identity" {
-		w.c.s.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.cl)
-		drop("Content-Length")
+	if hasCL && hasTE && f.te != "identity" {
+		w.c.s.logf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", f.te, w.cl)
+		skip = append(skip, "Content-Length")
 		x.contentLength = ""
 		hasCL, w.cl = false, -1
 	}
 	switch {
 	case w.head || !body || hasCL:
-		drop("Transfer-Encoding")
-	case w.req.ProtoMinor == 1 && te == "identity":
+		skip = append(skip, "Transfer-Encoding")
+	case w.req.ProtoMinor == 1 && f.te == "identity":
 		w.closeAfter = true
-		drop("Transfer-Encoding")
+		skip = append(skip, "Transfer-Encoding")
 	case w.req.ProtoMinor == 1:
 		w.chunked = true
 		x.transferEncoding = "chunked"
-		if te == "chunked" {
-			drop("Transfer-Encoding")
+		if f.te == "chunked" {
+			skip = append(skip, "Transfer-Encoding")
 		}
 	default:
 		w.closeAfter = true
-		drop("Transfer-Encoding")
+		skip = append(skip, "Transfer-Encoding")
 	}
 	if w.chunked {
-		drop("Content-Length")
+		skip = append(skip, "Content-Length")
 	}
-	if w.closeAfter && code != http.StatusSwitchingProtocols &&
-		!hasToken(h.Get("Connection"), "close") {
-		drop("Connection")
+	if w.closeAfter && code != http.StatusSwitchingProtocols && !hasToken(f.connection, "close") {
+		skip = append(skip, "Connection")
 		if w.req.ProtoMinor == 1 {
 			x.connection = "close"
 		}
 	}
 	bw := w.writer()
-	writeStatusLine(bw, w.req.ProtoMinor == 1, code)
-	_ = h.WriteSubset(bw, exclude)
-	x.write(bw)
-	_, _ = bw.WriteString("\r\n")
+	var fields [16]headerField
+	b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
+	b = appendFields(b, sortedFields(fields[:], h, skip, true))
+	b = x.append(b)
+	_, _ = bw.Write(append(b, "\r\n"...))
 }
 
 // extraHeader is what the server adds to the handler's header.
@@ -350,42 +381,42 @@ type extraHeader struct {
 	date                                                     []byte
 }
 
-func (x *extraHeader) write(bw *bufio.Writer) {
+func (x *extraHeader) append(b []byte) []byte {
 	// In net/http's order.
 	if x.date != nil {
-		_, _ = bw.WriteString("Date: ")
-		_, _ = bw.Write(x.date)
-		_, _ = bw.WriteString("\r\n")
+		b = append(b, "Date: "...)
+		b = append(b, x.date...)
+		b = append(b, "\r\n"...)
 	}
 	for _, kv := range [...][2]string{
 		{"Content-Length", x.contentLength}, {"Content-Type", x.contentType},
 		{"Connection", x.connection}, {"Transfer-Encoding", x.transferEncoding},
 	} {
 		if kv[1] != "" {
-			_, _ = bw.WriteString(kv[0])
-			_, _ = bw.WriteString(": ")
-			_, _ = bw.WriteString(kv[1])
-			_, _ = bw.WriteString("\r\n")
+			b = append(b, kv[0]...)
+			b = append(b, ": "...)
+			b = append(b, kv[1]...)
+			b = append(b, "\r\n"...)
 		}
 	}
+	return b
 }
 
-func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+func appendStatusLine(b []byte, is11 bool, code int) []byte {
 	if is11 {
-		_, _ = bw.WriteString("HTTP/1.1 ")
+		b = append(b, "HTTP/1.1 "...)
 	} else {
-		_, _ = bw.WriteString("HTTP/1.0 ")
+		b = append(b, "HTTP/1.0 "...)
 	}
-	var b [3]byte
-	_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+	b = strconv.AppendInt(b, int64(code), 10)
 	if text := http.StatusText(code); text != "" {
-		_ = bw.WriteByte(' ')
-		_, _ = bw.WriteString(text)
+		b = append(b, ' ')
+		b = append(b, text...)
 	} else {
-		_, _ = bw.WriteString(" status code ")
-		_, _ = bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+		b = append(b, " status code "...)
+		b = strconv.AppendInt(b, int64(code), 10)
 	}
-	_, _ = bw.WriteString("\r\n")
+	return append(b, "\r\n"...)
 }
 
 // hasToken reports whether token is in v as a word, ASCII case aside: a

@@ -544,7 +544,7 @@ func (c *clientConn) setHeadBy() {
 // serveRequest runs the handler and finishes its answer; endNone: the
 // connection carries on.
 func (c *clientConn) serveRequest(r *http.Request) (end int) {
-	conn := r.Header.Get("Connection")
+	conn := Value(r.Header, "Connection")
 	w := &response{c: c, req: r, header: make(http.Header), cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.
 		wantsClose: r.Close || hasToken(conn, "close"),

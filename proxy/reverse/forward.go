@@ -174,7 +174,7 @@ func upgradeType(h http.Header) string {
 	if !httpguts.HeaderValuesContainsToken(h["Connection"], "upgrade") {
 		return ""
 	}
-	return h.Get("Upgrade")
+	return h1.Value(h, "Upgrade")
 }
 
 // printable reports whether s is printable ASCII.
@@ -240,7 +240,7 @@ func flushesAtOnce(res *http.Response) bool {
 	if res.ContentLength == -1 {
 		return true
 	}
-	ct := res.Header.Get("Content-Type")
+	ct := h1.Value(res.Header, "Content-Type")
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}

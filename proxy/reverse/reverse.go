@@ -279,12 +279,12 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool) {
 	set(2, "X-Forwarded-Proto", proto)
 	if trust {
 		for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
-			if v := in.Header.Get(k); v != "" {
+			if v := h1.Value(in.Header, k); v != "" {
 				out[k] = []string{v}
 			}
 		}
 	}
-	if v := in.Header.Get("X-Real-Ip"); !trust || v == "" {
+	if v := h1.Value(in.Header, "X-Real-Ip"); !trust || v == "" {
 		if err != nil {
 			client = in.RemoteAddr
 		}

@@ -1,0 +1,89 @@
+package h1
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// Value returns the first value of the field name, "" when there is
+// none: Header.Get for a name that is canonical already, as the keys of a
+// parsed header and the names in rotor's code are. Get canonicalizes its
+// argument first, which costs more than the lookup itself.
+func Value(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// headerField is one name of a header map and its values, as it is written.
+type headerField struct {
+	name   string
+	values []string
+}
+
+// sortedFields returns h's fields sorted by name, in buf when they fit,
+// less those skip names and, with trailers, those named with
+// http.TrailerPrefix: the fields net/http's Header.WriteSubset writes, in
+// its order.
+func sortedFields(buf []headerField, h http.Header, skip []string, trailers bool) []headerField {
+	fields := buf[:0]
+	for name, values := range h {
+		if slices.Contains(skip, name) || trailers && strings.HasPrefix(name, http.TrailerPrefix) {
+			continue
+		}
+		fields = append(fields, headerField{name, values})
+	}
+	if len(fields) > 12 {
+		slices.SortFunc(fields, func(a, b headerField) int { return strings.Compare(a.name, b.name) })
+		return fields
+	}
+	// A head's few fields sort quicker by insertion.
+	for i := 1; i < len(fields); i++ {
+		for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
+			fields[j], fields[j-1] = fields[j-1], fields[j]
+		}
+	}
+	return fields
+}
+
+// appendFields appends fields as net/http's Header.WriteSubset writes
+// them, byte for byte: names that are not tokens left out, and each value
+// with CR and LF made spaces and the whitespace at its ends trimmed.
+func appendFields(b []byte, fields []headerField) []byte {
+	for _, f := range fields {
+		if !httpguts.ValidHeaderFieldName(f.name) {
+			continue
+		}
+		for _, v := range f.values {
+			b = append(b, f.name...)
+			b = append(b, ": "...)
+			b = appendValue(b, v)
+			b = append(b, "\r\n"...)
+		}
+	}
+	return b
+}
+
+// appendValue appends v trimmed of ASCII whitespace at its ends, a CR or
+// LF within it made a space: what WriteSubset's replacement and
+// textproto.TrimString make of it.
+func appendValue(b []byte, v string) []byte {
+	for len(v) > 0 && isSpace(v[0]) {
+		v = v[1:]
+	}
+	for len(v) > 0 && isSpace(v[len(v)-1]) {
+		v = v[:len(v)-1]
+	}
+	start := len(b)
+	b = append(b, v...)
+	for i := start; i < len(b); i++ {
+		if b[i] == '\r' || b[i] == '\n' {
+			b[i] = ' '
+		}
+	}
+	return b
+}
