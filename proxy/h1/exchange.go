@@ -21,18 +21,18 @@ import (
 // line, Host (the request's, else the URL's), User-Agent (Go's unless the
 // header has one; none when it is empty), then the other fields sorted by
 // name as Header.WriteSubset writes them (appendFields).
-func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
+func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptrace.ClientTrace) error {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
 	if r.Close || len(r.TransferEncoding) > 0 || r.Trailer != nil || r.URL.Opaque != "" ||
-		!plainHost(host) || watched(r) {
-		return netWriteRequest(bw, r, body)
+		!plainHost(host) || watched(trace) {
+		return netWriteRequest(bw, r, body, trace)
 	}
 	target := r.URL.RequestURI()
 	if strings.ContainsFunc(target, isCTL) {
-		return netWriteRequest(bw, r, body)
+		return netWriteRequest(bw, r, body, trace)
 	}
 	ua := "Go-http-client/1.1"
 	if v, ok := r.Header["User-Agent"]; ok {
@@ -79,13 +79,15 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
 var requestSkip = []string{"Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer"}
 
 // netWriteRequest writes r with net/http's Request.Write, body (read
-// from r's already) as its body.
-func netWriteRequest(bw *bufio.Writer, r *http.Request, body []byte) error {
-	if len(body) == 0 {
-		return r.Write(bw)
-	}
+// from r's already) as its body, trace told of it.
+func netWriteRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptrace.ClientTrace) error {
 	r2 := *r
-	r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	if len(body) > 0 {
+		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	}
+	if trace != nil && httptrace.ContextClientTrace(r.Context()) != trace {
+		r2 = *r2.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+	}
 	return r2.Write(bw)
 }
 
@@ -105,8 +107,7 @@ func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\
 func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
 
 // watched reports whether a trace wants to hear of the request's writing.
-func watched(r *http.Request) bool {
-	t := httptrace.ContextClientTrace(r.Context())
+func watched(t *httptrace.ClientTrace) bool {
 	return t != nil && (t.WroteHeaderField != nil || t.WroteHeaders != nil || t.WroteRequest != nil)
 }
 

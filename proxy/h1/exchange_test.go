@@ -229,7 +229,7 @@ func writeBoth(t *testing.T, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	want := writeWith(r, netWrite)
-	got := writeWith(r, func(bw *bufio.Writer, r *http.Request) error { return writeRequest(bw, r, body) })
+	got := writeWith(r, func(bw *bufio.Writer, r *http.Request) error { return writeRequest(bw, r, body, httptrace.ContextClientTrace(r.Context())) })
 	if want != got {
 		t.Errorf("Request.Write wrote %q\nthe strict way   %q", want, got)
 	}
@@ -315,7 +315,7 @@ func TestWriteRequestAsNetHTTP(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		b.Reset()
 		bw.Reset(&b)
-		writeRequest(bw, r, nil)
+		writeRequest(bw, r, nil, nil)
 	}); n > 1 {
 		t.Errorf("the strict way allocates %v a plain request, want at most 1 (the target with its query)", n)
 	}

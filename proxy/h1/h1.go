@@ -206,11 +206,27 @@ func upgrading(r *http.Request) bool {
 
 // RoundTrip sends r and returns the server's answer.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.roundTrip(r, httptrace.ContextClientTrace(r.Context()), false)
+}
+
+// RoundTripTraced is RoundTrip with trace told what a trace in r's
+// context would be (the informational answers, and all net/http's
+// Transport tells one): a caller with a trace of its own need not make a
+// context and a request to carry it, which only net/http's way is given.
+func (t *Transport) RoundTripTraced(r *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+	return t.roundTrip(r, trace, true)
+}
+
+// roundTrip sends r, trace told of it; own: trace is not in r's context.
+func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own bool) (*http.Response, error) {
 	// A body is sent once, and only a look at the socket (rawio.Peek)
 	// tells a kept connection the server has closed from a live one:
 	// where there is none, a body goes net/http's way, whose idle
 	// connections each have a reader that notices their end.
 	if t.dial == nil || !short(r) || r.ContentLength > 0 && !rawio.Supported {
+		if own && trace != nil {
+			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+		}
 		return t.HTTP.RoundTrip(r)
 	}
 	addr := r.URL.Host
@@ -231,7 +247,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			c.conn.Close()
 			continue
 		}
-		resp, err := c.roundTrip(r)
+		resp, err := c.roundTrip(r, trace)
 		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
 			// A server may say 408 on a connection it times out while
 			// idle, before it closes it (net/http's Transport drops such
@@ -568,7 +584,7 @@ func (c *conn) writeError(err error) error {
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
 // context ends it whenever it is done. On an error c is closed.
-func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
+func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
 	ctx, try := r.Context(), c.t.try
 	var reqBody []byte
 	if r.ContentLength > 0 {
@@ -600,7 +616,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(&c.last)
 	c.last.final = false
-	err := writeRequest(bw, r, reqBody)
+	err := writeRequest(bw, r, reqBody, trace)
 	if err == nil {
 		c.last.final = true
 		err = bw.Flush()
@@ -623,7 +639,7 @@ func (c *conn) roundTrip(r *http.Request) (*http.Response, error) {
 		// once one is delivered the head's bound starts again, as in
 		// net/http's Transport, and the try still bounds the wait for the
 		// final answer. Undelivered ones count against the bound.
-		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+		if trace != nil && trace.Got1xxResponse != nil {
 			err = trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header))
 			c.limit = c.t.maxHead
 		}

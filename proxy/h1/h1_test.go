@@ -407,6 +407,34 @@ func TestShortWayInformational(t *testing.T) {
 		t.Errorf("103's Link headers passed on: %q", hints)
 	}
 
+	// A trace handed to RoundTripTraced, not in the request's context,
+	// hears the same: the short way's GET and net/http's upload of no
+	// known length alike.
+	hinted := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </b.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, hinted.url(), nil),
+		httptest.NewRequest(http.MethodPost, hinted.url(), io.MultiReader(strings.NewReader("x"))),
+	} {
+		r.RequestURI, r.ContentLength = "", -1
+		if r.Method == http.MethodGet {
+			r.ContentLength = 0
+		}
+		hints = nil
+		resp, err := tr.RoundTripTraced(r, trace)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Method, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if len(hints) != 1 || hints[0] != "</b.css>" {
+			t.Errorf("%s: the trace given heard of %q, want the 103's Link", r.Method, hints)
+		}
+	}
+
 	// A head without end fails the try at the transport's bound;
 	// informational answers without end, each passed on, at the try.
 	// Without a bound set, net/http's 10 MB holds.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -37,7 +36,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		return false
 	}
 	header := outHeader(r.Header, up)
-	h.rewrite(r, header, info.trusted)
+	h.rewrite(r, header, info.trusted, &info.forwarded)
 
 	// The request's context, the total's when it can bind before the tries
 	// do, and a trace passing 1xx answers on.
@@ -49,9 +48,16 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		ctx, cancel = context.WithCancel(ctx)
 		info.total = time.AfterFunc(pool.Total, cancel)
 	}
+	// The trace goes to the transport with the request, not in a context
+	// of its own (RoundTripTraced).
 	info.trace.Got1xxResponse = info.got1xx
 	info.trace.Got100Continue = info.got100
-	out := r.WithContext(httptrace.WithClientTrace(ctx, &info.trace))
+	out := &info.out
+	if cancel != nil {
+		out = r.WithContext(ctx)
+	} else {
+		*out = *r
+	}
 	out.Header, out.Close, out.Body = header, false, nil
 	if info.body != nil {
 		out.Body = info.body.Lend()

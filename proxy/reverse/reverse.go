@@ -112,10 +112,12 @@ type reqInfo struct {
 	reason    string           // why rotor answered itself or cut the answer
 	secure    bool
 
-	client context.Context // the request's, without the total's bound
-	total  *time.Timer     // ends the total's context, when it can bind
-	query  string          // the query sent, parameters net/url cannot parse dropped
-	url    url.URL         // the first try's
+	client    context.Context // the request's, without the total's bound
+	out       http.Request    // the first try's, unless the total needs a context of its own
+	forwarded [4]string       // the forwarding fields' values (rewrite)
+	total     *time.Timer     // ends the total's context, when it can bind
+	query     string          // the query sent, parameters net/url cannot parse dropped
+	url       url.URL         // the first try's
 
 	// got1xx passes 1xx answers to rec until the final answer is in.
 	trace     httptrace.ClientTrace
@@ -256,9 +258,8 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 // set afresh, so a client cannot spoof its address. The original Host is
 // passed on, as Caddy does (the outgoing request keeps in's). X-Forwarded-*
 // are set as httputil's SetXForwarded sets them (outHeader has dropped the
-// client's), their values in one array: one allocation for the four fields.
-func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool) {
-	vals := make([]string, 4)
+// client's), their values in vals, the request's: no allocation for them.
+func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[4]string) {
 	set := func(i int, name, v string) {
 		vals[i] = v
 		out[name] = vals[i : i+1 : i+1]

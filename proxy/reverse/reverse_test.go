@@ -139,7 +139,7 @@ func TestRewriteAsSetXForwarded(t *testing.T) {
 					want(w, trust)
 					got := outHeader(in.Header, "")
 					delete(got, "User-Agent") // outHeader's, not rewrite's
-					h.rewrite(in, got, trust)
+					h.rewrite(in, got, trust, new([4]string))
 					if diff := cmp.Diff(w.Out.Header, got); diff != "" || w.Out.Host != in.Host {
 						t.Errorf("trusted %v, %s, %v, TLS %v: (-want +got)\n%s", trust, remote, prior, tls, diff)
 					}

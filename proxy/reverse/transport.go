@@ -77,7 +77,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		}
 		req.URL = u
 		start := time.Now()
-		resp, err := pool.Transport.RoundTrip(req)
+		resp, err := pool.Transport.RoundTripTraced(req, &info.trace)
 		end := time.Now()
 		kind := proxy.Classify(err, client)
 		switch {
