@@ -138,15 +138,29 @@ func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
 // nothing.
 func strictResponse(br *bufio.Reader, r *http.Request) (*http.Response, int) {
 	b, _ := br.Peek(br.Buffered())
-	n := bytes.Index(b, crlfcrlf)
-	if n <= 0 {
+	n, lines := headEnd(b)
+	if n == 0 {
 		return nil, 0
 	}
-	n += len(crlfcrlf)
-	return parseResponse(b[:n], br, r), n
+	return parseResponse(b[:n], lines-1, br, r), n
 }
 
-var crlfcrlf = []byte("\r\n\r\n")
+// headEnd walks b's lines to the first empty one ("\r\n") and returns the
+// length of the head through it and the lines before it; 0 when b holds
+// no empty line. A head parseResponse takes has every line ending in
+// CRLF: its end is the first CRLFCRLF.
+func headEnd(b []byte) (n, lines int) {
+	for at := 0; ; lines++ {
+		i := bytes.IndexByte(b[at:], '\n')
+		if i < 0 {
+			return 0, 0
+		}
+		if i == 1 && b[at] == '\r' {
+			return at + 2, lines
+		}
+		at += i + 1
+	}
+}
 
 // parseResponse reads an answer's head the strict way: it returns the
 // response only when it is one net/http's ReadResponse would make the
@@ -167,7 +181,7 @@ var crlfcrlf = []byte("\r\n\r\n")
 // Pragma: no-cache mirrored in Cache-Control, a body that ends with io.EOF
 // on its last byte and with io.ErrUnexpectedEOF when the connection ends
 // before it.
-func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Response {
+func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *http.Response {
 	s := string(head) // one allocation for every name and value
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
@@ -177,15 +191,14 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 	if !ok {
 		return nil
 	}
-	fields, h, ok := newHeaderLines(head, s, eol)
-	if !ok {
-		return nil
-	}
-	// The response and its body are made as one.
+	// The response, its body and the array its values are taken from
+	// are made as one.
 	a := &struct {
 		resp http.Response
 		body fixedBody
+		vals [8]string
 	}{}
+	lines, h := newHeaderLines(s, eol, fields, a.vals[:])
 	resp := &a.resp
 	*resp = http.Response{
 		Status: s[len("HTTP/1.1 "):eol], StatusCode: code,
@@ -194,7 +207,7 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 	}
 	length := int64(-1)
 	for {
-		name, value, ok := fields.next()
+		name, value, ok := lines.next()
 		if !ok {
 			break
 		}
@@ -209,9 +222,9 @@ func parseResponse(head []byte, br *bufio.Reader, r *http.Request) *http.Respons
 				return nil
 			}
 		}
-		fields.add(resp.Header, name, value)
+		lines.add(resp.Header, name, value)
 	}
-	if fields.bad {
+	if lines.bad {
 		return nil
 	}
 	switch {

@@ -229,7 +229,9 @@ func writeBoth(t *testing.T, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
 	want := writeWith(r, netWrite)
-	got := writeWith(r, func(bw *bufio.Writer, r *http.Request) error { return writeRequest(bw, r, body, httptrace.ContextClientTrace(r.Context())) })
+	got := writeWith(r, func(bw *bufio.Writer, r *http.Request) error {
+		return writeRequest(bw, r, body, httptrace.ContextClientTrace(r.Context()))
+	})
 	if want != got {
 		t.Errorf("Request.Write wrote %q\nthe strict way   %q", want, got)
 	}

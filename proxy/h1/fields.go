@@ -78,6 +78,9 @@ func appendValue(b []byte, v string) []byte {
 	for len(v) > 0 && isSpace(v[len(v)-1]) {
 		v = v[:len(v)-1]
 	}
+	if strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0 {
+		return append(b, v...)
+	}
 	start := len(b)
 	b = append(b, v...)
 	for i := start; i < len(b); i++ {

@@ -41,16 +41,19 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	if !ok {
 		return nil
 	}
-	r := new(http.Request)
+	// The request and the array its values are taken from are made as
+	// one.
+	a := &struct {
+		r    http.Request
+		vals [8]string
+	}{}
+	r := &a.r
 	*r = *base
 	r.Method, r.RequestURI, r.Proto, r.ProtoMajor, r.Body = method, target, proto, 1, http.NoBody
 	if proto == "HTTP/1.1" {
 		r.ProtoMinor = 1
 	}
-	fields, h, ok := newHeaderLines(head, s, eol)
-	if !ok {
-		return nil
-	}
+	fields, h := newHeaderLines(s, eol, bytes.Count(head, crlf)-2, a.vals[:])
 	r.Header = h
 	hosts := 0
 	for {
@@ -166,16 +169,17 @@ type headerLines struct {
 	values []string // one array for the head's values, taken one by one
 }
 
-// newHeaderLines returns a walk over head's fields (s is head as a string,
-// eol the end of its first line) and a header map; the lines are counted
-// first, so that the map and the values' array are made once, at their
-// size. ok is false when head has too few lines to be a head.
-func newHeaderLines(head []byte, s string, eol int) (l headerLines, h http.Header, ok bool) {
-	n := bytes.Count(head, crlf) - 2
-	if n < 0 {
-		return headerLines{}, nil, false
+// newHeaderLines returns a walk over the fields of a head (s, eol the
+// end of its first line) that has n field lines, and a header map; the
+// map and the values' array are made once, at their size, the array in
+// buf when it fits.
+func newHeaderLines(s string, eol, n int, buf []string) (l headerLines, h http.Header) {
+	n = max(n, 0)
+	values := buf[:min(n, len(buf))]
+	if n > len(buf) {
+		values = make([]string, n)
 	}
-	return headerLines{s: s, at: eol + 2, values: make([]string, n)}, make(http.Header, n), true
+	return headerLines{s: s, at: eol + 2, values: values}, make(http.Header, n)
 }
 
 // next returns the next field, by field's rules; false at the empty line
@@ -211,16 +215,14 @@ func (l *headerLines) add(h http.Header, name, value string) {
 	l.values = l.values[1:]
 }
 
+// indexCRLF is the index of the first CR in s from from on, when an LF
+// follows it, and -1 when none does.
 func indexCRLF(s string, from int) int {
-	for i := from; i+1 < len(s); i++ {
-		if s[i] == '\r' {
-			if s[i+1] != '\n' {
-				return -1
-			}
-			return i
-		}
+	i := strings.IndexByte(s[from:], '\r')
+	if i < 0 || from+i+1 >= len(s) || s[from+i+1] != '\n' {
+		return -1
 	}
-	return -1
+	return from + i
 }
 
 // requestLine splits "METHOD SP target SP HTTP/1.x".
@@ -264,15 +266,15 @@ func field(line string) (name, value string, ok bool) {
 	upper := true
 	for i := 0; i < len(line); i++ {
 		c := line[i]
-		if c == ':' {
-			colon = i
-			break
-		}
-		if !httpguts.IsTokenRune(rune(c)) {
+		k := byteClass[c]
+		if k&tokenByte == 0 {
+			if c == ':' {
+				colon = i
+				break
+			}
 			return "", "", false
 		}
-		switch {
-		case upper && 'a' <= c && c <= 'z', !upper && 'A' <= c && c <= 'Z':
+		if upper && k&lowerByte != 0 || !upper && k&upperByte != 0 {
 			canonical = false
 		}
 		upper = c == '-'
@@ -297,11 +299,38 @@ func field(line string) (name, value string, ok bool) {
 	return name, v, true
 }
 
+// The classes of bytes the strict readers tell apart.
+const (
+	tokenByte = 1 << iota // may be in a field name: a tchar (RFC 9110, 5.6.2)
+	lowerByte             // a to z
+	upperByte             // A to Z
+	textByte              // may be in a field value or a reason phrase: no control character but tab
+)
+
+// byteClass is each byte's classes.
+var byteClass = func() (t [256]uint8) {
+	for c := range 256 {
+		if httpguts.IsTokenRune(rune(c)) {
+			t[c] |= tokenByte
+		}
+		if 'a' <= c && c <= 'z' {
+			t[c] |= lowerByte
+		}
+		if 'A' <= c && c <= 'Z' {
+			t[c] |= upperByte
+		}
+		if c >= ' ' && c != 0x7f || c == '\t' {
+			t[c] |= textByte
+		}
+	}
+	return t
+}()
+
 // plainText reports whether s has no control character but tab: what a
 // field value or a reason phrase may hold for the strict readers.
 func plainText(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+		if byteClass[s[i]]&textByte == 0 {
 			return false
 		}
 	}

@@ -545,7 +545,8 @@ func (c *clientConn) setHeadBy() {
 // connection carries on.
 func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	conn := Value(r.Header, "Connection")
-	w := &response{c: c, req: r, header: make(http.Header), cl: -1, head: r.Method == http.MethodHead,
+	w := responses.Get().(*response)
+	*w = response{c: c, req: r, header: w.header, cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.
 		wantsClose: r.Close || hasToken(conn, "close"),
 		want10:     r.ProtoMinor == 0 && hasToken(conn, "keep-alive")}
@@ -555,7 +556,14 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	if !c.state.CompareAndSwap(stateHandler, stateHead) {
 		c.stopWatch()
 	}
-	if aborted || c.ctx.Err() != nil {
+	if aborted {
+		// What the handler started may still hold the answer: it is not
+		// given to another request.
+		w.putWriter()
+		return endClose
+	}
+	defer w.release()
+	if c.ctx.Err() != nil {
 		w.putWriter()
 		return endClose
 	}
@@ -566,6 +574,25 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 		return endLinger
 	}
 	return endNone
+}
+
+// responses are the answers of handlers that returned, their header maps
+// emptied, for the next requests of any connection: a connection waiting
+// for its next request holds none.
+var responses = sync.Pool{New: func() any { return &response{header: make(http.Header)} }}
+
+// release gives the answer back once the handler has returned and the
+// answer is finished: its header map is emptied, so that it holds
+// nothing of the request.
+func (w *response) release() {
+	h := w.header
+	if len(h) > 16 {
+		h = make(http.Header) // a map grown large is not kept
+	} else {
+		clear(h)
+	}
+	*w = response{header: h}
+	responses.Put(w)
 }
 
 // runHandler calls the handler; true: it panicked, and the answer is cut.
