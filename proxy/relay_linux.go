@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // On Linux, Splice relays two plain TCP connections in an event loop of
@@ -415,7 +417,7 @@ func (r *relay) pump(d int, buf []byte) (more bool) {
 			if r.flags[dst]&canWrite == 0 {
 				return false
 			}
-			w, err := write(r.fd[dst], x.pend[x.off:x.end])
+			w, err := rawio.Send(uintptr(r.fd[dst]), x.pend[x.off:x.end])
 			x.n += int64(w)
 			x.off += w
 			if x.off == x.end {
@@ -442,7 +444,7 @@ func (r *relay) pump(d int, buf []byte) (more bool) {
 			return true
 		}
 		reads++
-		n, err := read(r.fd[src], buf)
+		n, err := rawio.Read(uintptr(r.fd[src]), buf)
 		if err == syscall.EAGAIN {
 			r.flags[src] &^= canRead
 			return false
@@ -456,7 +458,7 @@ func (r *relay) pump(d int, buf []byte) (more bool) {
 			// come after it are a new event.
 			r.flags[src] &^= canRead
 		}
-		w, err := write(r.fd[dst], buf[:n])
+		w, err := rawio.Send(uintptr(r.fd[dst]), buf[:n])
 		x.n += int64(w)
 		if w == n {
 			continue
@@ -510,17 +512,8 @@ func (l *loop) finish(r *relay) {
 
 // The loop's system calls never block (its sockets are non-blocking, its
 // waits have no timeout), so they are made raw, without telling the
-// scheduler, which on a message's path costs about what the call does.
-
-func read(fd int, p []byte) (int, error) {
-	return rawCall(syscall.SYS_READ, fd, unsafe.Pointer(unsafe.SliceData(p)), len(p))
-}
-
-// write writes what the socket takes of p: a short count with no error
-// when it took part of it.
-func write(fd int, p []byte) (int, error) {
-	return rawCall(syscall.SYS_WRITE, fd, unsafe.Pointer(unsafe.SliceData(p)), len(p))
-}
+// scheduler, which on a message's path costs about what the call does:
+// rawio's reads and sends, and pollNow.
 
 // pollNow returns the events pending on the epoll set ep, without
 // waiting.
@@ -534,20 +527,6 @@ func pollNow(ep int, events []syscall.EpollEvent) (int, error) {
 		case syscall.EINTR:
 		default:
 			return 0, errno
-		}
-	}
-}
-
-// rawCall makes a read or a write of n bytes at p on fd, again while it
-// is interrupted.
-func rawCall(trap uintptr, fd int, p unsafe.Pointer, n int) (int, error) {
-	for {
-		r, _, errno := syscall.RawSyscall(trap, uintptr(fd), uintptr(p), uintptr(n))
-		if errno != syscall.EINTR {
-			if errno != 0 {
-				return 0, errno
-			}
-			return int(r), nil
 		}
 	}
 }

@@ -13,6 +13,9 @@ var errUnsupported = errors.New("rawio: no raw socket access on this system")
 // Read fails: see Supported.
 func Read(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
 
+// Send fails: see Supported.
+func Send(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
+
 // Write fails: see Supported.
 func Write(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
 

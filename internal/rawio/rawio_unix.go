@@ -7,27 +7,13 @@ import "syscall"
 // Supported: this system's sockets can be read and written raw.
 const Supported = true
 
-// Read reads from fd into p, again while the call is interrupted (EINTR).
-// It returns what read(2) does otherwise: EAGAIN when nothing is there.
-func Read(fd uintptr, p []byte) (int, error) {
-	for {
-		n, err := syscall.Read(int(fd), p)
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
-}
-
 // Write writes p to fd until all of it is written, again while a call is
 // interrupted; it stops at any other error (EAGAIN: the socket can take
 // no more now) and returns how much was written before it.
 func Write(fd uintptr, p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
-		m, err := syscall.Write(int(fd), p[n:])
-		if err == syscall.EINTR {
-			continue
-		}
+		m, err := Send(fd, p[n:])
 		if err != nil {
 			return n, err
 		}

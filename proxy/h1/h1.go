@@ -296,7 +296,9 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	c = &conn{t: t, host: host, conn: nc, limit: -1}
 	c.br = bufio.NewReader(c)
 	if sc, ok := nc.(syscall.Conn); ok && rawio.Supported {
-		c.rc, _ = sc.SyscallConn()
+		if c.rc, _ = sc.SyscallConn(); c.rc != nil {
+			c.sock = newSock(nc, c.rc)
+		}
 	}
 	c.last = lastWrite{c: c}
 	c.sendFn = c.sendStep
@@ -399,6 +401,7 @@ type conn struct {
 	host string          // immutable
 	conn net.Conn        // immutable
 	rc   syscall.RawConn // immutable; nil: conn has no descriptor to wait on
+	sock *sock           // immutable: reads rc; nil without it
 	last lastWrite       // what the request is written through
 	// sendThenWait's state, and its step made once (a closure would be
 	// made, with what it holds, on every request).
@@ -427,7 +430,13 @@ func (c *conn) Read(p []byte) (int, error) {
 	if c.limit > 0 && int64(len(p)) > c.limit {
 		p = p[:c.limit]
 	}
-	n, err := c.conn.Read(p)
+	var n int
+	var err error
+	if c.sock != nil {
+		n, err = c.sock.Read(p)
+	} else {
+		n, err = c.conn.Read(p)
+	}
 	c.read += int64(n)
 	if c.limit > 0 {
 		c.limit -= int64(n)
@@ -524,8 +533,11 @@ type lastWrite struct {
 }
 
 func (w *lastWrite) Write(p []byte) (int, error) {
-	if !w.final || w.c.rc == nil {
+	switch {
+	case w.c.sock == nil:
 		return w.c.conn.Write(p)
+	case !w.final:
+		return w.c.sock.Write(p)
 	}
 	return w.c.sendThenWait(p)
 }
@@ -549,13 +561,13 @@ func (c *conn) sendThenWait(p []byte) (int, error) {
 	c.sendP, c.sendN, c.sendErr = nil, 0, nil
 	switch {
 	case werr == syscall.EAGAIN:
-		m, err := c.conn.Write(p[n:])
+		m, err := c.sock.Write(p[n:])
 		return n + m, err
 	case werr != nil:
-		return n, c.writeError(os.NewSyscallError("write", werr))
+		return n, c.sock.opError("write", os.NewSyscallError("write", werr))
 	case n < len(p):
 		// Closed or past its deadline before anything could be sent.
-		return n, c.writeError(err)
+		return n, c.sock.opError("write", err)
 	}
 	return n, nil
 }
@@ -573,11 +585,6 @@ func (c *conn) sendStep(fd uintptr) bool {
 		return true
 	}
 	return false
-}
-
-// writeError is err as the connection's Write would have returned it.
-func (c *conn) writeError(err error) error {
-	return &net.OpError{Op: "write", Net: "tcp", Source: c.conn.LocalAddr(), Addr: c.conn.RemoteAddr(), Err: err}
 }
 
 // roundTrip writes r and reads the answer's head; the body streams from

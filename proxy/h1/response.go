@@ -170,7 +170,7 @@ func (w *response) Flush() {
 func (w *response) writer() *bufio.Writer {
 	if w.bw == nil {
 		w.bw = writers.Get().(*bufio.Writer)
-		w.bw.Reset(w.c.tc)
+		w.bw.Reset(&w.c.out)
 	}
 	return w.bw
 }

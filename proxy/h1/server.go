@@ -252,6 +252,7 @@ type clientConn struct {
 	s        *Server
 	tc       *net.TCPConn
 	rc       syscall.RawConn
+	out      sock // what answers are written through
 	remote   string
 	accepted time.Time
 	ctx      context.Context // the connection's, for every request on it
@@ -293,6 +294,8 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
+	c.out = sock{nc: tc, rc: rc}
+	c.out.writeFn = c.out.writeStep
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())

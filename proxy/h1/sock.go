@@ -1,0 +1,95 @@
+package h1
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
+)
+
+// sock reads and writes a TCP connection through its raw descriptor with
+// rawio (recvfrom and sendto on Linux, without telling the scheduler),
+// waiting in Go's poller, with the connection's deadlines, when the
+// socket has nothing to read or takes no more: what the connection's own
+// Read and Write do through read(2) and write(2), a layer of file I/O
+// and the scheduler's bookkeeping less on each call. Errors are the
+// connection's: *net.OpError, a deadline's os.ErrDeadlineExceeded, io.EOF
+// at the end of the stream. Used by one goroutine a direction at a time.
+type sock struct {
+	nc net.Conn        // immutable: for the addresses in errors
+	rc syscall.RawConn // immutable
+
+	rp      []byte
+	rn      int
+	rerr    error
+	readFn  func(fd uintptr) bool // readStep, made once
+	wp      []byte
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool // writeStep, made once
+}
+
+func newSock(nc net.Conn, rc syscall.RawConn) *sock {
+	s := &sock{nc: nc, rc: rc}
+	s.readFn, s.writeFn = s.readStep, s.writeStep
+	return s
+}
+
+func (s *sock) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.rp, s.rn, s.rerr = p, 0, nil
+	err := s.rc.Read(s.readFn)
+	n, rerr := s.rn, s.rerr
+	s.rp = nil
+	switch {
+	case rerr != nil:
+		return n, s.opError("read", os.NewSyscallError("read", rerr))
+	case err != nil:
+		return n, err // closed, or past its deadline
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *sock) readStep(fd uintptr) bool {
+	n, err := rawio.Read(fd, s.rp)
+	if err == syscall.EAGAIN {
+		return false
+	}
+	s.rn, s.rerr = n, err
+	return true
+}
+
+func (s *sock) Write(p []byte) (int, error) {
+	s.wp, s.wn, s.werr = p, 0, nil
+	err := s.rc.Write(s.writeFn)
+	n, werr := s.wn, s.werr
+	s.wp = nil
+	switch {
+	case werr != nil:
+		return n, s.opError("write", os.NewSyscallError("write", werr))
+	case err != nil:
+		return n, err
+	}
+	return n, nil
+}
+
+func (s *sock) writeStep(fd uintptr) bool {
+	n, err := rawio.Write(fd, s.wp[s.wn:])
+	s.wn += n
+	if err == syscall.EAGAIN {
+		return false
+	}
+	s.werr = err
+	return true
+}
+
+// opError is err as the connection's own Read or Write would return it.
+func (s *sock) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: s.nc.LocalAddr(), Addr: s.nc.RemoteAddr(), Err: err}
+}
