@@ -153,9 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 	h1.RemoveHopByHop(resp.Header)
-	for k, v := range resp.Header {
-		rec.Header()[k] = v
-	}
+	h1.PassHeader(rec, resp.Header)
 	rec.WriteHeader(resp.StatusCode)
 	record.Status = resp.StatusCode
 	rerr, werr := proxy.CopyAnswer(flushWriter{rec}, resp.Body)

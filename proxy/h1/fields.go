@@ -37,9 +37,15 @@ func sortedFields(buf []headerField, h http.Header, skip []string, trailers bool
 		}
 		fields = append(fields, headerField{name, values})
 	}
+	sortFields(fields)
+	return fields
+}
+
+// sortFields sorts fields by name.
+func sortFields(fields []headerField) {
 	if len(fields) > 12 {
 		slices.SortFunc(fields, func(a, b headerField) int { return strings.Compare(a.name, b.name) })
-		return fields
+		return
 	}
 	// A head's few fields sort quicker by insertion.
 	for i := 1; i < len(fields); i++ {
@@ -47,7 +53,6 @@ func sortedFields(buf []headerField, h http.Header, skip []string, trailers bool
 			fields[j], fields[j-1] = fields[j-1], fields[j]
 		}
 	}
-	return fields
 }
 
 // appendFields appends fields as net/http's Header.WriteSubset writes
@@ -89,4 +94,40 @@ func appendValue(b []byte, v string) []byte {
 		}
 	}
 	return b
+}
+
+// CopyHeader adds src's fields to dst, keys taken as they are (a parsed
+// header's are canonical): a field dst lacks shares src's values, one it
+// has gets them after its own.
+func CopyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		if have, ok := dst[k]; ok {
+			dst[k] = append(have, vv...)
+		} else {
+			dst[k] = vv
+		}
+	}
+}
+
+// PassHeader makes src, a backend's answer's header, the header of w's
+// answer. The short way's answer takes it whole, in place of its own, as
+// long as its own is still empty and its head unwritten: a proxy's answer
+// then costs no copy of the backend's fields. Any other writer gets src's
+// fields added to its own (CopyHeader). src is w's from then on.
+func PassHeader(w http.ResponseWriter, src http.Header) {
+	for u := w; ; {
+		if r, ok := u.(*response); ok {
+			if r.status == 0 && len(r.header) == 0 && src != nil {
+				r.header = src
+				return
+			}
+			break
+		}
+		uw, ok := u.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		u = uw.Unwrap()
+	}
+	CopyHeader(w.Header(), src)
 }

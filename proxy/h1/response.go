@@ -3,6 +3,7 @@ package h1
 import (
 	"bufio"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -262,7 +263,10 @@ type headFacts struct {
 	trailers                 bool   // trailers declared in Trailer or named with http.TrailerPrefix
 }
 
-func factsOf(h http.Header) (f headFacts) {
+// factsOf learns f of h as it collects h's fields in buf, those named
+// with http.TrailerPrefix (never written in a head) left out.
+func factsOf(buf []headerField, h http.Header) (f headFacts, fields []headerField) {
+	fields = buf[:0]
 	for k, vv := range h {
 		switch k {
 		case "Transfer-Encoding":
@@ -280,10 +284,14 @@ func factsOf(h http.Header) (f headFacts) {
 		case "Trailer":
 			f.trailers = f.trailers || len(vv) > 0
 		default:
-			f.trailers = f.trailers || strings.HasPrefix(k, http.TrailerPrefix)
+			if strings.HasPrefix(k, http.TrailerPrefix) {
+				f.trailers = true
+				continue
+			}
 		}
+		fields = append(fields, headerField{k, vv})
 	}
-	return f
+	return f, fields
 }
 
 func firstOf(vv []string) string {
@@ -297,11 +305,10 @@ func firstOf(vv []string) string {
 // as net/http's server does (its chunkWriter.writeHeader); p is the body
 // held so far, all of it when the handler is done.
 func (w *response) writeHead(p []byte) {
-	h := w.headHeader()
-	f := factsOf(h)
-	// The fields the header has that the head leaves out (those named
-	// with http.TrailerPrefix as well); naming one it lacks changes
-	// nothing.
+	var buf [16]headerField
+	f, fields := factsOf(buf[:], w.headHeader())
+	// The fields the header has that the head leaves out besides those
+	// factsOf left out; naming one it lacks changes nothing.
 	var skipBuf [8]string
 	skip := skipBuf[:0]
 	var x extraHeader
@@ -367,10 +374,17 @@ func (w *response) writeHead(p []byte) {
 			x.connection = "close"
 		}
 	}
+	// The fields less those skipped, in place.
+	kept := fields[:0]
+	for _, fl := range fields {
+		if !slices.Contains(skip, fl.name) {
+			kept = append(kept, fl)
+		}
+	}
+	sortFields(kept)
 	bw := w.writer()
-	var fields [16]headerField
 	b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
-	b = appendFields(b, sortedFields(fields[:], h, skip, true))
+	b = appendFields(b, kept)
 	b = x.append(b)
 	_, _ = bw.Write(append(b, "\r\n"...))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rotor-lb/rotor/internal/rawio"
 	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy/h1"
 )
@@ -688,3 +689,56 @@ func TestServerCancelCutsTheTransport(t *testing.T) {
 		}
 	}
 }
+
+// PassHeader hands a backend's header to the short way's answer whole
+// (a field set on it afterwards is the answer's), through a writer that
+// unwraps to it, and copies it everywhere else: to net/http's answer, and
+// to the short way's when its own header has a field already.
+func TestPassHeader(t *testing.T) {
+	pass := func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("own") {
+			w.Header().Set("X-Own", "1")
+		}
+		var to http.ResponseWriter = w
+		if r.URL.Query().Has("wrapped") {
+			to = unwrapper{w}
+		}
+		src := http.Header{"X-Backend": {"b"}}
+		h1.PassHeader(to, src)
+		src.Set("X-Later", "taken") // seen only if src became the answer's
+		io.WriteString(w, "ok")
+	}
+	plain, short := serveBoth(t, http.HandlerFunc(pass), nil)
+	taken, copied := []string{"X-Backend: b", "X-Later: taken"}, []string(nil)
+	if !rawio.Supported { // the short way's server hands every request to net/http's
+		taken, copied = []string{"X-Backend: b"}, []string{"X-Later"}
+	}
+	cases := []struct {
+		addr, query string
+		want        []string // fields the answer has
+		not         []string // fields it has not
+	}{
+		{short, "", taken, append([]string{"X-Own"}, copied...)},
+		{short, "wrapped", taken, copied},
+		{short, "own", []string{"X-Backend: b", "X-Own: 1"}, []string{"X-Later"}},
+		{plain, "", []string{"X-Backend: b"}, []string{"X-Later"}},
+	}
+	for _, c := range cases {
+		got := exchange(t, c.addr, "GET /?"+c.query+" HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+		for _, f := range c.want {
+			if !strings.Contains(got, "\r\n"+f+"\r\n") {
+				t.Errorf("%s ?%s: no %q in\n%s", c.addr, c.query, f, got)
+			}
+		}
+		for _, f := range c.not {
+			if strings.Contains(got, "\r\n"+f) {
+				t.Errorf("%s ?%s: %q in\n%s", c.addr, c.query, f, got)
+			}
+		}
+	}
+}
+
+// unwrapper lets PassHeader through to the writer it wraps.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }

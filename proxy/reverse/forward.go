@@ -79,8 +79,8 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 	}
 	h1.RemoveHopByHop(res.Header)
 	h.setCookie(res, info)
+	h1.PassHeader(w, res.Header)
 	dst := w.Header()
-	copyHeader(dst, res.Header)
 	// The answer's Trailer field was dropped with the hop-by-hop ones: the
 	// trailers the backend announced are announced again.
 	announced := len(res.Trailer)
@@ -112,7 +112,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		w.Flush()
 	}
 	if len(res.Trailer) == announced {
-		copyHeader(dst, res.Trailer)
+		h1.CopyHeader(dst, res.Trailer)
 		return false
 	}
 	for k, vv := range res.Trailer {
@@ -133,7 +133,7 @@ func (info *reqInfo) got1xx(code int, header textproto.MIMEHeader) error {
 		return nil
 	}
 	h := info.rec.Header()
-	copyHeader(h, http.Header(header))
+	h1.CopyHeader(h, http.Header(header))
 	info.rec.WriteHeader(code)
 	clear(h) // WriteHeader keeps a 1xx's fields for the next answer
 	return nil
@@ -191,18 +191,6 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-// copyHeader adds src's fields to dst. Keys are taken as they are, as
-// parsed headers' are canonical; a field dst lacks shares src's values.
-func copyHeader(dst, src http.Header) {
-	for k, vv := range src {
-		if have, ok := dst[k]; ok {
-			dst[k] = append(have, vv...)
-		} else {
-			dst[k] = vv
-		}
-	}
 }
 
 // maxQueryParams is net/url's bound on a query's parameters.
@@ -348,7 +336,7 @@ func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Respon
 		return // the drain's cut came first
 	}
 
-	copyHeader(w.Header(), res.Header)
+	h1.CopyHeader(w.Header(), res.Header)
 	res.Header, res.Body = w.Header(), nil // res.Write writes the head alone
 	if err := res.Write(brw); err != nil {
 		h.log.Debug("upgrade answer", "listener", h.name, "path", r.URL.Path, "error", err)
