@@ -665,9 +665,12 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return c.switched(ctx, resp, stop)
 	}
-	if try > 0 {
+	whole := resp.Body == http.NoBody || resp.ContentLength >= 0 && int64(c.br.Buffered()) >= resp.ContentLength
+	if try > 0 && !whole {
 		// The body streams unbounded, as it does through net/http's
-		// Transport; a cancellation meanwhile still ends it.
+		// Transport; a cancellation meanwhile still ends it. A body that
+		// came whole with the head needs no more reads, and the next
+		// request sets the deadline anew: it is left.
 		c.conn.SetDeadline(time.Time{})
 		if ctx.Err() != nil {
 			c.cut()
