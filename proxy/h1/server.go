@@ -33,7 +33,10 @@ import (
 //
 // What it takes from HTTP: Handler, ReadHeaderTimeout (the time to read a
 // head, from the first byte after an idle wait or from the accept),
-// IdleTimeout (between requests; ReadTimeout when 0) and ErrorLog. A
+// IdleTimeout (between requests; ReadTimeout when 0; kept by the server's
+// 100 ms ticker, as HAProxy keeps its timeouts, rather than by a deadline
+// set after every answer, so an idle connection closes up to a tick
+// after it) and ErrorLog. A
 // client that goes away while its request waits is found out as
 // net/http's server finds it out (a read on the idle connection) once the
 // request has taken 100 to 200 ms, and the request's context is cancelled.
@@ -184,6 +187,12 @@ func (s *Server) closeIdle() bool {
 func (s *Server) ticker() {
 	t := time.NewTicker(tickEvery)
 	defer t.Stop()
+	// An idle connection is closed after idleTicks whole ticks: between
+	// the idle timeout and a tick more.
+	idleTicks := int64(0)
+	if d := s.idleTimeout(); d > 0 {
+		idleTicks = int64((d + tickEvery - 1) / tickEvery)
+	}
 	for {
 		select {
 		case <-s.stop:
@@ -196,6 +205,12 @@ func (s *Server) ticker() {
 				switch st, at := c.state.Load(), c.idleAt.Load(); {
 				case st == stateHandler && c.started.Load() <= tick-2:
 					c.startWatch()
+				case st == stateIdle && idleTicks > 0 && tick-c.idleSince.Load() > idleTicks:
+					// Idle for the idle timeout: the ticker, not a deadline
+					// set after every answer, ends it.
+					if c.state.CompareAndSwap(stateIdle, stateClosed) {
+						c.cut()
+					}
 				case st == stateIdle && at < tick-1 && c.idleAt.CompareAndSwap(at, math.MaxInt64):
 					// Idle through a whole tick, and asked once a spell.
 					c.closeIfEnded()
@@ -261,6 +276,7 @@ type clientConn struct {
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
 	armed    bool          // the connection's read deadline is the one its next read needs
+	deadline bool          // a read deadline is set on the connection
 
 	buf     *[bufSize]byte // nil while nothing is buffered
 	r, w    int            // buf[r:w] is read and not yet taken
@@ -276,6 +292,7 @@ type clientConn struct {
 	state     atomic.Int32
 	started   atomic.Int64 // the tick the request in the handler started at
 	idleAt    atomic.Int64 // the tick the connection last went idle at; MaxInt64 once the ticker asked
+	idleSince atomic.Int64 // the tick the connection last went idle at
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
@@ -335,6 +352,7 @@ func (c *clientConn) serve() {
 	if d := c.s.headTimeout(); d > 0 {
 		c.headBy = c.accepted.Add(d)
 		c.tc.SetReadDeadline(c.headBy)
+		c.deadline = true
 	}
 	c.armed, c.mustRead = true, true
 	err := c.rc.Read(c.stepFn)
@@ -401,15 +419,17 @@ func (c *clientConn) step(fd uintptr) bool {
 		// Wait for the next request: the socket is read once it is
 		// readable, not before (the readiness of bytes that came since the
 		// last read was not reset).
-		c.idleAt.Store(c.s.tick.Load())
+		tick := c.s.tick.Load()
+		c.idleAt.Store(tick)
+		c.idleSince.Store(tick)
 		if !c.state.CompareAndSwap(stateHead, stateIdle) {
 			c.end = endClose // the shutdown closed it meanwhile
 			return true
 		}
-		if d := c.s.idleTimeout(); d > 0 {
-			c.tc.SetReadDeadline(time.Now().Add(d))
-		} else {
+		// No deadline while it waits: the ticker bounds the wait.
+		if c.deadline {
 			c.tc.SetReadDeadline(time.Time{})
+			c.deadline = false
 		}
 		c.armed, c.mustRead = true, true
 		return false
@@ -423,7 +443,7 @@ func (c *clientConn) read(fd uintptr) bool {
 	st := c.state.Load()
 	if !c.armed {
 		c.tc.SetReadDeadline(c.headBy)
-		c.armed = true
+		c.armed, c.deadline = true, !c.headBy.IsZero()
 	}
 	c.compact()
 	if c.buf == nil {
