@@ -47,6 +47,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -230,7 +231,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 		return t.HTTP.RoundTrip(r)
 	}
 	addr := r.URL.Host
-	if r.URL.Port() == "" { // as net/http dials it
+	if !hasPort(addr) { // as net/http dials it
 		addr = net.JoinHostPort(r.URL.Hostname(), "80")
 	}
 	// A body is read once: a request with one is not sent again (as
@@ -264,6 +265,21 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			return nil, err
 		}
 	}
+}
+
+// hasPort reports whether a URL's host ends in a port: a colon and
+// digits, as url.URL's Port finds one.
+func hasPort(host string) bool {
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 || i == len(host)-1 {
+		return false
+	}
+	for _, c := range []byte(host[i+1:]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func isTimeout(err error) bool {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -808,5 +809,14 @@ func TestShortWayUpgrade(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, unasked.url(), nil)
 	if _, err := tr.RoundTrip(req); !errors.Is(err, errUnasked101) {
 		t.Errorf("a 101 unasked: %v, want %v", err, errUnasked101)
+	}
+}
+
+// hasPort finds a port where url.URL's Port does.
+func TestHasPort(t *testing.T) {
+	for _, host := range []string{"a:80", "a:", "a", "", ":80", "[::1]:80", "[::1]", "::1", "a:8x", "a:80:", "1.2.3.4:65535"} {
+		if got, want := hasPort(host), (&url.URL{Host: host}).Port() != ""; got != want {
+			t.Errorf("hasPort(%q) = %v, want %v", host, got, want)
+		}
 	}
 }

@@ -135,13 +135,16 @@ func NewHandler(name string, table func() *Table, o proxy.Options) *Handler {
 }
 
 func (t *Table) match(r *http.Request) *Pool {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.ToLower(host)
+	host, known := "", false // the request's host, lower case, once a route asks
 	for _, rt := range t.Routes {
 		if rt.Host != "" {
+			if !known {
+				host, known = r.Host, true
+				if h, _, err := splitHostPort(host); err == nil {
+					host = h
+				}
+				host = strings.ToLower(host)
+			}
 			if strings.HasPrefix(rt.Host, "*.") {
 				if !strings.HasSuffix(host, rt.Host[1:]) {
 					continue
@@ -264,7 +267,7 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 		vals[i] = v
 		out[name] = vals[i : i+1 : i+1]
 	}
-	client, _, err := net.SplitHostPort(in.RemoteAddr)
+	client, _, err := splitHostPort(in.RemoteAddr)
 	if err == nil {
 		if prior := in.Header["X-Forwarded-For"]; trust && len(prior) > 0 {
 			set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
@@ -293,11 +296,22 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 	}
 }
 
+// splitHostPort is net.SplitHostPort, quicker for an address of one
+// colon and no brackets (an IPv4 address and a port), as every client's
+// address of an IPv4 listener is.
+func splitHostPort(addr string) (host, port string, err error) {
+	if i := strings.IndexByte(addr, ':'); i >= 0 && strings.IndexByte(addr[i+1:], ':') < 0 &&
+		strings.IndexByte(addr, '[') < 0 && strings.IndexByte(addr, ']') < 0 {
+		return addr[:i], addr[i+1:], nil
+	}
+	return net.SplitHostPort(addr)
+}
+
 func trusted(prefixes []netip.Prefix, remote string) bool {
 	if len(prefixes) == 0 {
 		return false
 	}
-	host, _, err := net.SplitHostPort(remote)
+	host, _, err := splitHostPort(remote)
 	if err != nil {
 		host = remote
 	}

@@ -216,3 +216,17 @@ func BenchmarkOutHeaderManyListed(b *testing.B) {
 		outHeader(h, "")
 	}
 }
+
+// splitHostPort is net.SplitHostPort, its quick way included.
+func TestSplitHostPort(t *testing.T) {
+	for _, addr := range []string{
+		"127.0.0.1:8080", "127.0.0.1:", "example.com:80", ":80", "host", "", "[::1]:80", "[::1]", "::1",
+		"a:b:c", "[a]:b:c", "a]:80", "[a:80", "a:[80]", "a:8]0", "1.2.3.4:0x50",
+	} {
+		host, port, err := splitHostPort(addr)
+		wantHost, wantPort, wantErr := net.SplitHostPort(addr)
+		if host != wantHost || port != wantPort || (err == nil) != (wantErr == nil) {
+			t.Errorf("splitHostPort(%q) = %q, %q, %v; net.SplitHostPort: %q, %q, %v", addr, host, port, err, wantHost, wantPort, wantErr)
+		}
+	}
+}
