@@ -29,3 +29,11 @@ func Send(fd uintptr, p []byte) (int, error) {
 		}
 	}
 }
+
+// Peek looks at socket fd without taking from it or waiting: n is 1 when
+// a byte is there, 0 with no error at its end; EAGAIN when nothing is.
+func Peek(fd uintptr) (n int, err error) {
+	var b [1]byte
+	n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n, err
+}

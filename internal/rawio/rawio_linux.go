@@ -27,6 +27,13 @@ func Send(fd uintptr, p []byte) (int, error) {
 	return call(syscall.SYS_SENDTO, fd, p, syscall.MSG_NOSIGNAL)
 }
 
+// Peek looks at socket fd without taking from it or waiting: n is 1 when
+// a byte is there, 0 with no error at its end; EAGAIN when nothing is.
+func Peek(fd uintptr) (int, error) {
+	var b [1]byte
+	return call(syscall.SYS_RECVFROM, fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+}
+
 func call(trap, fd uintptr, p []byte, flags uintptr) (int, error) {
 	for {
 		r, _, errno := syscall.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), flags, 0, 0)

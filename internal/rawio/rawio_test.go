@@ -129,3 +129,33 @@ func fdOf(b *testing.B, c net.Conn) (fd uintptr) {
 	}
 	return fd
 }
+
+// Peek tells a waiting byte, an empty socket (EAGAIN) and an ended one
+// (0) apart, and takes nothing.
+func TestPeek(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fds[0])
+	r, w := uintptr(fds[0]), uintptr(fds[1])
+	if n, err := Peek(r); n != 0 || err != syscall.EAGAIN {
+		t.Errorf("Peek of an empty socket: %d, %v; want 0, EAGAIN", n, err)
+	}
+	if _, err := Send(w, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if n, err := Peek(r); n != 1 || err != nil {
+			t.Errorf("Peek with a byte waiting: %d, %v; want 1, nil", n, err)
+		}
+	}
+	syscall.Close(fds[1])
+	b := make([]byte, 4)
+	if n, err := Read(r, b); n != 1 || err != nil || b[0] != 'x' {
+		t.Errorf("Read after two Peeks: %q, %v; want the byte", b[:n], err)
+	}
+	if n, err := Peek(r); n != 0 || err != nil {
+		t.Errorf("Peek of an ended socket: %d, %v; want 0, nil", n, err)
+	}
+}

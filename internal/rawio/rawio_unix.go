@@ -22,13 +22,5 @@ func Write(fd uintptr, p []byte) (int, error) {
 	return n, nil
 }
 
-// Peek looks at socket fd without taking from it or waiting: n is 1 when
-// a byte is there, 0 with no error at its end; EAGAIN when nothing is.
-func Peek(fd uintptr) (n int, err error) {
-	var b [1]byte
-	n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return n, err
-}
-
 // Shutdown shuts both directions of socket fd down.
 func Shutdown(fd uintptr) error { return syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // response is the short way's http.ResponseWriter. It frames an answer
@@ -167,6 +168,11 @@ func (w *response) Flush() {
 	}
 	_ = w.writer().Flush()
 }
+
+// SetReadDeadline bounds the reads of the request's body
+// (http.ResponseController): the short way takes a request whose body
+// came whole with its head, so there are none to bound.
+func (w *response) SetReadDeadline(time.Time) error { return nil }
 
 func (w *response) writer() *bufio.Writer {
 	if w.bw == nil {

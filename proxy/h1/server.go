@@ -505,7 +505,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			// A copy: a transport may still read a request's body after
 			// the handler has returned, and the buffer is the next
 			// request's by then.
-			r.Body = io.NopCloser(bytes.NewReader(bytes.Clone(c.buf[c.r+n : end])))
+			r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
 			n = end - c.r
 		}
 		return r, n, r == nil
@@ -514,6 +514,20 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	theirs = n < 0 || c.r == 0 && c.w == bufSize
 	return nil, 0, theirs && c.mayHandOff()
 }
+
+// wholeBody is a request body that came whole with its head.
+type wholeBody struct{ b []byte }
+
+func (w *wholeBody) Read(p []byte) (int, error) {
+	if len(w.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, w.b)
+	w.b = w.b[n:]
+	return n, nil
+}
+
+func (w *wholeBody) Close() error { return nil }
 
 // mayHandOff reports whether what is buffered may go to net/http's
 // server now: between requests it waits for four bytes before it reads a
