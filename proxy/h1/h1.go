@@ -218,13 +218,22 @@ func (t *Transport) RoundTripTraced(r *http.Request, trace *httptrace.ClientTrac
 	return t.roundTrip(r, trace, true)
 }
 
-// roundTrip sends r, trace told of it; own: trace is not in r's context.
-func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own bool) (*http.Response, error) {
+// Short reports whether RoundTrip sends r the short way: written whole,
+// in the caller's goroutine, before its answer is read, and nothing of r
+// or its trace kept once RoundTrip has returned. net/http's Transport may
+// go on writing a request, and telling its trace, after it returned the
+// answer (a server may answer before a request is all sent).
+func (t *Transport) Short(r *http.Request) bool {
 	// A body is sent once, and only a look at the socket (rawio.Peek)
 	// tells a kept connection the server has closed from a live one:
 	// where there is none, a body goes net/http's way, whose idle
 	// connections each have a reader that notices their end.
-	if t.dial == nil || !short(r) || r.ContentLength > 0 && !rawio.Supported {
+	return t.dial != nil && short(r) && (r.ContentLength == 0 || rawio.Supported)
+}
+
+// roundTrip sends r, trace told of it; own: trace is not in r's context.
+func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own bool) (*http.Response, error) {
+	if !t.Short(r) {
 		if own && trace != nil {
 			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
 		}

@@ -820,3 +820,39 @@ func TestHasPort(t *testing.T) {
 		}
 	}
 }
+
+// Short says which requests the short way sends, and so which the
+// transport keeps nothing of once RoundTrip returns.
+func TestShort(t *testing.T) {
+	tr := newTestTransport(t, time.Second)
+	proxied := New(&http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "127.0.0.1:1"})})
+	req := func(method, target string, body string) *http.Request {
+		var r *http.Request
+		if body == "" {
+			r = httptest.NewRequest(method, target, nil)
+		} else {
+			r = httptest.NewRequest(method, target, strings.NewReader(body))
+		}
+		r.RequestURI = ""
+		return r
+	}
+	cases := []struct {
+		name string
+		tr   *Transport
+		r    *http.Request
+		want bool
+	}{
+		{"GET", tr, req("GET", "http://a/", ""), true},
+		{"HEAD", tr, req("HEAD", "http://a/", ""), true},
+		{"a small POST", tr, req("POST", "http://a/", "x=1"), rawio.Supported},
+		{"a POST too long", tr, req("POST", "http://a/", strings.Repeat("x", maxBody+1)), false},
+		{"a bodiless POST", tr, req("POST", "http://a/", ""), false},
+		{"https", tr, req("GET", "https://a/", ""), false},
+		{"through a proxy", proxied, req("GET", "http://a/", ""), false},
+	}
+	for _, c := range cases {
+		if got := c.tr.Short(c.r); got != c.want {
+			t.Errorf("%s: Short = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

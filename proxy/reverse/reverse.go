@@ -112,6 +112,7 @@ type reqInfo struct {
 	reason    string           // why rotor answered itself or cut the answer
 	secure    bool
 
+	held      bool            // a transport may still hold out or trace: not reused
 	client    context.Context // the request's, without the total's bound
 	out       http.Request    // the first try's, unless the total needs a context of its own
 	forwarded [4]string       // the forwarding fields' values (rewrite)
@@ -125,6 +126,12 @@ type reqInfo struct {
 	answered  bool
 	continued bool // a backend's 100 Continue was passed on
 }
+
+// infos are the states of requests that ended, for the next: ServeHTTP
+// takes one and gives it back once the request is recorded, unless the
+// request was upgraded (its relay records it later) or a transport may
+// still hold its first try's request (held).
+var infos = sync.Pool{New: func() any { return new(reqInfo) }}
 
 // NewHandler returns a handler for the listener named name; table gives
 // the routing in force (a reload swaps it). Upgraded connections are
@@ -178,7 +185,11 @@ func (t *Table) match(r *http.Request) *Pool {
 
 // ServeHTTP routes the request and proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	info := &reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}}
+	info := infos.Get().(*reqInfo)
+	// All of it anew but the flight, which Begin sets up anew keeping its
+	// memory (and nothing reads before it begins).
+	f := info.flight
+	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f}
 	rec, record := &info.rec, &info.record
 	*record = proxy.Record{
 		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
@@ -228,6 +239,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.finish(record, rec, info.body)
+	if !info.held {
+		infos.Put(info)
+	}
 	if aborted {
 		panic(http.ErrAbortHandler)
 	}

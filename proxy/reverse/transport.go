@@ -76,6 +76,9 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 			u.RawQuery = target.RawQuery + "&" + info.query
 		}
 		req.URL = u
+		if try == 0 && !pool.Transport.Short(req) {
+			info.held = true
+		}
 		start := time.Now()
 		resp, err := pool.Transport.RoundTripTraced(req, &info.trace)
 		end := time.Now()
