@@ -21,6 +21,8 @@
 # too (from /proc), and charted as requests per CPU second: when the
 # load's core is the limit, the rates draw level and the CPU still tells
 # them apart.
+# TESTS picks some of the tests (default "get post tcp h2 bodies": all);
+# WRITE=1 needs them all.
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -48,6 +50,16 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-268435456}
 ROUNDS=${ROUNDS:-1}
+TESTS=${TESTS:-get post tcp h2 bodies}
+for t in $TESTS; do
+	case $t in get | post | tcp | h2 | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 bodies)" >&2; exit 1 ;; esac
+done
+if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies get h2 post tcp" ]; then
+	echo "WRITE=1 writes every table: it needs TESTS to hold them all" >&2
+	exit 1
+fi
+# want TEST: TEST is among those picked.
+want() { [[ " $TESTS " == *" $1 "* ]]; }
 . bench/setup.sh
 pin_cores
 setup peers
@@ -290,14 +302,19 @@ wrk.headers["Content-Type"] = "text/plain"
 LUA
 run_get() { run_wrk get "$@"; }
 run_post() { run_wrk post "$@" -s "$out/post.lua"; }
+if want get; then
 echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
 each "$h1" run_get
 wrk_table get "HTTP/1.1" "HTTP/1.1 per CPU s"
 echo
+fi
+if want post; then
 echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --latency -s post.lua, three backends, load on cores $load$of"
 each "$h1" run_post
 wrk_table post "HTTP/1.1 POST" "POST per CPU s"
 echo
+fi
+if want tcp; then
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
 printf "%-10s %12s %12s %14s %14s %12s %12s\n" target SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
 tcp="direct=19379 rotor=18379 nginx=18380 haproxy=18381" # Caddy has no TCP proxy without a plugin
@@ -327,6 +344,8 @@ for target in $tcp; do
 done
 for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16" "TCP per CPU s" "TCP -P16 per CPU s"; do result "$t" caddy -; done
 echo
+fi
+if want h2; then
 echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
 printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
 h2="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
@@ -349,6 +368,8 @@ for target in $h2; do
 	result "HTTP/2 per CPU s" "$name" "$(per_cpu_s "$c")"
 done
 echo
+fi
+if want bodies; then
 # speed prints curl's MB/s on the load's cores, the better of two runs.
 speed() { curl_best "$load" 2 "$@"; }
 echo "## large bodies: curl, $((SIZE >> 20)) MiB (MB/s, best of 2), load on cores $load"
@@ -365,6 +386,7 @@ for target in direct=19301 rotor=18190 nginx=18191 haproxy=18192 caddy=18193; do
 	result "upload, length" "${target%=*}" "$ul"
 	result "upload, chunked" "${target%=*}" "$uc"
 done
+fi
 } | tee "$out/tables.txt"
 
 chart=$out/peers-${CORES}core.svg
