@@ -24,7 +24,7 @@ import (
 // so h2c), obs-fold, "*", authority-form (CONNECT) and other absolute-form
 // targets, bare LF, and anything that does not parse. What is taken
 // becomes the request net/http would have made of the same bytes: the
-// URL parsed by url.ParseRequestURI, Host out of the header map, Pragma:
+// URL url.ParseRequestURI makes of the target, Host out of the header map, Pragma:
 // no-cache mirrored in Cache-Control, Close set by the Connection header
 // and the version.
 //
@@ -45,6 +45,7 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	// one.
 	a := &struct {
 		r    http.Request
+		u    url.URL
 		vals [8]string
 	}{}
 	r := &a.r
@@ -83,9 +84,13 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
 		return nil
 	}
-	u, err := url.ParseRequestURI(target)
-	if err != nil {
-		return nil
+	u := &a.u
+	if !plainTarget(target, u) {
+		parsed, err := url.ParseRequestURI(target)
+		if err != nil {
+			return nil
+		}
+		u = parsed
 	}
 	r.URL = u
 	if u.Host != "" {
@@ -96,6 +101,30 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	pragmaNoCache(r.Header)
 	r.Close = closes(r.ProtoMinor, r.Header["Connection"])
 	return r
+}
+
+// plainTarget fills u with what url.ParseRequestURI makes of target when
+// target is an origin-form path that needs no unescaping or escaping
+// (its bytes unreserved ones, sub-delims but for !'()*, ':', '@' and '/'),
+// with a query or none (no control character in it); false for any
+// other, which ParseRequestURI then parses.
+func plainTarget(target string, u *url.URL) bool {
+	if target == "" || target[0] != '/' {
+		return false
+	}
+	path, query, hasQuery := strings.Cut(target, "?")
+	for i := 0; i < len(path); i++ {
+		if byteClass[path[i]]&pathByte == 0 {
+			return false
+		}
+	}
+	for i := 0; i < len(query); i++ {
+		if c := query[i]; c < ' ' || c == 0x7f {
+			return false
+		}
+	}
+	*u = url.URL{Path: path, RawQuery: query, ForceQuery: hasQuery && query == ""}
+	return true
 }
 
 // shortLength parses a Content-Length of one to four decimal digits.
@@ -305,6 +334,7 @@ const (
 	lowerByte             // a to z
 	upperByte             // A to Z
 	textByte              // may be in a field value or a reason phrase: no control character but tab
+	pathByte              // stands for itself in a URL's path (url.URL's EscapedPath does not escape it)
 )
 
 // byteClass is each byte's classes.
@@ -321,6 +351,9 @@ var byteClass = func() (t [256]uint8) {
 		}
 		if c >= ' ' && c != 0x7f || c == '\t' {
 			t[c] |= textByte
+		}
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~$&+,/:;=@", byte(c)) >= 0 {
+			t[c] |= pathByte
 		}
 	}
 	return t

@@ -1,8 +1,11 @@
 package h1
 
 import (
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // A head that comes a byte at a time is found whole at its last byte,
@@ -54,4 +57,25 @@ func TestScanHeadRefusesEarly(t *testing.T) {
 			t.Errorf("%s: scanHead(%q) = %d, want %d", tc.name, tc.in, n, tc.want)
 		}
 	}
+}
+
+// plainTarget makes of a target what url.ParseRequestURI makes of it,
+// whenever it takes the target.
+func FuzzPlainTarget(f *testing.F) {
+	for _, s := range []string{"/", "/a/b?c=d&e", "/a?", "/a%20b", "/a b", "/a!b", "//x/y", "/a;b=c/@:", "http://h/a", "*", "", "/?", "/a?b#c", "/a#b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		var u url.URL
+		if !plainTarget(target, &u) {
+			return
+		}
+		want, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatalf("plainTarget took %q, which ParseRequestURI refuses: %v", target, err)
+		}
+		if diff := cmp.Diff(*want, u); diff != "" {
+			t.Errorf("%q (-ParseRequestURI +plainTarget):\n%s", target, diff)
+		}
+	})
 }

@@ -48,10 +48,9 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		ctx, cancel = context.WithCancel(ctx)
 		info.total = time.AfterFunc(pool.Total, cancel)
 	}
-	// The trace goes to the transport with the request, not in a context
-	// of its own (RoundTripTraced).
-	info.trace.Got1xxResponse = info.got1xx
-	info.trace.Got100Continue = info.got100
+	// The trace (info.trace, passing 1xx answers on) goes to the
+	// transport with the request, not in a context of its own
+	// (RoundTripTraced).
 	out := &info.out
 	if cancel != nil {
 		out = r.WithContext(ctx)

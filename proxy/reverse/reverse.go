@@ -187,9 +187,13 @@ func (t *Table) match(r *http.Request) *Pool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := infos.Get().(*reqInfo)
 	// All of it anew but the flight, which Begin sets up anew keeping its
-	// memory (and nothing reads before it begins).
-	f := info.flight
-	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f}
+	// memory (and nothing reads before it begins), and the trace, whose
+	// hooks are bound to info for good.
+	f, trace := info.flight, info.trace
+	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f, trace: trace}
+	if info.trace.Got1xxResponse == nil {
+		info.trace.Got1xxResponse, info.trace.Got100Continue = info.got1xx, info.got100
+	}
 	rec, record := &info.rec, &info.record
 	*record = proxy.Record{
 		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
