@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The user-space instructions rotor spends a request, counted by valgrind
+# (callgrind), for the working tree and the git revision BASE (default:
+# main): what a change to the HTTP path costs or saves, the same count
+# whatever else the machine is doing (wall-clock runs on this shared
+# machine swing by a quarter; this does not move by 0.5%). Each rotor
+# runs alone on core 0 (GOMAXPROCS=1, its heap's floor as rotor serve
+# sets it) under callgrind over three bench/upstream backends on core 1;
+# h2load warms it with 3,000 requests, then the count runs over N more
+# (default 20,000), 50 connections, HTTP/1.1: GETs, and POSTs of a
+# 100-byte body. The system calls' own cost is the kernel's and is not
+# counted: bench/compare.sh measures it with the rest.
+# Needs: valgrind, h2load, taskset, git (Debian: valgrind nghttp2-client
+# util-linux git).
+# Usage: bash bench/instructions.sh [BASE] > bench/out/instructions.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/setup.sh
+needs valgrind callgrind_control callgrind_annotate h2load taskset git
+BASE=${1:-main}
+N=${N:-20000}
+setup instructions
+base_tree=$(mktemp -d)
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
+git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
+(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
+mv "$out/rotor" "$out/rotor-new"
+
+taskset -c 1 "$out/upstream" 127.0.0.1:19601 127.0.0.1:19602 127.0.0.1:19603 & pids+=($!)
+web_config "$out/rotor.yaml" 127.0.0.1:18600 19601 19602 19603
+head -c 100 /dev/zero | tr '\0' x > "$out/post.txt"
+for _ in $(seq 50); do curl -sf http://127.0.0.1:19601/ >/dev/null && break; sleep 0.1; done
+
+# count BIN H2LOAD-ARGS...: the instructions a request BIN spends.
+count() {
+	local bin=$1 vp f
+	shift
+	# No asynchronous preemption: its signals trip callgrind now and then
+	# (an assertion in its signal handling).
+	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p" --instr-atstart=no \
+		"$bin" serve --config "$out/rotor.yaml" >/dev/null 2>"$out/valgrind.log" &
+	vp=$!
+	for _ in $(seq 100); do curl -sf http://127.0.0.1:18600/ >/dev/null && break; sleep 0.2; done
+	taskset -c 1 h2load --h1 -n 3000 -c 50 "$@" http://127.0.0.1:18600/ >/dev/null
+	callgrind_control -i on "$vp" >/dev/null 2>&1
+	local res
+	res=$(taskset -c 1 h2load --h1 -n "$N" -c 50 "$@" http://127.0.0.1:18600/)
+	if ! grep -q "status codes: $N 2xx" <<<"$res"; then
+		echo "not every request was answered 2xx: $(grep 'status codes' <<<"$res")" >&2
+		kill "$vp"
+		return 1
+	fi
+	callgrind_control -d "$vp" >/dev/null 2>&1
+	kill "$vp"
+	wait "$vp" 2>/dev/null || true
+	f=$(ls "$out"/callgrind."$vp".* | head -1)
+	callgrind_annotate "$f" 2>/dev/null | awk -v n="$N" '/PROGRAM TOTALS/ {gsub(",", "", $1); printf "%.0f", $1 / n}'
+	rm -f "$out"/callgrind."$vp"*
+}
+
+echo "# user-space instructions a request (callgrind), $N requests after 3,000, h2load --h1 -c 50; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# base $(git rev-parse --short "$BASE"), new: the working tree on $(git rev-parse --short HEAD)"
+printf "%-22s %10s %10s %8s\n" request base new ratio
+for kind in get post; do
+	args=()
+	[ "$kind" = post ] && args=(-d "$out/post.txt")
+	b=$(count "$out/rotor-base" "${args[@]}")
+	n=$(count "$out/rotor-new" "${args[@]}")
+	name="GET"
+	[ "$kind" = post ] && name="POST, 100-byte body"
+	printf "%-22s %10s %10s %8s\n" "$name" "$b" "$n" "$(awk -v b="$b" -v n="$n" 'BEGIN {printf "%.3f", n / b}')"
+done
