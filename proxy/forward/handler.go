@@ -124,7 +124,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// new (h1.Outgoing), its values shared with the client's.
 	out := r.WithContext(r.Context())
 	out.RequestURI = ""
-	out.Header = h1.Outgoing(r.Header, nil)
+	out.Header = h1.Outgoing(r.Header, nil, nil)
 	var body *proxy.Body
 	if r.ContentLength == 0 {
 		out.Body = nil

@@ -41,9 +41,15 @@ var noUserAgent = []string{""}
 // fields less the hop-by-hop ones (the fixed list and those in's
 // Connection names) and those named in drop (canonical), sharing in's
 // values, with an empty User-Agent when in has none, so that Go's transport
-// sends none rather than its own.
-func Outgoing(in http.Header, drop []string) http.Header {
-	out := make(http.Header, len(in)+4)
+// sends none rather than its own. It is made in into, emptied first, when
+// into is not nil: a map an earlier request's transport is done with.
+func Outgoing(in http.Header, drop []string, into http.Header) http.Header {
+	out := into
+	if out == nil {
+		out = make(http.Header, len(in)+4)
+	} else {
+		clear(out)
+	}
 	for k, vv := range in {
 		if !isHopByHop(k) && !slices.Contains(drop, k) {
 			out[k] = vv

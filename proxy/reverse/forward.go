@@ -35,7 +35,8 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		h.errorHandler(w, r, info, fmt.Errorf("client tried to switch to invalid protocol %q", up))
 		return false
 	}
-	header := outHeader(r.Header, up)
+	header := outHeader(r.Header, up, info.header)
+	info.header = header
 	h.rewrite(r, header, info.trusted, &info.forwarded)
 
 	// The request's context, the total's when it can bind before the tries
@@ -158,20 +159,27 @@ func (info *reqInfo) got100() {
 var forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
 // outHeader is the header a request goes to its backend with: the
-// client's as h1.Outgoing leaves it, less the forwarding fields rewrite
-// sets afresh, with "Te: trailers" kept when the client said it takes
-// trailers and the upgrade asked for, if any.
-func outHeader(in http.Header, up string) http.Header {
-	out := h1.Outgoing(in, forwarding)
+// client's as h1.Outgoing leaves it (in into, when not nil), less the
+// forwarding fields rewrite sets afresh, with "Te: trailers" kept when
+// the client said it takes trailers and the upgrade asked for, if any.
+func outHeader(in http.Header, up string, into http.Header) http.Header {
+	out := h1.Outgoing(in, forwarding, into)
 	if httpguts.HeaderValuesContainsToken(in["Te"], "trailers") {
-		out["Te"] = []string{"trailers"}
+		out["Te"] = teTrailers
 	}
 	if up != "" {
-		out["Connection"] = []string{"Upgrade"}
+		out["Connection"] = connectionUpgrade
 		out["Upgrade"] = []string{up}
 	}
 	return out
 }
+
+// Values shared by every request's header: headers sent are not changed
+// in place (an Add makes a new array: each has no room to grow).
+var (
+	teTrailers        = []string{"trailers"}
+	connectionUpgrade = []string{"Upgrade"}
+)
 
 // upgradeType is the protocol a message asks to switch to: its Upgrade,
 // when its Connection names upgrade.

@@ -112,7 +112,8 @@ type reqInfo struct {
 	reason    string           // why rotor answered itself or cut the answer
 	secure    bool
 
-	held      bool            // a transport may still hold out or trace: not reused
+	held      bool            // a transport may still hold out, its header or trace: not reused
+	header    http.Header     // out's header; the last request's map, emptied, until forward makes it
 	client    context.Context // the request's, without the total's bound
 	out       http.Request    // the first try's, unless the total needs a context of its own
 	forwarded [4]string       // the forwarding fields' values (rewrite)
@@ -187,10 +188,11 @@ func (t *Table) match(r *http.Request) *Pool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := infos.Get().(*reqInfo)
 	// All of it anew but the flight, which Begin sets up anew keeping its
-	// memory (and nothing reads before it begins), and the trace, whose
-	// hooks are bound to info for good.
-	f, trace := info.flight, info.trace
-	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f, trace: trace}
+	// memory (and nothing reads before it begins), the trace, whose hooks
+	// are bound to info for good, and the outgoing header's map, which
+	// outHeader empties.
+	f, trace, header := info.flight, info.trace, info.header
+	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f, trace: trace, header: header}
 	if info.trace.Got1xxResponse == nil {
 		info.trace.Got1xxResponse, info.trace.Got100Continue = info.got1xx, info.got100
 	}

@@ -137,7 +137,7 @@ func TestRewriteAsSetXForwarded(t *testing.T) {
 					}
 					w := &httputil.ProxyRequest{In: in, Out: out}
 					want(w, trust)
-					got := outHeader(in.Header, "")
+					got := outHeader(in.Header, "", nil)
 					delete(got, "User-Agent") // outHeader's, not rewrite's
 					h.rewrite(in, got, trust, new([4]string))
 					if diff := cmp.Diff(w.Out.Header, got); diff != "" || w.Out.Host != in.Host {
@@ -169,7 +169,7 @@ func TestOutHeader(t *testing.T) {
 		"Forwarded":         {"for=1.2.3.4"},
 		"X-Forwarded-For":   {"6.6.6.6"},
 	}
-	got := outHeader(in, "websocket")
+	got := outHeader(in, "websocket", nil)
 	want := http.Header{
 		"X-C": {"3"}, "Te": {"trailers"}, "Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "User-Agent": {""},
 	}
@@ -188,7 +188,7 @@ func TestOutHeader(t *testing.T) {
 	}
 	many["Connection"] = []string{strings.Join(names, ",")}
 	many["User-Agent"] = []string{"ua"}
-	got = outHeader(many, "")
+	got = outHeader(many, "", nil)
 	if len(got) != 2500+1 {
 		t.Fatalf("%d fields kept, want the 2,500 not named and User-Agent", len(got))
 	}
@@ -213,7 +213,7 @@ func BenchmarkOutHeaderManyListed(b *testing.B) {
 	h["Connection"] = []string{strings.Join(names, ", ")}
 	b.ReportAllocs()
 	for b.Loop() {
-		outHeader(h, "")
+		outHeader(h, "", nil)
 	}
 }
 
@@ -228,5 +228,17 @@ func TestSplitHostPort(t *testing.T) {
 		if host != wantHost || port != wantPort || (err == nil) != (wantErr == nil) {
 			t.Errorf("splitHostPort(%q) = %q, %q, %v; net.SplitHostPort: %q, %q, %v", addr, host, port, err, wantHost, wantPort, wantErr)
 		}
+	}
+}
+
+// outHeader made in the map of an earlier request's header leaves
+// nothing of that request in it.
+func TestOutHeaderInto(t *testing.T) {
+	first := http.Header{"Accept": {"a"}, "Cookie": {"c=1"}, "Te": {"trailers"}}
+	second := http.Header{"Accept": {"b"}, "Connection": {"X-Gone"}, "X-Gone": {"1"}}
+	m := outHeader(first, "websocket", nil)
+	got := outHeader(second, "", m)
+	if diff := cmp.Diff(outHeader(second, "", nil), got); diff != "" {
+		t.Errorf("(-made anew +made in the first's map)\n%s", diff)
 	}
 }
