@@ -205,7 +205,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 		Proto: s[:len("HTTP/1.1")], ProtoMajor: 1, ProtoMinor: minor,
 		Header: h, Request: r, Body: http.NoBody,
 	}
-	length := int64(-1)
+	length, connection, pragma := int64(-1), false, false
 	for {
 		name, value, ok := lines.next()
 		if !ok {
@@ -221,6 +221,10 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 			if length = digits(value); length < 0 {
 				return nil
 			}
+		case "Connection":
+			connection = true
+		case "Pragma":
+			pragma = true
 		}
 		lines.add(resp.Header, name, value)
 	}
@@ -241,8 +245,14 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 			resp.Body = &a.body
 		}
 	}
-	pragmaNoCache(resp.Header)
-	resp.Close = closes(minor, resp.Header["Connection"])
+	if pragma {
+		pragmaNoCache(resp.Header)
+	}
+	if connection {
+		resp.Close = closes(minor, resp.Header["Connection"])
+	} else {
+		resp.Close = closes(minor, nil)
+	}
 	if resp.Close && minor == 1 {
 		resp.Header.Del("Connection")
 	}

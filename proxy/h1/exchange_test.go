@@ -105,6 +105,9 @@ func TestReadResponseAsNetHTTP(t *testing.T) {
 		{"pragma and cache-control", "GET", ok + "Pragma: no-cache\r\nCache-Control: max-age=1\r\nContent-Length: 0\r\n\r\n", true},
 		{"repeated names", "GET", ok + "Set-Cookie: a=1\r\nX: 1\r\nset-cookie: b=2\r\nContent-Length: 0\r\n\r\n", true},
 		{"names to canonicalise", "GET", ok + "content-length: 3\r\nx-FOO-bar: 1\r\n\r\nabc", true},
+		{"names repeated past the eighth", "GET", ok + "A: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\nI: 1\r\nJ: 1\r\n" +
+			"A: 2\r\nH: 2\r\nI: 2\r\nK: 1\r\nJ: 2\r\nJ: 3\r\nContent-Length: 0\r\n\r\n", true},
+		{"a repeated Connection", "GET", ok + "Connection: keep-alive\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", true},
 		{"spaces around values", "GET", ok + "X: \t a b \t\r\nY:\r\nContent-Length:  2 \r\n\r\nab", true},
 		{"trailer announced, no chunks", "GET", ok + "Trailer: X\r\nContent-Length: 0\r\n\r\n", true},
 		{"body cut short", "GET", ok + "Content-Length: 10\r\n\r\nabc", true},

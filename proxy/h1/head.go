@@ -28,18 +28,19 @@ import (
 // no-cache mirrored in Cache-Control, Close set by the Connection header
 // and the version.
 //
-// base gives the request its context and client address.
-func parseHead(head []byte, base *http.Request) *http.Request {
+// base gives the request its context and client address. connection is
+// the request's first Connection value, "" when it has none.
+func parseHead(head []byte, base *http.Request) (r *http.Request, connection string) {
 	// One string holds every name and value: a single allocation for all
 	// of them.
 	s := string(head)
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
-		return nil
+		return nil, ""
 	}
 	method, target, proto, ok := requestLine(s[:eol])
 	if !ok {
-		return nil
+		return nil, ""
 	}
 	// The request and the array its values are taken from are made as
 	// one.
@@ -48,7 +49,7 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 		u    url.URL
 		vals [8]string
 	}{}
-	r := &a.r
+	r = &a.r
 	*r = *base
 	r.Method, r.RequestURI, r.Proto, r.ProtoMajor, r.Body = method, target, proto, 1, http.NoBody
 	if proto == "HTTP/1.1" {
@@ -56,7 +57,7 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 	}
 	fields, h := newHeaderLines(s, eol, bytes.Count(head, crlf)-2, a.vals[:])
 	r.Header = h
-	hosts := 0
+	hosts, length, hasConnection, pragma := 0, false, false, false
 	for {
 		name, value, ok := fields.next()
 		if !ok {
@@ -68,27 +69,33 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 			r.Host = value
 			continue
 		case "Transfer-Encoding", "Expect", "Upgrade":
-			return nil
+			return nil, ""
 		case "Content-Length":
 			// One length, of a body small enough to come whole with its
 			// head (the server checks that it did): as net/http reads it,
 			// decimal digits alone.
 			n, ok := shortLength(value)
-			if !ok || len(r.Header[name]) > 0 {
-				return nil
+			if !ok || length {
+				return nil, ""
 			}
-			r.ContentLength = n
+			r.ContentLength, length = n, true
+		case "Connection":
+			if !hasConnection {
+				connection, hasConnection = value, true
+			}
+		case "Pragma":
+			pragma = true
 		}
 		fields.add(r.Header, name, value)
 	}
 	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
-		return nil
+		return nil, ""
 	}
 	u := &a.u
 	if !plainTarget(target, u) {
 		parsed, err := url.ParseRequestURI(target)
 		if err != nil {
-			return nil
+			return nil, ""
 		}
 		u = parsed
 	}
@@ -98,9 +105,15 @@ func parseHead(head []byte, base *http.Request) *http.Request {
 		// the request's, whatever the Host header says (RFC 9112, 3.2.2).
 		r.Host = u.Host
 	}
-	pragmaNoCache(r.Header)
-	r.Close = closes(r.ProtoMinor, r.Header["Connection"])
-	return r
+	if pragma {
+		pragmaNoCache(r.Header)
+	}
+	if hasConnection {
+		r.Close = closes(r.ProtoMinor, r.Header["Connection"])
+	} else {
+		r.Close = closes(r.ProtoMinor, nil)
+	}
+	return r, connection
 }
 
 // plainTarget fills u with what url.ParseRequestURI makes of target when
@@ -194,8 +207,10 @@ func scanHead(b []byte, from int) (n, next int) {
 type headerLines struct {
 	s      string
 	at     int
-	bad    bool     // a line field refuses, or no empty line
-	values []string // one array for the head's values, taken one by one
+	bad    bool      // a line field refuses, or no empty line
+	values []string  // one array for the head's values, taken one by one
+	names  [8]string // the first names filed: a repeat is found among them without a lookup
+	filed  int       // names filed
 }
 
 // newHeaderLines returns a walk over the fields of a head (s, eol the
@@ -235,13 +250,30 @@ func (l *headerLines) next() (name, value string, ok bool) {
 // the head's array (a slice of capacity one, so that a second value
 // appends elsewhere).
 func (l *headerLines) add(h http.Header, name, value string) {
-	if vs, seen := h[name]; seen {
-		h[name] = append(vs, value)
+	if l.repeats(h, name) {
+		h[name] = append(h[name], value)
 		return
 	}
 	l.values[0] = value
 	h[name] = l.values[:1:1]
 	l.values = l.values[1:]
+}
+
+// repeats reports whether name was filed before: among the first names
+// filed, which it joins, while they are few, in h beyond them.
+func (l *headerLines) repeats(h http.Header, name string) bool {
+	if l.filed >= len(l.names) {
+		_, seen := h[name]
+		return seen
+	}
+	for _, n := range l.names[:l.filed] {
+		if n == name {
+			return true
+		}
+	}
+	l.names[l.filed] = name
+	l.filed++
+	return false
 }
 
 // indexCRLF is the index of the first CR in s from from on, when an LF

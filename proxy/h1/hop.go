@@ -50,28 +50,40 @@ func Outgoing(in http.Header, drop []string, into http.Header) http.Header {
 	} else {
 		clear(out)
 	}
+	var connection []string
+	agent := false
 	for k, vv := range in {
-		if !isHopByHop(k) && !slices.Contains(drop, k) {
+		switch {
+		case k == "Connection":
+			connection = vv
+		case isHopByHop(k), slices.Contains(drop, k):
+		default:
+			agent = agent || k == "User-Agent"
 			out[k] = vv
 		}
 	}
-	dropListed(out, in["Connection"])
-	if _, ok := out["User-Agent"]; !ok {
+	if connection != nil {
+		dropListed(out, connection)
+		_, agent = out["User-Agent"]
+	}
+	if !agent {
 		out["User-Agent"] = noUserAgent
 	}
 	return out
 }
 
-// RemoveHopByHop deletes a message's hop-by-hop fields: those its
-// Connection names, then the fixed ones, in one pass over the header
-// (most have none of them).
+// RemoveHopByHop deletes a message's hop-by-hop fields: the fixed ones,
+// in one pass over the header (most have none of them), and those its
+// Connection named.
 func RemoveHopByHop(h http.Header) {
-	if connection, ok := h["Connection"]; ok {
-		dropListed(h, connection)
-	}
-	for k := range h {
+	var connection []string
+	for k, vv := range h {
 		if isHopByHop(k) {
+			if k == "Connection" {
+				connection = vv
+			}
 			delete(h, k)
 		}
 	}
+	dropListed(h, connection)
 }

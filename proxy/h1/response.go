@@ -67,16 +67,19 @@ func (w *response) WriteHeader(code int) {
 		return
 	}
 	w.status = code
-	cl := Value(w.header, "Content-Length")
+	// What the head needs to know of the header, learnt once: the head
+	// is written from it at once unless it waits for the body.
+	var buf [16]headerField
+	f, fields := factsOf(buf[:], w.header)
+	cl := f.lengthValue
 	if cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.cl = v
 		}
 	}
-	_, typed := w.header["Content-Type"]
 	// A HEAD answer waits too: what its handler writes is dropped, but
 	// counted and sniffed, as net/http does.
-	w.wait = bodyAllowed(code) && (w.cl < 0 || !typed && Value(w.header, "Content-Encoding") == "")
+	w.wait = bodyAllowed(code) && (w.cl < 0 || !f.typed && f.encoding == "")
 	if w.wait {
 		// What the handler does to its header map from here on is not the
 		// head's (trailers, say): the head waiting for the body keeps a
@@ -86,9 +89,10 @@ func (w *response) WriteHeader(code int) {
 	if cl != "" && w.cl < 0 {
 		w.c.s.logf("http: invalid Content-Length of %q", cl)
 		w.header.Del("Content-Length")
+		f, fields = factsOf(buf[:], w.header)
 	}
 	if !w.wait {
-		w.writeHead(nil)
+		w.writeHeadOf(nil, f, fields)
 	}
 }
 
@@ -264,6 +268,7 @@ func (w *response) headHeader() http.Header {
 // header, learnt in one pass over it rather than a lookup a question.
 type headFacts struct {
 	te, connection, encoding string // the first values of Transfer-Encoding, Connection and Content-Encoding
+	lengthValue              string // the first value of Content-Length
 	length, typed, dated     bool   // Content-Length, Content-Type, Date present
 	hasConnection            bool   // Connection present
 	trailers                 bool   // trailers declared in Trailer or named with http.TrailerPrefix
@@ -282,7 +287,7 @@ func factsOf(buf []headerField, h http.Header) (f headFacts, fields []headerFiel
 		case "Content-Encoding":
 			f.encoding = firstOf(vv)
 		case "Content-Length":
-			f.length = true
+			f.length, f.lengthValue = true, firstOf(vv)
 		case "Content-Type":
 			f.typed = true
 		case "Date":
@@ -313,6 +318,12 @@ func firstOf(vv []string) string {
 func (w *response) writeHead(p []byte) {
 	var buf [16]headerField
 	f, fields := factsOf(buf[:], w.headHeader())
+	w.writeHeadOf(p, f, fields)
+}
+
+// writeHeadOf is writeHead with the facts and the fields of the head's
+// header learnt already (factsOf).
+func (w *response) writeHeadOf(p []byte, f headFacts, fields []headerField) {
 	// The fields the header has that the head leaves out besides those
 	// factsOf left out; naming one it lacks changes nothing.
 	var skipBuf [8]string

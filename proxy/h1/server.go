@@ -286,13 +286,14 @@ type clientConn struct {
 	mustRead bool                  // step reads before it looks for a head
 	end      int                   // why step ended the loop (endRead...)
 
-	served    int  // requests served
-	afterPOST bool // the last was a POST: CRLFs before the next head are dropped
-	peeked    bool // four bytes of this head came (net/http's Peek(4) between requests)
-	state     atomic.Int32
-	started   atomic.Int64 // the tick the request in the handler started at
-	idleAt    atomic.Int64 // the tick the connection last went idle at; MaxInt64 once the ticker asked
-	idleSince atomic.Int64 // the tick the connection last went idle at
+	served     int    // requests served
+	connection string // the first Connection value of the request being served (parseHead)
+	afterPOST  bool   // the last was a POST: CRLFs before the next head are dropped
+	peeked     bool   // four bytes of this head came (net/http's Peek(4) between requests)
+	state      atomic.Int32
+	started    atomic.Int64 // the tick the request in the handler started at
+	idleAt     atomic.Int64 // the tick the connection last went idle at; MaxInt64 once the ticker asked
+	idleSince  atomic.Int64 // the tick the connection last went idle at
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
@@ -496,7 +497,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	if n > 0 {
 		// A whole head: the short way's, or (a body that did not come
 		// with it, chunked, say) net/http's.
-		r = parseHead(c.buf[c.r:c.r+n], c.base)
+		r, c.connection = parseHead(c.buf[c.r:c.r+n], c.base)
 		if r != nil && r.ContentLength > 0 {
 			end := c.r + n + int(r.ContentLength)
 			if end > c.w {
@@ -581,7 +582,7 @@ func (c *clientConn) setHeadBy() {
 // serveRequest runs the handler and finishes its answer; endNone: the
 // connection carries on.
 func (c *clientConn) serveRequest(r *http.Request) (end int) {
-	conn := Value(r.Header, "Connection")
+	conn := c.connection
 	w := responses.Get().(*response)
 	*w = response{c: c, req: r, header: w.header, cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.

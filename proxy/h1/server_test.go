@@ -166,6 +166,9 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 			io.WriteString(w, "bye")
 		}},
 		{"pipelined", get + "GET /two HTTP/1.1\r\nHost: b\r\n\r\n" + get, echo},
+		{"names repeated past the eighth", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n" +
+			"I: 1\r\nJ: 1\r\nA: 2\r\nH: 2\r\nI: 2\r\nK: 1\r\nJ: 2\r\nJ: 3\r\n\r\n", echo},
+		{"Connection twice, close in the second", "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n" + get, echo},
 		{"request as the handler sees it", "GET /p%20q/r?s=t HTTP/1.1\r\nhost: Example.com:80\r\nx-lower: 1\r\nX-Two: a\r\nX-Two:  b \r\n" +
 			"Pragma: no-cache\r\nCookie: a=1\r\nCookie: b=2\r\nContent-Length: 0\r\n\r\n", echo},
 		{"more than the length given", get, func(w http.ResponseWriter, r *http.Request) {

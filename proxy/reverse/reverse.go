@@ -289,7 +289,11 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 	}
 	client, _, err := splitHostPort(in.RemoteAddr)
 	if err == nil {
-		if prior := in.Header["X-Forwarded-For"]; trust && len(prior) > 0 {
+		var prior []string
+		if trust {
+			prior = in.Header["X-Forwarded-For"]
+		}
+		if len(prior) > 0 {
 			set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
 		} else {
 			set(0, "X-Forwarded-For", client)
@@ -308,7 +312,7 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 			}
 		}
 	}
-	if v := h1.Value(in.Header, "X-Real-Ip"); !trust || v == "" {
+	if !trust || h1.Value(in.Header, "X-Real-Ip") == "" {
 		if err != nil {
 			client = in.RemoteAddr
 		}
