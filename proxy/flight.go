@@ -62,6 +62,9 @@ type Request struct {
 	// until End: a TCP connection or a tunnel counts while it stays open,
 	// although its outcome (it was established) is known at once.
 	Hold bool
+	// At is when the request began by the pool's clock, for a caller
+	// that read it already; zero: the flight reads the clock itself.
+	At time.Time
 }
 
 // Idempotent reports whether an HTTP method may be sent twice (RFC 9110,
@@ -135,7 +138,10 @@ func (p *Pool) Begin(f *Flight, r Request) {
 		f.clock = health.SystemClock{}
 	}
 	if p.Total > 0 {
-		f.start = f.clock.Now()
+		f.start = r.At
+		if f.start.IsZero() {
+			f.start = f.clock.Now()
+		}
 		f.deadline = f.start.Add(p.Total)
 	}
 	if p.Attempts > 1 && p.Budget != nil {

@@ -275,6 +275,7 @@ type clientConn struct {
 	hook     cancelHook    // the short way's transport cuts its exchange through it
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
+	headOpen bool          // a head began and headBy is still to work out (boundHead)
 	armed    bool          // the connection's read deadline is the one its next read needs
 	deadline bool          // a read deadline is set on the connection
 
@@ -443,6 +444,7 @@ func (c *clientConn) step(fd uintptr) bool {
 func (c *clientConn) read(fd uintptr) bool {
 	st := c.state.Load()
 	if !c.armed {
+		c.boundHead()
 		c.tc.SetReadDeadline(c.headBy)
 		c.armed, c.deadline = true, !c.headBy.IsZero()
 	}
@@ -565,18 +567,29 @@ func (c *clientConn) handOff() bool {
 		pre = append(pre, c.buf[c.r:c.w]...)
 		c.r = c.w
 	}
+	c.boundHead()
 	return c.s.handoff.give(&prefixConn{TCPConn: c.tc, pre: pre, clamp: c.headBy})
 }
 
 // setHeadBy bounds the head that begins now by the head timeout. The
-// deadline is set on the connection only if the head needs another read:
-// most come whole in the read that began them.
+// bound is worked out, and the deadline set on the connection, only if
+// the head needs another read (boundHead): most come whole in the read
+// that began them, and the clock is not read for them.
 func (c *clientConn) setHeadBy() {
-	c.headBy = time.Time{}
+	c.headBy, c.headOpen = time.Time{}, true
+	c.armed = false
+}
+
+// boundHead works out the bound of the head setHeadBy began, from now:
+// the microseconds since its first bytes were read aside.
+func (c *clientConn) boundHead() {
+	if !c.headOpen {
+		return
+	}
+	c.headOpen = false
 	if d := c.s.headTimeout(); d > 0 {
 		c.headBy = time.Now().Add(d)
 	}
-	c.armed = false
 }
 
 // serveRequest runs the handler and finishes its answer; endNone: the
