@@ -118,7 +118,7 @@ func PassHeader(w http.ResponseWriter, src http.Header) {
 	for u := w; ; {
 		if r, ok := u.(*response); ok {
 			if r.status == 0 && len(r.header) == 0 && src != nil {
-				r.header = src
+				r.header, r.taken = src, true
 				return
 			}
 			break

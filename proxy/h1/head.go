@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -223,7 +224,20 @@ func newHeaderLines(s string, eol, n int, buf []string) (l headerLines, h http.H
 	if n > len(buf) {
 		values = make([]string, n)
 	}
-	return headerLines{s: s, at: eol + 2, values: values}, make(http.Header, n)
+	return headerLines{s: s, at: eol + 2, values: values}, headerMap(n)
+}
+
+// headerMaps are empty header maps of backends' answers that the short
+// way's answers took and are done with (response.release).
+var headerMaps = sync.Pool{New: func() any { return make(http.Header) }}
+
+// headerMap returns an empty map for n fields: one used before, when n
+// is few.
+func headerMap(n int) http.Header {
+	if n > 8 {
+		return make(http.Header, n)
+	}
+	return headerMaps.Get().(http.Header)
 }
 
 // next returns the next field, by field's rules; false at the empty line

@@ -23,6 +23,8 @@ type response struct {
 	c      *clientConn
 	req    *http.Request
 	header http.Header
+	own    http.Header   // the pooled answer's own map, header unless it took a backend's (PassHeader)
+	taken  bool          // header is a backend's, taken by PassHeader
 	bw     *bufio.Writer // nil until the first byte is written
 
 	status  int

@@ -597,7 +597,7 @@ func (c *clientConn) boundHead() {
 func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	conn := c.connection
 	w := responses.Get().(*response)
-	*w = response{c: c, req: r, header: w.header, cl: -1, head: r.Method == http.MethodHead,
+	*w = response{c: c, req: r, header: w.own, own: w.own, cl: -1, head: r.Method == http.MethodHead,
 		// As net/http reads them, with its looser test than Close's.
 		wantsClose: r.Close || hasToken(conn, "close"),
 		want10:     r.ProtoMinor == 0 && hasToken(conn, "keep-alive")}
@@ -630,19 +630,24 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 // responses are the answers of handlers that returned, their header maps
 // emptied, for the next requests of any connection: a connection waiting
 // for its next request holds none.
-var responses = sync.Pool{New: func() any { return &response{header: make(http.Header)} }}
+var responses = sync.Pool{New: func() any { return &response{own: make(http.Header)} }}
 
 // release gives the answer back once the handler has returned and the
 // answer is finished: its header map is emptied, so that it holds
-// nothing of the request.
+// nothing of the request, and a backend's map it took goes back to the
+// maps the short way reads answers into (headerMap).
 func (w *response) release() {
-	h := w.header
-	if len(h) > 16 {
-		h = make(http.Header) // a map grown large is not kept
+	own := w.own
+	if len(own) > 16 {
+		own = make(http.Header) // a map grown large is not kept
 	} else {
-		clear(h)
+		clear(own)
 	}
-	*w = response{header: h}
+	if w.header != nil && len(w.header) <= 16 && w.taken {
+		clear(w.header)
+		headerMaps.Put(w.header)
+	}
+	*w = response{own: own}
 	responses.Put(w)
 }
 
