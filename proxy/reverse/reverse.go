@@ -234,13 +234,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Upgraded: relayed from here on without this goroutine (in the
 		// event loop when both ends are plain TCP), and recorded once
 		// over. Nothing of the server's connection is held meanwhile.
+		// The relay keeps what the record needs, not the request's
+		// state, which goes back for the next request as usual.
 		rec.ResponseWriter = nil
-		proxy.SpliceThen(rec.client, rec.backend, rec.session, func(in, out int64) {
-			rec.client.Close()
-			rec.backend.Close()
-			rec.upIn += in
-			rec.upOut += out
-			h.finish(record, rec, info.body)
+		up := &upgraded{record: *record, rec: *rec, body: info.body}
+		if !info.held {
+			infos.Put(info)
+		}
+		proxy.SpliceThen(up.rec.client, up.rec.backend, up.rec.session, func(in, out int64) {
+			up.rec.client.Close()
+			up.rec.backend.Close()
+			up.rec.upIn += in
+			up.rec.upOut += out
+			h.finish(&up.record, &up.rec, up.body)
 		})
 		return
 	}
@@ -388,6 +394,14 @@ func (h *Handler) errorHandler(w http.ResponseWriter, r *http.Request, info *req
 		h.log.Warn("proxy error", "listener", h.name, "path", r.URL.Path, "status", status, "error", err)
 	}
 	http.Error(w, http.StatusText(status), status)
+}
+
+// upgraded is what an upgraded connection's relay keeps of its request
+// until it records it.
+type upgraded struct {
+	record proxy.Record
+	rec    recorder
+	body   *proxy.Body
 }
 
 // recorder notes the status and size of a response. Unwrap lets
