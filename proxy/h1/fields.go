@@ -12,12 +12,7 @@ import (
 // none: Header.Get for a name that is canonical already, as the keys of a
 // parsed header and the names in rotor's code are. Get canonicalizes its
 // argument first, which costs more than the lookup itself.
-func Value(h http.Header, name string) string {
-	if v := h[name]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
+func Value(h http.Header, name string) string { return firstOf(h[name]) }
 
 // headerField is one name of a header map and its values, as it is written.
 type headerField struct {

@@ -228,7 +228,8 @@ func newHeaderLines(s string, eol, n int, buf []string) (l headerLines, h http.H
 }
 
 // headerMaps are empty header maps of backends' answers that the short
-// way's answers took and are done with (response.release).
+// way's answers took and are done with (response.release), for the heads
+// it reads, a client's or a backend's.
 var headerMaps = sync.Pool{New: func() any { return make(http.Header) }}
 
 // headerMap returns an empty map for n fields: one used before, when n

@@ -307,6 +307,7 @@ func factsOf(buf []headerField, h http.Header) (f headFacts, fields []headerFiel
 	return f, fields
 }
 
+// firstOf is a field's first value, "" when it has none.
 func firstOf(vv []string) string {
 	if len(vv) > 0 {
 		return vv[0]

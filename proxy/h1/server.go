@@ -313,8 +313,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
-	c.out = sock{nc: tc, rc: rc}
-	c.out.writeFn = c.out.writeStep
+	c.out.init(tc, rc)
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
@@ -635,7 +634,7 @@ var responses = sync.Pool{New: func() any { return &response{own: make(http.Head
 // release gives the answer back once the handler has returned and the
 // answer is finished: its header map is emptied, so that it holds
 // nothing of the request, and a backend's map it took goes back to the
-// maps the short way reads answers into (headerMap).
+// maps the short way reads heads into (headerMap).
 func (w *response) release() {
 	own := w.own
 	if len(own) > 16 {

@@ -32,9 +32,15 @@ type sock struct {
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
-	s := &sock{nc: nc, rc: rc}
-	s.readFn, s.writeFn = s.readStep, s.writeStep
+	s := new(sock)
+	s.init(nc, rc)
 	return s
+}
+
+// init sets s up over nc's descriptor rc, for a sock held by value.
+func (s *sock) init(nc net.Conn, rc syscall.RawConn) {
+	*s = sock{nc: nc, rc: rc}
+	s.readFn, s.writeFn = s.readStep, s.writeStep
 }
 
 func (s *sock) Read(p []byte) (int, error) {
