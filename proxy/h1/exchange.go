@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
-	"strings"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -31,7 +30,7 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 		return netWriteRequest(bw, r, body, trace)
 	}
 	target := r.URL.RequestURI()
-	if strings.ContainsFunc(target, isCTL) {
+	if !ctlFree(target) {
 		return netWriteRequest(bw, r, body, trace)
 	}
 	ua := "Go-http-client/1.1"
@@ -103,8 +102,6 @@ func plainHost(host string) bool {
 }
 
 func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\r' || b == '\n' }
-
-func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
 
 // watched reports whether a trace wants to hear of the request's writing.
 func watched(t *httptrace.ClientTrace) bool {

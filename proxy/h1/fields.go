@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 )
 
 // Value returns the first value of the field name, "" when there is
@@ -55,7 +53,7 @@ func sortFields(fields []headerField) {
 // with CR and LF made spaces and the whitespace at its ends trimmed.
 func appendFields(b []byte, fields []headerField) []byte {
 	for _, f := range fields {
-		if !httpguts.ValidHeaderFieldName(f.name) {
+		if !validName(f.name) {
 			continue
 		}
 		for _, v := range f.values {
@@ -68,6 +66,23 @@ func appendFields(b []byte, fields []headerField) []byte {
 	return b
 }
 
+// validName reports whether name is a token (httpguts.ValidHeaderFieldName),
+// four bytes at a time.
+func validName(name string) bool {
+	if name == "" {
+		return false
+	}
+	k := uint8(tokenByte)
+	for len(name) >= 4 {
+		k &= byteClass[name[0]] & byteClass[name[1]] & byteClass[name[2]] & byteClass[name[3]]
+		name = name[4:]
+	}
+	for i := 0; i < len(name); i++ {
+		k &= byteClass[name[i]]
+	}
+	return k&tokenByte != 0
+}
+
 // appendValue appends v trimmed of ASCII whitespace at its ends, a CR or
 // LF within it made a space: what WriteSubset's replacement and
 // textproto.TrimString make of it.
@@ -78,7 +93,7 @@ func appendValue(b []byte, v string) []byte {
 	for len(v) > 0 && isSpace(v[len(v)-1]) {
 		v = v[:len(v)-1]
 	}
-	if strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0 {
+	if ctlFree(v) || strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0 {
 		return append(b, v...)
 	}
 	start := len(b)

@@ -56,7 +56,9 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 	if proto == "HTTP/1.1" {
 		r.ProtoMinor = 1
 	}
-	fields, h := newHeaderLines(s, eol, bytes.Count(head, crlf)-2, a.vals[:])
+	// Every LF of a head scanHead found ends a CRLF: counted as one byte,
+	// the lines are counted at IndexByte's pace.
+	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
 	r.Header = h
 	hosts, length, hasConnection, pragma := 0, false, false, false
 	for {
@@ -156,7 +158,7 @@ func shortLength(v string) (int64, bool) {
 	return n, true
 }
 
-var crlf = []byte("\r\n")
+var lf = []byte("\n")
 
 // scanHead looks through a head as it comes, from from, where it left
 // off (the start of a line): it returns the head's length once its empty
@@ -337,30 +339,15 @@ func requestLine(line string) (method, target, proto string, ok bool) {
 // server may judge differently (obs-fold, no colon, a name that is not a
 // token, whitespace before the colon, a control character in the value).
 func field(line string) (name, value string, ok bool) {
-	colon := -1
-	canonical := true
-	upper := true
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		k := byteClass[c]
-		if k&tokenByte == 0 {
-			if c == ':' {
-				colon = i
-				break
-			}
-			return "", "", false
-		}
-		if upper && k&lowerByte != 0 || !upper && k&upperByte != 0 {
-			canonical = false
-		}
-		upper = c == '-'
-	}
+	colon := strings.IndexByte(line, ':')
 	if colon <= 0 {
 		return "", "", false
 	}
 	name = line[:colon]
-	if !canonical {
-		name = http.CanonicalHeaderKey(name)
+	if n, common := commonNames[name]; common {
+		name = n
+	} else if name, ok = uncommonName(name); !ok {
+		return "", "", false
 	}
 	v := line[colon+1:]
 	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
@@ -375,6 +362,78 @@ func field(line string) (name, value string, ok bool) {
 	return name, v, true
 }
 
+// uncommonName checks a name that is not among commonNames: a token,
+// made canonical if it is not.
+func uncommonName(name string) (string, bool) {
+	// A name is canonical when no word of it starts in lower case or has
+	// upper case further on: want is the case a byte may not be in.
+	bad, want := uint8(0), uint8(lowerByte)
+	for i := 0; i < len(name); i++ {
+		k := byteClass[name[i]]
+		if k&tokenByte == 0 {
+			return "", false
+		}
+		bad |= k & want
+		want = upperByte >> (k & dashByte >> dashShift) // lowerByte after a '-'
+	}
+	if bad != 0 {
+		name = canonicalName(name)
+	}
+	return name, true
+}
+
+// canonicalName is the canonical form of name, a token: each word's first
+// letter in upper case and the others in lower case. The names a proxy
+// meets (commonNames) are made without an allocation.
+func canonicalName(name string) string {
+	var buf [32]byte
+	if len(name) > len(buf) {
+		return http.CanonicalHeaderKey(name)
+	}
+	b := buf[:len(name)]
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if s, ok := commonNames[string(b)]; ok {
+		return s
+	}
+	return string(b)
+}
+
+// commonNames are the field names clients and servers send most, by
+// themselves and in lower case (as HTTP/2's, and many HTTP/1.1
+// clients'), each to its canonical form: such a name is known for a token
+// and made canonical by one lookup, and without an allocation.
+var commonNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, n := range []string{
+		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
+		"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
+		"Cache-Control", "Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Location", "Content-Range", "Content-Type", "Cookie", "Date", "Dnt",
+		"Etag", "Expect", "Expires", "Forwarded", "From", "Host", "If-Match", "If-Modified-Since",
+		"If-None-Match", "If-Range", "If-Unmodified-Since", "Keep-Alive", "Last-Modified", "Link",
+		"Location", "Origin", "Pragma", "Priority", "Proxy-Authorization", "Proxy-Connection", "Range",
+		"Referer", "Retry-After", "Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User",
+		"Server", "Set-Cookie", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Upgrade-Insecure-Requests", "User-Agent", "Vary", "Via", "X-Forwarded-For", "X-Forwarded-Host",
+		"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
+	} {
+		m[n] = n
+		m[strings.ToLower(n)] = n
+	}
+	return m
+}()
+
 // The classes of bytes the strict readers tell apart.
 const (
 	tokenByte = 1 << iota // may be in a field name: a tchar (RFC 9110, 5.6.2)
@@ -382,7 +441,11 @@ const (
 	upperByte             // A to Z
 	textByte              // may be in a field value or a reason phrase: no control character but tab
 	pathByte              // stands for itself in a URL's path (url.URL's EscapedPath does not escape it)
+	dashByte              // '-'
 )
+
+// dashShift is dashByte's bit: a class shifted right by it is 1 for '-'.
+const dashShift = 5
 
 // byteClass is each byte's classes.
 var byteClass = func() (t [256]uint8) {
@@ -402,6 +465,9 @@ var byteClass = func() (t [256]uint8) {
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.~$&+,/:;=@", byte(c)) >= 0 {
 			t[c] |= pathByte
 		}
+		if c == '-' {
+			t[c] |= dashByte
+		}
 	}
 	return t
 }()
@@ -409,10 +475,52 @@ var byteClass = func() (t [256]uint8) {
 // plainText reports whether s has no control character but tab: what a
 // field value or a reason phrase may hold for the strict readers.
 func plainText(s string) bool {
+	if ctlFree(s) {
+		return true
+	}
 	for i := 0; i < len(s); i++ {
 		if byteClass[s[i]]&textByte == 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// Eight bytes at a time: ones has 1 in each byte, highs each byte's high
+// bit.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// ctlFree reports whether s has no control character at all (tab being
+// one): no byte below 0x20 and none 0x7f. It tests eight bytes at a time,
+// the last eight overlapping those before them.
+func ctlFree(s string) bool {
+	if len(s) < 8 {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < ' ' || c == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	last := s[len(s)-8:]
+	for len(s) > 8 {
+		if hasCtl(s[:8]) {
+			return false
+		}
+		s = s[8:]
+	}
+	return !hasCtl(last)
+}
+
+// hasCtl reports whether w, eight bytes, has a control byte: (x - n*ones)
+// &^ x & highs is not 0 exactly when a byte of x is below n (n at most
+// 0x80), the lowest such byte borrowing and none before it.
+func hasCtl(w string) bool {
+	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+	del := x ^ 0x7f*ones // a byte 0x7f is 0 in del
+	return ((x-0x20*ones)&^x|(del-ones)&^del)&highs != 0
 }

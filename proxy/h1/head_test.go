@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -78,4 +79,86 @@ func FuzzPlainTarget(f *testing.F) {
 			t.Errorf("%q (-ParseRequestURI +plainTarget):\n%s", target, diff)
 		}
 	})
+}
+
+// ctlFree, eight bytes at a time, finds every control byte a byte-by-byte
+// test finds, at every place in a word and after bytes of every kind
+// (a high byte must not hide a low one by its borrow).
+func TestCtlFreeAgainstBytes(t *testing.T) {
+	slow := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if s[i] < ' ' || s[i] == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	fill := []byte{' ', 'a', 0x7e, 0x80, 0xa0, 0xff}
+	for n := 0; n <= 19; n++ {
+		for at := 0; at < n; at++ {
+			for c := range 256 {
+				for _, f := range fill {
+					b := make([]byte, 0, n)
+					for range n {
+						b = append(b, f)
+					}
+					b[at] = byte(c)
+					if got, want := ctlFree(string(b)), slow(string(b)); got != want {
+						t.Fatalf("ctlFree(%q) = %v, want %v", b, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A name in any case comes out as http.CanonicalHeaderKey makes it, the
+// common ones without an allocation.
+func TestCanonicalName(t *testing.T) {
+	for _, name := range []string{
+		"user-agent", "USER-AGENT", "x-forwarded-for", "accept", "a", "x-very-long-name-that-is-past-the-buffer",
+		"x-", "-x", "x--y", "content-TYPE", "sec-ch-ua", "x_y-z",
+	} {
+		if got, want := canonicalName(name), http.CanonicalHeaderKey(name); got != want {
+			t.Errorf("canonicalName(%q) = %q, want %q", name, got, want)
+		}
+	}
+	for n, c := range commonNames {
+		if c != http.CanonicalHeaderKey(n) || n != c && n != strings.ToLower(c) {
+			t.Errorf("common name %q is filed as %q", n, c)
+		}
+		if name, _, ok := field(n + ": v"); !ok || name != c {
+			t.Errorf("field(%q) named %q, %v; want %q", n+": v", name, ok, c)
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { canonicalName("user-agent") }); allocs != 0 {
+		t.Errorf("%.0f allocations to make a common name canonical, want 0", allocs)
+	}
+}
+
+// field takes a name as net/http does: canonical or made so, and refuses
+// one that is not a token.
+func TestFieldNames(t *testing.T) {
+	for _, tc := range []struct{ line, name string }{
+		{"Host: a", "Host"},
+		{"host: a", "Host"},
+		{"X-Forwarded-For: a", "X-Forwarded-For"},
+		{"X-forwarded-For: a", "X-Forwarded-For"},
+		{"x-Forwarded-for: a", "X-Forwarded-For"},
+		{"ETag: a", "Etag"},
+		{"A-B-C: a", "A-B-C"},
+		{"a-b-c: a", "A-B-C"},
+		{"X-1a: a", "X-1a"},
+		{"X-1A: a", "X-1a"},
+		{"X : a", ""},
+		{": a", ""},
+		{"X\x7fY: a", ""},
+		{"X\x80Y: a", ""},
+		{"noColon", ""},
+	} {
+		name, _, ok := field(tc.line)
+		if ok != (tc.name != "") || name != tc.name {
+			t.Errorf("field(%q) = %q, %v; want %q", tc.line, name, ok, tc.name)
+		}
+	}
 }
