@@ -152,7 +152,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	h1.RemoveHopByHop(resp.Header)
+	h1.RemoveHopByHopOf(resp)
 	h1.PassHeader(rec, resp.Header)
 	rec.WriteHeader(resp.StatusCode)
 	record.Status = resp.StatusCode

@@ -112,7 +112,10 @@ func watched(t *httptrace.ClientTrace) bool {
 // its head is plain and came whole in what br holds, through net/http's
 // ReadResponse otherwise (from the same bytes: the strict way only looks
 // at them until it takes them).
-func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
+//
+// hopFree: the head was read the strict way and had no hop-by-hop field
+// (isHopByHop), so none is to be looked for (RemoveHopByHopOf).
+func readResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, hopFree bool, err error) {
 	if _, err := br.Peek(1); err != nil {
 		// What ReadResponse returns when its first read fails: that
 		// error (a reset, a timeout), the end of the stream as unexpected.
@@ -121,25 +124,27 @@ func readResponse(br *bufio.Reader, r *http.Request) (*http.Response, error) {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, err
+		return nil, false, err
 	}
-	if resp, n := strictResponse(br, r); resp != nil {
+	if resp, n, hopFree := strictResponse(br, r); resp != nil {
 		br.Discard(n)
-		return resp, nil
+		return resp, hopFree, nil
 	}
-	return http.ReadResponse(br, r)
+	resp, err = http.ReadResponse(br, r)
+	return resp, false, err
 }
 
 // strictResponse is parseResponse over the head br holds, and the head's
 // length; nil when the head is not whole in it or not taken. It reads
 // nothing.
-func strictResponse(br *bufio.Reader, r *http.Request) (*http.Response, int) {
+func strictResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, n int, hopFree bool) {
 	b, _ := br.Peek(br.Buffered())
 	n, lines := headEnd(b)
 	if n == 0 {
-		return nil, 0
+		return nil, 0, false
 	}
-	return parseResponse(b[:n], lines-1, br, r), n
+	resp, hopFree = parseResponse(b[:n], lines-1, br, r)
+	return resp, n, hopFree
 }
 
 // headEnd walks b's lines to the first empty one ("\r\n") and returns the
@@ -177,16 +182,16 @@ func headEnd(b []byte) (n, lines int) {
 // "close" deleted from an HTTP/1.1 answer's header, as ReadResponse does),
 // Pragma: no-cache mirrored in Cache-Control, a body that ends with io.EOF
 // on its last byte and with io.ErrUnexpectedEOF when the connection ends
-// before it.
-func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *http.Response {
+// before it. hopFree: the head had no hop-by-hop field.
+func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (resp *http.Response, hopFree bool) {
 	s := string(head) // one allocation for every name and value
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
-		return nil
+		return nil, false
 	}
 	code, minor, ok := statusLine(s[:eol])
 	if !ok {
-		return nil
+		return nil, false
 	}
 	// The response, its body and the array its values are taken from
 	// are made as one.
@@ -196,13 +201,13 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 		vals [8]string
 	}{}
 	lines, h := newHeaderLines(s, eol, fields, a.vals[:])
-	resp := &a.resp
+	resp = &a.resp
 	*resp = http.Response{
 		Status: s[len("HTTP/1.1 "):eol], StatusCode: code,
 		Proto: s[:len("HTTP/1.1")], ProtoMajor: 1, ProtoMinor: minor,
 		Header: h, Request: r, Body: http.NoBody,
 	}
-	length, connection, pragma := int64(-1), false, false
+	length, connection, pragma, hop := int64(-1), false, false, false
 	for {
 		name, value, ok := lines.next()
 		if !ok {
@@ -210,23 +215,25 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 		}
 		switch name {
 		case "Transfer-Encoding":
-			return nil
+			return nil, false
 		case "Content-Length":
 			if length >= 0 {
-				return nil
+				return nil, false
 			}
 			if length = digits(value); length < 0 {
-				return nil
+				return nil, false
 			}
 		case "Connection":
-			connection = true
+			connection, hop = true, true
+		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade":
+			hop = true // isHopByHop's, Transfer-Encoding refused above
 		case "Pragma":
 			pragma = true
 		}
 		lines.add(resp.Header, name, value)
 	}
 	if lines.bad {
-		return nil
+		return nil, false
 	}
 	switch {
 	case r.Method == http.MethodHead:
@@ -234,7 +241,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 	case code == http.StatusNoContent || code == http.StatusNotModified:
 		resp.ContentLength = 0
 	case length < 0:
-		return nil // to the close: ReadResponse's
+		return nil, false // to the close: ReadResponse's
 	default:
 		resp.ContentLength = length
 		if length > 0 {
@@ -253,7 +260,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) *
 	if resp.Close && minor == 1 {
 		resp.Header.Del("Connection")
 	}
-	return resp
+	return resp, !hop
 }
 
 // statusLine checks "HTTP/1.x NNN reason" for a final status and returns

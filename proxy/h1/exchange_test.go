@@ -60,8 +60,45 @@ func readWith(raw []byte, method string, parse func(*bufio.Reader, *http.Request
 func taken(raw []byte, method string) bool {
 	br := bufio.NewReader(bytes.NewReader(raw))
 	br.Peek(1) // one read, as readResponse makes
-	resp, _ := strictResponse(br, &http.Request{Method: method})
+	resp, _, _ := strictResponse(br, &http.Request{Method: method})
 	return resp != nil
+}
+
+// readStrict is readResponse with ReadResponse's results.
+func readStrict(br *bufio.Reader, r *http.Request) (*http.Response, error) {
+	resp, _, err := readResponse(br, r)
+	return resp, err
+}
+
+// An answer read the strict way says whether its head had a hop-by-hop
+// field; one without is left as it is by RemoveHopByHopOf, which looks
+// for none.
+func TestReadResponseHopFree(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		free  bool
+	}{
+		{"X-A: 1", true},
+		{"Connection: keep-alive", false},
+		{"Connection: x-a", false},
+		{"Keep-Alive: timeout=5", false},
+		{"keep-alive: timeout=5", false},
+		{"Proxy-Authenticate: Basic", false},
+		{"Te: trailers", false},
+		{"Trailer: X-B", false},
+		{"Upgrade: h2c", false},
+		{"Proxy-Connection: keep-alive", false},
+	} {
+		raw := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + tc.field + "\r\n\r\n"
+		br := bufio.NewReader(strings.NewReader(raw))
+		_, free, err := readResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		if free != tc.free {
+			t.Errorf("%q: hop-free %v, want %v", tc.field, free, tc.free)
+		}
+	}
 }
 
 // readBoth checks that readResponse makes of raw what ReadResponse makes
@@ -69,7 +106,7 @@ func taken(raw []byte, method string) bool {
 func readBoth(t *testing.T, raw []byte, method string) bool {
 	t.Helper()
 	want := readWith(raw, method, http.ReadResponse)
-	got := readWith(raw, method, readResponse)
+	got := readWith(raw, method, readStrict)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("%s %q: the strict way differs from ReadResponse (-want +got):\n%s", method, raw, diff)
 	}
@@ -181,7 +218,7 @@ func TestReadResponseAllocs(t *testing.T) {
 			io.Copy(io.Discard, resp.Body)
 		})
 	}
-	strict, net := allocs(readResponse), allocs(http.ReadResponse)
+	strict, net := allocs(readStrict), allocs(http.ReadResponse)
 	t.Logf("allocations a response: the strict way %v, ReadResponse %v", strict, net)
 	if strict > 5 || strict >= net {
 		t.Errorf("the strict way allocates %v a response, ReadResponse %v; want at most 5 and fewer", strict, net)
@@ -367,7 +404,7 @@ func (o *onceErr) Read([]byte) (int, error) {
 // error, not the end of the stream a second read would find.
 func TestReadResponseFirstReadFails(t *testing.T) {
 	reset := fmt.Errorf("connection reset by peer")
-	for _, parse := range []func(*bufio.Reader, *http.Request) (*http.Response, error){http.ReadResponse, readResponse} {
+	for _, parse := range []func(*bufio.Reader, *http.Request) (*http.Response, error){http.ReadResponse, readStrict} {
 		_, err := parse(bufio.NewReader(&onceErr{err: reset}), &http.Request{Method: "GET"})
 		if err != reset {
 			t.Errorf("got %v, want the first read's error", err)

@@ -656,8 +656,9 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 	bw.Reset(nil)
 	writers.Put(bw)
 	var resp *http.Response
+	hopFree := false
 	for err == nil {
-		resp, err = readResponse(c.br, r)
+		resp, hopFree, err = readResponse(c.br, r)
 		if err != nil || resp.StatusCode >= 200 {
 			break
 		}
@@ -701,7 +702,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 			c.cut()
 		}
 	}
-	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close}
+	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close, hopFree: hopFree}
 	return resp, nil
 }
 
@@ -771,10 +772,11 @@ func (s *Switched) CloseWrite() error {
 // than read the rest.
 type body struct {
 	io.ReadCloser
-	c     *conn
-	stop  func() bool // nil: the request could not be cancelled
-	reuse bool
-	done  bool
+	c       *conn
+	stop    func() bool // nil: the request could not be cancelled
+	reuse   bool
+	done    bool
+	hopFree bool // the answer's head had no hop-by-hop field (readResponse)
 }
 
 func (b *body) Read(p []byte) (int, error) {

@@ -72,6 +72,16 @@ func Outgoing(in http.Header, drop []string, into http.Header) http.Header {
 	return out
 }
 
+// RemoveHopByHopOf deletes the hop-by-hop fields of an answer the
+// Transport returned (RemoveHopByHop): none is looked for when the strict
+// reader read its head and met none, as with most answers.
+func RemoveHopByHopOf(res *http.Response) {
+	if b, ok := res.Body.(*body); ok && b.hopFree {
+		return
+	}
+	RemoveHopByHop(res.Header)
+}
+
 // RemoveHopByHop deletes a message's hop-by-hop fields: the fixed ones,
 // in one pass over the header (most have none of them), and those its
 // Connection named.

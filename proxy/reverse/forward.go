@@ -77,7 +77,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 		h.switchProtocols(w, r, res, info)
 		return false
 	}
-	h1.RemoveHopByHop(res.Header)
+	h1.RemoveHopByHopOf(res)
 	h.setCookie(res, info)
 	h1.PassHeader(w, res.Header)
 	dst := w.Header()
