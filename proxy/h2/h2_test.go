@@ -693,6 +693,11 @@ func TestLimits(t *testing.T) {
 	if st := r2.status(1); st != "431" {
 		t.Fatalf("a header list of 8 KiB: %s", st)
 	}
+	// The two admitted streams' handlers start on goroutines of their
+	// own: wait for them, then make sure no third one ran.
+	for deadline := time.Now().Add(5 * time.Second); running.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := running.Load(); n != 2 {
 		t.Fatalf("%d handlers ran", n)
 	}
