@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // limits holds every client request of an http or forward listener to the
@@ -37,11 +38,12 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// HTTP/1 request closes its connection after its answer.
 		w.Header().Set("Connection", "close")
 	}
+	bounded := l.maxHeader <= 0 || h1.HeadBounded(r)
 	switch {
-	case l.maxHeader > 0 && len(r.RequestURI) > l.maxHeader:
+	case !bounded && len(r.RequestURI) > l.maxHeader:
 		l.refuse(w, r, http.StatusRequestURITooLong, "uri_too_long")
 		return
-	case l.maxHeader > 0 && headSize(r) > l.maxHeader:
+	case !bounded && h1.HeadSize(r) > l.maxHeader:
 		l.refuse(w, r, http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
 		return
 	case l.maxBody > 0 && r.ContentLength > l.maxBody:
@@ -52,19 +54,6 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = proxy.LimitBody(r.Body, l.maxBody, l.bodyTimeout, http.NewResponseController(w).SetReadDeadline)
 	}
 	l.next.ServeHTTP(w, r)
-}
-
-// headSize is the size of the request's head as it came: the request
-// line and every header line.
-func headSize(r *http.Request) int {
-	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
-	n += len("Host: ") + len(r.Host) + 2
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + 2 + len(v) + 2
-		}
-	}
-	return n
 }
 
 func (l *limits) refuse(w http.ResponseWriter, r *http.Request, status int, reason string) {

@@ -307,12 +307,14 @@ func digits(v string) int64 {
 
 // pragmaNoCache mirrors "Pragma: no-cache" in Cache-Control when there
 // is none, as net/http does for requests and responses it reads.
-func pragmaNoCache(h http.Header) {
+func pragmaNoCache(h http.Header) (added bool) {
 	if pragma := h["Pragma"]; len(pragma) > 0 && pragma[0] == "no-cache" {
 		if _, ok := h["Cache-Control"]; !ok {
 			h["Cache-Control"] = []string{"no-cache"}
+			return true
 		}
 	}
+	return false
 }
 
 // closes reports whether a message of HTTP/1.minor with these

@@ -30,18 +30,19 @@ import (
 // and the version.
 //
 // base gives the request its context and client address. connection is
-// the request's first Connection value, "" when it has none.
-func parseHead(head []byte, base *http.Request) (r *http.Request, connection string) {
+// the request's first Connection value, "" when it has none. size is the
+// head's size as HeadSize counts it.
+func parseHead(head []byte, base *http.Request) (r *http.Request, connection string, size int) {
 	// One string holds every name and value: a single allocation for all
 	// of them.
 	s := string(head)
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
-		return nil, ""
+		return nil, "", 0
 	}
 	method, target, proto, ok := requestLine(s[:eol])
 	if !ok {
-		return nil, ""
+		return nil, "", 0
 	}
 	// The request and the array its values are taken from are made as
 	// one.
@@ -61,6 +62,7 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
 	r.Header = h
 	hosts, length, hasConnection, pragma := 0, false, false, false
+	size = len(method) + len(target) + len(proto) + 4
 	for {
 		name, value, ok := fields.next()
 		if !ok {
@@ -72,14 +74,14 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 			r.Host = value
 			continue
 		case "Transfer-Encoding", "Expect", "Upgrade":
-			return nil, ""
+			return nil, "", 0
 		case "Content-Length":
 			// One length, of a body small enough to come whole with its
 			// head (the server checks that it did): as net/http reads it,
 			// decimal digits alone.
 			n, ok := shortLength(value)
 			if !ok || length {
-				return nil, ""
+				return nil, "", 0
 			}
 			r.ContentLength, length = n, true
 		case "Connection":
@@ -90,15 +92,16 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 			pragma = true
 		}
 		fields.add(r.Header, name, value)
+		size += len(name) + len(value) + 4
 	}
 	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
-		return nil, ""
+		return nil, "", 0
 	}
 	u := &a.u
 	if !plainTarget(target, u) {
 		parsed, err := url.ParseRequestURI(target)
 		if err != nil {
-			return nil, ""
+			return nil, "", 0
 		}
 		u = parsed
 	}
@@ -108,15 +111,16 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 		// the request's, whatever the Host header says (RFC 9112, 3.2.2).
 		r.Host = u.Host
 	}
-	if pragma {
-		pragmaNoCache(r.Header)
+	size += len("Host: ") + len(r.Host) + 2
+	if pragma && pragmaNoCache(r.Header) {
+		size += len("Cache-Control: no-cache\r\n")
 	}
 	if hasConnection {
 		r.Close = closes(r.ProtoMinor, r.Header["Connection"])
 	} else {
 		r.Close = closes(r.ProtoMinor, nil)
 	}
-	return r, connection
+	return r, connection, size
 }
 
 // plainTarget fills u with what url.ParseRequestURI makes of target when

@@ -162,3 +162,45 @@ func TestFieldNames(t *testing.T) {
 		}
 	}
 }
+
+// sameHeadSize checks that a head the short way takes is the size
+// HeadSize counts of its request, by which the short way holds heads to
+// MaxHeaderBytes and a handler holds net/http's.
+func sameHeadSize(t *testing.T, raw []byte) {
+	t.Helper()
+	n, _ := scanHead(raw, 0)
+	if n <= 0 {
+		return
+	}
+	r, _, size := parseHead(raw[:n], &http.Request{})
+	if r != nil && size != HeadSize(r) {
+		t.Errorf("for %q parseHead counted %d bytes, HeadSize %d", raw[:n], size, HeadSize(r))
+	}
+}
+
+// The short way counts a head as HeadSize does: the request line, Host,
+// every field once whatever its spacing, and the Cache-Control a Pragma
+// adds.
+func TestHeadSizeCounted(t *testing.T) {
+	for _, raw := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /a?b=c HTTP/1.0\r\nhost:   a.test  \r\nX-A:1\r\nx-a: 2\r\nUser-Agent: curl\r\n\r\n",
+		"GET http://b.test/x HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\nCache-Control: max-age=0\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n",
+	} {
+		n, _ := scanHead([]byte(raw), 0)
+		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}); r == nil {
+			t.Fatalf("%q not taken", raw)
+		}
+		sameHeadSize(t, []byte(raw))
+	}
+}
+
+// Any head the short way takes is counted as HeadSize counts it.
+func FuzzHeadSize(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\nx-a:  1 \r\n\r\n"))
+	f.Add([]byte("GET http://b/ HTTP/1.0\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"))
+	f.Fuzz(sameHeadSize)
+}

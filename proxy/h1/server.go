@@ -498,7 +498,11 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	if n > 0 {
 		// A whole head: the short way's, or (a body that did not come
 		// with it, chunked, say) net/http's.
-		r, c.connection = parseHead(c.buf[c.r:c.r+n], c.base)
+		var size int
+		r, c.connection, size = parseHead(c.buf[c.r:c.r+n], c.base)
+		if max := c.s.HTTP.MaxHeaderBytes; r != nil && max > 0 && size > max {
+			r = nil // net/http's, and the handler's to refuse (HeadBounded)
+		}
 		if r != nil && r.ContentLength > 0 {
 			end := c.r + n + int(r.ContentLength)
 			if end > c.w {
@@ -702,6 +706,29 @@ type cancelHook struct {
 }
 
 type hookKey struct{}
+
+// HeadBounded reports whether r came the short way, whose heads are held
+// to the server's MaxHeaderBytes by HeadSize's count (a larger one goes to
+// net/http's server, and so to a handler that counts it): r's head is
+// within the bound, and need not be counted again.
+func HeadBounded(r *http.Request) bool {
+	_, ok := r.Context().Value(hookKey{}).(*cancelHook)
+	return ok
+}
+
+// HeadSize is the size of a request's head as it came, normalized: the
+// request line and every header line, Host's among them, each "Name:
+// value" with one space.
+func HeadSize(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2
+	n += len("Host: ") + len(r.Host) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
 
 func (h *cancelHook) fire() {
 	if f := h.cut.Load(); f != nil {
