@@ -224,12 +224,11 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 				return nil, false
 			}
 		case "Connection":
-			connection, hop = true, true
-		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade":
-			hop = true // isHopByHop's, Transfer-Encoding refused above
+			connection = true
 		case "Pragma":
 			pragma = true
 		}
+		hop = hop || isHopByHop(name)
 		lines.add(resp.Header, name, value)
 	}
 	if lines.bad {

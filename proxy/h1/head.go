@@ -381,36 +381,9 @@ func uncommonName(name string) (string, bool) {
 		want = upperByte >> (k & dashByte >> dashShift) // lowerByte after a '-'
 	}
 	if bad != 0 {
-		name = canonicalName(name)
+		name = http.CanonicalHeaderKey(name)
 	}
 	return name, true
-}
-
-// canonicalName is the canonical form of name, a token: each word's first
-// letter in upper case and the others in lower case. The names a proxy
-// meets (commonNames) are made without an allocation.
-func canonicalName(name string) string {
-	var buf [32]byte
-	if len(name) > len(buf) {
-		return http.CanonicalHeaderKey(name)
-	}
-	b := buf[:len(name)]
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case upper && 'a' <= c && c <= 'z':
-			c -= 'a' - 'A'
-		case !upper && 'A' <= c && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		b[i] = c
-		upper = c == '-'
-	}
-	if s, ok := commonNames[string(b)]; ok {
-		return s
-	}
-	return string(b)
 }
 
 // commonNames are the field names clients and servers send most, by
