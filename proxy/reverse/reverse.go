@@ -96,11 +96,25 @@ type Handler struct {
 
 // reqInfo is one request's state from ServeHTTP to its answer. The
 // recorder, the record, the flight, the trace and the first try's URL live
-// in it: one allocation a request for all of them.
+// in it: one allocation a request for all of them. Only reqState is made
+// anew for each request; the rest, most of its size, is kept from the last
+// one and each part set afresh before it is read.
 type reqInfo struct {
+	reqState
+
+	record    proxy.Record          // set whole by ServeHTTP
+	flight    proxy.Flight          // set up anew by Begin, keeping its memory
+	trace     httptrace.ClientTrace // its hooks are bound to info for good (got1xx)
+	header    http.Header           // out's header; the last request's map, emptied by outHeader
+	out       http.Request          // the first try's, set whole by forward, unless the total needs a context of its own
+	url       url.URL               // the first try's, set whole by roundTrip
+	forwarded [4]string             // the forwarding fields' values, each set by rewrite before the header holds it
+	mu        sync.Mutex            // guards answered and continued against got1xx and got100
+}
+
+// reqState is what of a request's state starts empty.
+type reqState struct {
 	rec       recorder
-	record    proxy.Record
-	flight    proxy.Flight
 	started   bool // flight began
 	pool      *Pool
 	trusted   bool
@@ -111,19 +125,10 @@ type reqInfo struct {
 	kind      health.ErrorKind // how the last try failed
 	reason    string           // why rotor answered itself or cut the answer
 	secure    bool
-
 	held      bool            // a transport may still hold out, its header or trace: not reused
-	header    http.Header     // out's header; the last request's map, emptied, until forward makes it
 	client    context.Context // the request's, without the total's bound
-	out       http.Request    // the first try's, unless the total needs a context of its own
-	forwarded [4]string       // the forwarding fields' values (rewrite)
 	total     *time.Timer     // ends the total's context, when it can bind
 	query     string          // the query sent, parameters net/url cannot parse dropped
-	url       url.URL         // the first try's
-
-	// got1xx passes 1xx answers to rec until the final answer is in.
-	trace     httptrace.ClientTrace
-	mu        sync.Mutex
 	answered  bool
 	continued bool // a backend's 100 Continue was passed on
 }
@@ -187,12 +192,7 @@ func (t *Table) match(r *http.Request) *Pool {
 // ServeHTTP routes the request and proxies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := infos.Get().(*reqInfo)
-	// All of it anew but the flight, which Begin sets up anew keeping its
-	// memory (and nothing reads before it begins), the trace, whose hooks
-	// are bound to info for good, and the outgoing header's map, which
-	// outHeader empties.
-	f, trace, header := info.flight, info.trace, info.header
-	*info = reqInfo{rec: recorder{ResponseWriter: w, conns: h.conns}, flight: f, trace: trace, header: header}
+	info.reqState = reqState{rec: recorder{ResponseWriter: w, conns: h.conns}}
 	if info.trace.Got1xxResponse == nil {
 		info.trace.Got1xxResponse, info.trace.Got100Continue = info.got1xx, info.got100
 	}
