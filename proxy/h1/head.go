@@ -233,9 +233,9 @@ func newHeaderLines(s string, eol, n int, buf []string) (l headerLines, h http.H
 	return headerLines{s: s, at: eol + 2, values: values}, headerMap(n)
 }
 
-// headerMaps are empty header maps of backends' answers that the short
-// way's answers took and are done with (response.release), for the heads
-// it reads, a client's or a backend's.
+// headerMaps are empty header maps of requests the short way served and
+// of backends' answers its answers took, once done with
+// (response.release), for the heads it reads, a client's or a backend's.
 var headerMaps = sync.Pool{New: func() any { return make(http.Header) }}
 
 // headerMap returns an empty map for n fields: one used before, when n
@@ -245,6 +245,15 @@ func headerMap(n int) http.Header {
 		return make(http.Header, n)
 	}
 	return headerMaps.Get().(http.Header)
+}
+
+// putHeaderMap gives h, which nothing holds any longer, back to
+// headerMap, emptied: unless it is nil, or has grown large.
+func putHeaderMap(h http.Header) {
+	if h != nil && len(h) <= 16 {
+		clear(h)
+		headerMaps.Put(h)
+	}
 }
 
 // next returns the next field, by field's rules; false at the empty line

@@ -40,6 +40,10 @@ import (
 // client that goes away while its request waits is found out as
 // net/http's server finds it out (a read on the idle connection) once the
 // request has taken 100 to 200 ms, and the request's context is cancelled.
+//
+// Unlike net/http's, the handler must not keep the request's Header map
+// once it has returned (its values it may keep): the map is emptied and
+// read the next head into, as the answer's header map is.
 type Server struct {
 	HTTP *http.Server
 
@@ -637,8 +641,8 @@ var responses = sync.Pool{New: func() any { return &response{own: make(http.Head
 
 // release gives the answer back once the handler has returned and the
 // answer is finished: its header map is emptied, so that it holds
-// nothing of the request, and a backend's map it took goes back to the
-// maps the short way reads heads into (headerMap).
+// nothing of the request, and a backend's map it took and the request's
+// own go back to the maps the short way reads heads into (headerMap).
 func (w *response) release() {
 	own := w.own
 	if len(own) > 16 {
@@ -646,10 +650,10 @@ func (w *response) release() {
 	} else {
 		clear(own)
 	}
-	if w.header != nil && len(w.header) <= 16 && w.taken {
-		clear(w.header)
-		headerMaps.Put(w.header)
+	if w.taken {
+		putHeaderMap(w.header)
 	}
+	putHeaderMap(w.req.Header)
 	*w = response{own: own}
 	responses.Put(w)
 }

@@ -166,6 +166,10 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 			io.WriteString(w, "bye")
 		}},
 		{"pipelined", get + "GET /two HTTP/1.1\r\nHost: b\r\n\r\n" + get, echo},
+		// Each request's header map is read into one an earlier request
+		// gave back: it must hold nothing of that one.
+		{"pipelined, each its own fields", "GET / HTTP/1.1\r\nHost: a\r\nX-One: 1\r\nAccept: a/b\r\n\r\n" +
+			"GET /two HTTP/1.1\r\nHost: a\r\nX-Two: 2\r\n\r\nGET /three HTTP/1.1\r\nHost: a\r\n\r\n" + get, echo},
 		{"names repeated past the eighth", "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n" +
 			"I: 1\r\nJ: 1\r\nA: 2\r\nH: 2\r\nI: 2\r\nK: 1\r\nJ: 2\r\nJ: 3\r\n\r\n", echo},
 		{"Connection twice, close in the second", "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n" + get, echo},
