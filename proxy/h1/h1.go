@@ -90,11 +90,17 @@ type Transport struct {
 	maxHead           int64
 
 	mu     sync.Mutex
-	idle   map[string][]*conn // guarded by mu: per host:port, oldest first; no empty lists
-	total  int                // guarded by mu: idle connections in all
-	sweep  *time.Timer        // guarded by mu: closes connections idle too long
-	closed bool               // guarded by mu
+	idle   map[string]*idleList // guarded by mu: per host:port; no empty lists
+	spare  *idleList            // guarded by mu: the last list emptied, for the next host without one
+	total  int                  // guarded by mu: idle connections in all
+	sweep  *time.Timer          // guarded by mu: closes connections idle too long
+	closed bool                 // guarded by mu
 }
+
+// idleList is one host's idle connections, oldest first. A connection
+// taken or given back changes the list in place: one lookup of the host
+// each, and no allocation while the host has some idle.
+type idleList struct{ conns []*conn }
 
 // New returns a transport that sends what it can the short way, and the
 // rest through ht. The short way follows ht's settings, with the meanings
@@ -110,7 +116,7 @@ func New(ht *http.Transport) *Transport {
 	t := &Transport{
 		HTTP: ht, try: ht.ResponseHeaderTimeout, idleTimeout: ht.IdleConnTimeout,
 		maxIdle: ht.MaxIdleConnsPerHost, maxTotal: ht.MaxIdleConns, maxHead: ht.MaxResponseHeaderBytes,
-		idle: map[string][]*conn{},
+		idle: map[string]*idleList{},
 	}
 	if t.maxHead <= 0 {
 		t.maxHead = defaultMaxHead
@@ -150,14 +156,14 @@ func (t *Transport) closeIdle(final bool) {
 	t.mu.Lock()
 	t.closed = t.closed || final
 	idle := t.idle
-	t.idle, t.total = map[string][]*conn{}, 0
+	t.idle, t.spare, t.total = map[string]*idleList{}, nil, 0
 	if t.sweep != nil {
 		t.sweep.Stop()
 		t.sweep = nil
 	}
 	t.mu.Unlock()
 	for _, l := range idle {
-		for _, c := range l {
+		for _, c := range l.conns {
 			c.conn.Close()
 		}
 	}
@@ -300,13 +306,16 @@ func isTimeout(err error) bool {
 // or dials one.
 func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool, err error) {
 	t.mu.Lock()
-	if l := t.idle[host]; len(l) > 0 {
-		c = l[len(l)-1]
-		l[len(l)-1] = nil
-		if len(l) == 1 {
+	if l := t.idle[host]; l != nil {
+		n := len(l.conns)
+		c = l.conns[n-1]
+		l.conns[n-1] = nil
+		l.conns = l.conns[:n-1]
+		if n == 1 {
+			// Emptied: kept aside, its array with it, for the next
+			// host that needs a list (most often this one again).
 			delete(t.idle, host)
-		} else {
-			t.idle[host] = l[:len(l)-1]
+			t.spare = l
 		}
 		t.total--
 	}
@@ -336,7 +345,8 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 func (t *Transport) put(c *conn) {
 	c.idleAt = time.Now()
 	t.mu.Lock()
-	if t.closed || len(t.idle[c.host]) >= t.maxIdle {
+	l := t.idle[c.host]
+	if t.closed || l != nil && len(l.conns) >= t.maxIdle {
 		t.mu.Unlock()
 		c.conn.Close()
 		return
@@ -344,8 +354,17 @@ func (t *Transport) put(c *conn) {
 	var evicted *conn
 	if t.total >= t.maxTotal {
 		evicted = t.evictOldest()
+		l = t.idle[c.host] // the eviction may have emptied it
 	}
-	t.idle[c.host] = append(t.idle[c.host], c)
+	if l == nil {
+		l = t.spare
+		if l == nil {
+			l = new(idleList)
+		}
+		t.spare = nil
+		t.idle[c.host] = l
+	}
+	l.conns = append(l.conns, c)
 	t.total++
 	if t.sweep == nil && t.idleTimeout > 0 {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
@@ -362,7 +381,7 @@ func (t *Transport) put(c *conn) {
 func (t *Transport) evictOldest() *conn {
 	var oldest string
 	for host, l := range t.idle {
-		if oldest == "" || l[0].idleAt.Before(t.idle[oldest][0].idleAt) {
+		if oldest == "" || l.conns[0].idleAt.Before(t.idle[oldest].conns[0].idleAt) {
 			oldest = host
 		}
 	}
@@ -370,16 +389,18 @@ func (t *Transport) evictOldest() *conn {
 }
 
 // dropOldest takes host's n longest idle connections out of the pool,
-// leaving no empty list and the total right. Called with mu held.
+// leaving no empty list and the total right. The connections it returns
+// are in an array of their own. Called with mu held.
 func (t *Transport) dropOldest(host string, n int) []*conn {
 	l := t.idle[host]
-	if n == len(l) {
-		delete(t.idle, host)
+	old := l.conns
+	if n == len(old) {
+		delete(t.idle, host) // not spare: its array is returned
 	} else {
-		t.idle[host] = append(l[:0:0], l[n:]...)
+		l.conns = append(old[:0:0], old[n:]...)
 	}
 	t.total -= n
-	return l[:n:n]
+	return old[:n:n]
 }
 
 // sweepIdle closes the connections idle longer than the idle timeout, and
@@ -390,17 +411,17 @@ func (t *Transport) sweepIdle() {
 	t.mu.Lock()
 	next := time.Duration(0)
 	for host, l := range t.idle {
-		i := 0
-		for i < len(l) && now.Sub(l[i].idleAt) >= t.idleTimeout {
+		conns, i := l.conns, 0
+		for i < len(conns) && now.Sub(conns[i].idleAt) >= t.idleTimeout {
 			i++
 		}
 		if i > 0 {
 			stale = append(stale, t.dropOldest(host, i)...)
 		}
-		if i == len(l) {
+		if i == len(conns) {
 			continue
 		}
-		if d := t.idleTimeout - now.Sub(l[i].idleAt); next == 0 || d < next {
+		if d := t.idleTimeout - now.Sub(conns[i].idleAt); next == 0 || d < next {
 			next = d
 		}
 	}

@@ -221,6 +221,36 @@ func TestShortWayIdleTotal(t *testing.T) {
 	}
 }
 
+// Taking a host's last idle connection and giving it back, as every
+// request does to a backend with one connection, allocates nothing: the
+// emptied list is kept aside for the next.
+func TestIdleListKeptAside(t *testing.T) {
+	tr := New(&http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, s := net.Pipe()
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, nil
+	}})
+	ctx := context.Background()
+	c, _, err := tr.get(ctx, "a.test:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.put(c)
+	allocs := testing.AllocsPerRun(100, func() {
+		got, reused, err := tr.get(ctx, "a.test:80")
+		if err != nil || !reused || got != c {
+			t.Fatalf("get: %p reused %v, %v; want the idle %p", got, reused, err, c)
+		}
+		tr.put(got)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a get and put, want 0", allocs)
+	}
+	if n := tr.Idle(); n != 1 {
+		t.Errorf("%d idle, want 1", n)
+	}
+}
+
 func TestStaleConnectionGoesAgain(t *testing.T) {
 	// The backend answers one request per connection and closes it
 	// without saying so: the pooled connection is dead when next used.
@@ -493,7 +523,7 @@ func waitIdleGone(t *testing.T, tr *Transport) {
 		tr.mu.Lock()
 		var c *conn
 		for _, l := range tr.idle {
-			c = l[0]
+			c = l.conns[0]
 		}
 		tr.mu.Unlock()
 		if c == nil || c.gone() {
