@@ -242,6 +242,9 @@ func flushesAtOnce(res *http.Response) bool {
 		return true
 	}
 	ct := h1.Value(res.Header, "Content-Type")
+	if len(ct) < len("text/event-stream") {
+		return false // text/plain, text/html, application/json...
+	}
 	if i := strings.IndexByte(ct, ';'); i >= 0 {
 		ct = ct[:i]
 	}
