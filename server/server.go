@@ -226,7 +226,7 @@ func (s *Server) Start() error {
 		li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
 		switch l.Kind {
 		case "http":
-			h := reverse.NewHandler(name, func() *reverse.Table { return s.rt.Load().listeners[name].table },
+			h := reverse.NewHandler(name, s.tableOf(name),
 				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
 			li.http = s.httpServer(l, h)
 			if rt.listeners[name].tls != nil {
@@ -283,6 +283,26 @@ func (s *Server) Start() error {
 
 // httpServer is the http.Server for an http or forward listener, with
 // its timeouts and its limits on heads and bodies.
+// tableOf returns what gives the routing in force of the http listener
+// name: the table of the runtime in force, looked up in its listeners
+// once a runtime rather than on every request.
+func (s *Server) tableOf(name string) func() *reverse.Table {
+	type seen struct {
+		rt    *runtime
+		table *reverse.Table
+	}
+	var last atomic.Pointer[seen]
+	return func() *reverse.Table {
+		rt := s.rt.Load()
+		if l := last.Load(); l != nil && l.rt == rt {
+			return l.table
+		}
+		t := rt.listeners[name].table
+		last.Store(&seen{rt, t})
+		return t
+	}
+}
+
 func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 	kind := proxy.KindHTTP
 	if l.Kind == "forward" {
