@@ -3,6 +3,7 @@ package h1
 import (
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -203,4 +204,37 @@ func FuzzHeadSize(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\nx-a:  1 \r\n\r\n"))
 	f.Add([]byte("GET http://b/ HTTP/1.0\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi"))
 	f.Fuzz(sameHeadSize)
+}
+
+// sortFields orders fields as slices.Sort orders their names, whatever
+// the names: prefixes of each other, sharing their first eight bytes,
+// holding zeros or bytes past 0x7f, and over the insertion sort's twelve.
+func TestSortFieldsAsStrings(t *testing.T) {
+	names := []string{"", "A", "A\x00", "A\x00B", "AB", "Accept", "Accept-Encoding", "Content-Length", "Content-Type",
+		"Content-", "Content", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded", "X-Real-Ip",
+		"\xff", "\xff\xff\xff\xff\xff\xff\xff\xff", "\xff\xff\xff\xff\xff\xff\xff\xfe", "a", "date", "Date", "zzzzzzzzz"}
+	rng := uint64(1)
+	for round := range 200 {
+		n := 2 + round%len(names)
+		var fields []headerField
+		var want []string
+		for i := range n {
+			rng = rng*6364136223846793005 + 1442695040888963407
+			name := names[(rng>>33)%uint64(len(names))]
+			if i%5 == 4 {
+				name += names[(rng>>40)%uint64(len(names))]
+			}
+			fields = append(fields, headerField{name: name})
+			want = append(want, name)
+		}
+		slices.Sort(want)
+		sortFields(fields)
+		got := make([]string, len(fields))
+		for i, f := range fields {
+			got[i] = f.name
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("round %d, %d fields (-sorted as strings +sortFields):\n%s", round, n, d)
+		}
+	}
 }
