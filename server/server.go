@@ -281,8 +281,6 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// httpServer is the http.Server for an http or forward listener, with
-// its timeouts and its limits on heads and bodies.
 // tableOf returns what gives the routing in force of the http listener
 // name: the table of the runtime in force, looked up in its listeners
 // once a runtime rather than on every request.
@@ -303,6 +301,8 @@ func (s *Server) tableOf(name string) func() *reverse.Table {
 	}
 }
 
+// httpServer is the http.Server for an http or forward listener, with
+// its timeouts and its limits on heads and bodies.
 func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 	kind := proxy.KindHTTP
 	if l.Kind == "forward" {
