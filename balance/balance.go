@@ -179,6 +179,29 @@ func intn(r Rand, n int) int {
 // float returns a number in [0, 1).
 func float(r Rand) float64 { return float64(r.Uint64()>>11) / (1 << 53) }
 
+// dice hands out several draws from one random number: u/2^64 is a
+// fraction x in [0, 1), and each draw takes its next digit in a mixed
+// radix (intn(n) is floor(x*n), and x becomes what is left, x*n - floor(x*n)),
+// the way Lemire's multiply-shift takes the first. The digits are uniform
+// and independent up to a bias of n/2^64 each; a draw of n leaves about
+// 64 - log2(n) bits for the next. A pick that needs an index and a
+// coin, or two indices, pays for one call to the source instead of two
+// or three.
+type dice struct{ u uint64 }
+
+// roll returns dice holding one number from r.
+func roll(r Rand) dice { return dice{r.Uint64()} }
+
+// intn returns the next digit, in [0, n).
+func (d *dice) intn(n int) int {
+	hi, lo := bits.Mul64(d.u, uint64(n))
+	d.u = lo
+	return int(hi)
+}
+
+// float returns what is left, in [0, 1); it is the last draw.
+func (d *dice) float() float64 { return float64(d.u>>11) / (1 << 53) }
+
 // Set is one immutable snapshot of the endpoints a picker chooses among
 // (a pool's primaries, or its backups), with the clock and random source
 // its pickers use.

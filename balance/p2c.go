@@ -67,7 +67,7 @@ func (p *p2cPicker) Pick(Request) (*Endpoint, error) {
 }
 
 // drawTwo is two choices' common case without chooseBest's loop: two
-// distinct indices from two draws, i uniform and j uniform over the rest,
+// distinct indices from one random number, i uniform and j uniform over the rest,
 // both available. When either is not (or there are fewer than two
 // endpoints), ok is false and the caller takes the general way, which
 // draws again.
@@ -76,8 +76,9 @@ func drawTwo(s *Set) (i, j int, ok bool) {
 	if n < 2 {
 		return 0, 0, false
 	}
-	i = intn(s.rand, n)
-	j = intn(s.rand, n-1)
+	d := roll(s.rand)
+	i = d.intn(n)
+	j = d.intn(n - 1)
 	if j >= i {
 		j++
 	}

@@ -129,13 +129,13 @@ func storeIf(a *atomic.Uint64, v float64, better func(v, old float64) bool) {
 }
 
 // reference returns the best latency and the largest weight, recounted
-// over the available endpoints about every max(bestEvery, N) picks, while none
-// is known, and after an outcome while some endpoint is unknown.
-func (p *scoredPicker) reference(now int64) (best, top float64) {
+// when the pick's draw says so (about every max(bestEvery, N) picks),
+// while none is known, and after an outcome while some endpoint is
+// unknown.
+func (p *scoredPicker) reference(now int64, drawn bool) (best, top float64) {
 	s := p.set
 	best, top = math.Float64frombits(p.best.Load()), math.Float64frombits(p.top.Load())
-	due := intn(s.rand, max(bestEvery, len(s.states))) == 0 || math.IsInf(best, 1) ||
-		!p.settled.Load() && p.dirty.Swap(false)
+	due := drawn || math.IsInf(best, 1) || !p.settled.Load() && p.dirty.Swap(false)
 	if !due {
 		return best, top
 	}
@@ -218,14 +218,20 @@ const rejectionTries = 16
 // uneven), an exact O(N) draw decides; that keeps the distribution exact,
 // since it too is proportional. When every available endpoint weighs 0
 // (all failing, none yet open) there is no evidence to prefer any, and it
-// spreads evenly.
+// spreads evenly. One random number decides the recount, the first draw
+// and its acceptance; each further draw takes one more.
 func (p *scoredPicker) Pick(r Request) (*Endpoint, error) {
 	s := p.set
 	now := s.now(r.At)
-	best, top := p.reference(now)
-	if n := len(s.states); n > 0 && top > 0 {
-		for range rejectionTries {
-			i := intn(s.rand, n)
+	n := len(s.states)
+	d := roll(s.rand)
+	best, top := p.reference(now, d.intn(max(bestEvery, n)) == 0)
+	if n > 0 && top > 0 {
+		for try := range rejectionTries {
+			if try > 0 {
+				d = roll(s.rand)
+			}
+			i := d.intn(n)
 			if st := &s.states[i]; !st.Available(s.clock, st.max) {
 				continue
 			}
@@ -234,7 +240,7 @@ func (p *scoredPicker) Pick(r Request) (*Endpoint, error) {
 				storeIf(&p.top, w, func(v, old float64) bool { return v > old })
 				return s.endpoints[i], nil
 			}
-			if float(s.rand)*top < w {
+			if d.float()*top < w {
 				return s.endpoints[i], nil
 			}
 		}
