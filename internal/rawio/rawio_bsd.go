@@ -2,7 +2,10 @@
 
 package rawio
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+)
 
 // Read reads from fd into p, again while the call is interrupted (EINTR).
 // It returns what read(2) does otherwise: EAGAIN when nothing is there.
@@ -26,6 +29,38 @@ func Send(fd uintptr, p []byte) (int, error) {
 				return 0, err
 			}
 			return n, nil
+		}
+	}
+}
+
+// Sendv writes what fd takes now of bufs, in order, with one writev(2),
+// again while the call is interrupted; empty buffers are skipped, and at
+// most MaxVec are sent in a call.
+func Sendv(fd uintptr, bufs [][]byte) (int, error) {
+	var iov [MaxVec]syscall.Iovec
+	k := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if k == MaxVec {
+			break
+		}
+		iov[k].Base = unsafe.SliceData(b)
+		iov[k].SetLen(len(b))
+		k++
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, errno := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		switch errno {
+		case 0:
+			return int(r), nil
+		case syscall.EINTR:
+		default:
+			return 0, errno
 		}
 	}
 }

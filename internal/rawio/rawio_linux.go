@@ -5,6 +5,8 @@ package rawio
 import (
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // On Linux a socket is read and written with recvfrom(2) and sendto(2),
@@ -17,21 +19,58 @@ import (
 // (EINTR). It returns what read(2) does otherwise: 0 at the end of the
 // stream, EAGAIN when nothing is there.
 func Read(fd uintptr, p []byte) (int, error) {
-	return call(syscall.SYS_RECVFROM, fd, p, 0)
+	return call(unix.SYS_RECVFROM, fd, p, 0)
 }
 
 // Send writes what socket fd takes of p now, again while the call is
 // interrupted: a short count with no error when it took part of it,
 // EAGAIN when it takes nothing. A peer gone is EPIPE, never SIGPIPE.
 func Send(fd uintptr, p []byte) (int, error) {
-	return call(syscall.SYS_SENDTO, fd, p, syscall.MSG_NOSIGNAL)
+	return call(unix.SYS_SENDTO, fd, p, syscall.MSG_NOSIGNAL)
+}
+
+// Sendv writes what socket fd takes now of bufs, in order, with one
+// sendmsg(2), again while the call is interrupted: Send for several
+// buffers, so that a chunk's size line, its bytes and its end leave in
+// one call and one segment train rather than three. Empty buffers are
+// skipped, and at most MaxVec are sent in a call (a short count, as when
+// the socket takes part).
+func Sendv(fd uintptr, bufs [][]byte) (int, error) {
+	var iov [MaxVec]unix.Iovec
+	k := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if k == MaxVec {
+			break
+		}
+		iov[k].Base = unsafe.SliceData(b)
+		iov[k].SetLen(len(b))
+		k++
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	msg := unix.Msghdr{Iov: &iov[0]}
+	msg.SetIovlen(k)
+	for {
+		r, _, errno := syscall.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), syscall.MSG_NOSIGNAL)
+		switch errno {
+		case 0:
+			return int(r), nil
+		case syscall.EINTR:
+		default:
+			return 0, errno
+		}
+	}
 }
 
 // Peek looks at socket fd without taking from it or waiting: n is 1 when
 // a byte is there, 0 with no error at its end; EAGAIN when nothing is.
 func Peek(fd uintptr) (int, error) {
 	var b [1]byte
-	return call(syscall.SYS_RECVFROM, fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return call(unix.SYS_RECVFROM, fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 }
 
 func call(trap, fd uintptr, p []byte, flags uintptr) (int, error) {

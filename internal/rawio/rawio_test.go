@@ -5,6 +5,7 @@ package rawio
 import (
 	"bytes"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -157,5 +158,85 @@ func TestPeek(t *testing.T) {
 	}
 	if n, err := Peek(r); n != 0 || err != nil {
 		t.Errorf("Peek of an ended socket: %d, %v; want 0, nil", n, err)
+	}
+}
+
+// Writev sends several buffers in order, skipping empty ones and taking
+// more than MaxVec in several calls; on a socket that fills it stops
+// with EAGAIN, leaving bufs holding exactly what it did not write, and
+// picks up from there once the reader has drained it. What arrives is the
+// buffers joined, byte for byte; Sendv to a peer gone is EPIPE.
+func TestWritev(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	r, w := uintptr(fds[0]), uintptr(fds[1])
+
+	small := [][]byte{[]byte("3\r\n"), nil, []byte("abc"), []byte("\r\n"), []byte("0"), []byte("\r\n\r\n")}
+	want := []byte("3\r\nabc\r\n0\r\n\r\n")
+	if n, err := Writev(w, small); n != len(want) || err != nil {
+		t.Fatalf("Writev of six buffers: %d, %v; want %d, nil", n, err, len(want))
+	}
+	got := make([]byte, 64<<10)
+	if n, err := Read(r, got); err != nil || !bytes.Equal(got[:n], want) {
+		t.Fatalf("read back %q, %v; want %q", got[:n], err, want)
+	}
+
+	// Three buffers, the middle one more than the socket holds.
+	big := make([]byte, 4<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	bufs := [][]byte{[]byte("400000\r\n"), big, []byte("\r\n")}
+	want = slices.Concat(bufs...)
+	var sent int
+	var recv []byte
+	for len(recv) < len(want) {
+		n, err := Writev(w, bufs)
+		sent += n
+		if err != nil && err != syscall.EAGAIN {
+			t.Fatalf("Writev: %v", err)
+		}
+		left := 0
+		for _, b := range bufs {
+			left += len(b)
+		}
+		if sent+left != len(want) {
+			t.Fatalf("after %d bytes written, bufs holds %d: want the %d not written", sent, left, len(want)-sent)
+		}
+		for {
+			n, err := Read(r, got)
+			if err == syscall.EAGAIN {
+				break
+			}
+			if err != nil || n == 0 {
+				t.Fatalf("Read: %d, %v", n, err)
+			}
+			recv = append(recv, got[:n]...)
+		}
+		if err == nil && len(recv) < len(want) && left == 0 {
+			t.Fatalf("Writev wrote everything, yet %d of %d bytes came", len(recv), len(want))
+		}
+	}
+	if !bytes.Equal(recv, want) {
+		t.Fatalf("the %d bytes read differ from the %d written", len(recv), len(want))
+	}
+
+	gone, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(gone[1])
+	syscall.Close(gone[0])
+	if _, err := Sendv(uintptr(gone[1]), [][]byte{want[:1], want[1:2]}); err != syscall.EPIPE {
+		t.Fatalf("Sendv to a peer gone: %v, want EPIPE", err)
 	}
 }

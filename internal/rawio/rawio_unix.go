@@ -22,5 +22,36 @@ func Write(fd uintptr, p []byte) (int, error) {
 	return n, nil
 }
 
+// MaxVec is the most buffers Sendv sends in one call.
+const MaxVec = 4
+
+// Writev writes bufs to fd, in order, until all of them are written,
+// again while a call is interrupted; it stops at any other error (EAGAIN:
+// the socket can take no more now) and returns how much was written
+// before it. bufs is left holding what was not written.
+func Writev(fd uintptr, bufs [][]byte) (int, error) {
+	n := 0
+	for {
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+		if len(bufs) == 0 {
+			return n, nil
+		}
+		m, err := Sendv(fd, bufs)
+		if err != nil {
+			return n, err
+		}
+		n += m
+		for i := range bufs {
+			k := min(m, len(bufs[i]))
+			bufs[i] = bufs[i][k:]
+			if m -= k; m == 0 {
+				break
+			}
+		}
+	}
+}
+
 // Shutdown shuts both directions of socket fd down.
 func Shutdown(fd uintptr) error { return syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }
