@@ -36,6 +36,8 @@ type response struct {
 	done    bool        // the handler returned
 	head    bool        // a HEAD request: the body is dropped
 	chunked bool
+	chunk   [3][]byte // a large chunk's size line, bytes and end, for one Writev
+	line    [20]byte  // a large chunk's size line
 
 	closeAfter bool // the connection closes after this answer
 	wantsClose bool // the request asked for the close
@@ -154,15 +156,26 @@ func (w *response) writeBody(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var size [16]byte
-	_, _ = bw.Write(strconv.AppendInt(size[:0], int64(len(p)), 16))
-	_, _ = bw.WriteString("\r\n")
+	line := append(strconv.AppendInt(w.line[:0], int64(len(p)), 16), "\r\n"...)
+	if bw.Buffered() == 0 && len(line)+len(p)+len("\r\n") > bw.Available() {
+		// A chunk the buffer cannot hold: through it, its size line
+		// and its first bytes would leave in one write, the rest in a
+		// second and its end in a third (when flushed), each a system
+		// call and the last a two-byte segment. Together they take one.
+		w.chunk = [3][]byte{line, p, crlf}
+		n, err := w.c.out.Writev(w.chunk[:])
+		w.chunk = [3][]byte{}
+		return min(max(n-len(line), 0), len(p)), err
+	}
+	_, _ = bw.Write(line)
 	n, err := bw.Write(p)
 	if err == nil {
 		_, err = bw.WriteString("\r\n")
 	}
 	return n, err
 }
+
+var crlf = []byte("\r\n")
 
 // Flush writes what is buffered to the client, the head first.
 func (w *response) Flush() {

@@ -2,6 +2,7 @@ package h1_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,6 +110,16 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 		}},
 		{"nothing written", get, func(w http.ResponseWriter, r *http.Request) {}},
 		{"big body chunked", get, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
+		// Chunks larger than the writer's buffer, written when nothing
+		// waits in it: each leaves with its size line and its end in one
+		// call, a large one across many turns of a full socket.
+		{"big chunks after a flush", get, func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte("a"))
+			w.(http.Flusher).Flush()
+			w.Write([]byte(big + big))
+			w.(http.Flusher).Flush()
+			w.Write(bytes.Repeat([]byte("0123456789abcdef"), 1<<18))
+		}},
 		{"big body to HTTP/1.0", "GET / HTTP/1.0\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
 		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
 			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},

@@ -26,6 +26,7 @@ type sock struct {
 	rerr    error
 	readFn  func(fd uintptr) bool // readStep, made once
 	wp      []byte
+	wv      [][]byte // Writev's buffers, in place of wp
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool // writeStep, made once
@@ -85,8 +86,24 @@ func (s *sock) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// Writev writes bufs in order, as Write writes one buffer, in a system
+// call a turn where one Write a buffer would take one each. What is
+// written is taken from bufs.
+func (s *sock) Writev(bufs [][]byte) (int, error) {
+	s.wv = bufs
+	n, err := s.Write(nil)
+	s.wv = nil
+	return n, err
+}
+
 func (s *sock) writeStep(fd uintptr) bool {
-	n, err := rawio.Write(fd, s.wp[s.wn:])
+	var n int
+	var err error
+	if s.wv != nil {
+		n, err = rawio.Writev(fd, s.wv)
+	} else {
+		n, err = rawio.Write(fd, s.wp[s.wn:])
+	}
 	s.wn += n
 	if err == syscall.EAGAIN {
 		return false
