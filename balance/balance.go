@@ -55,6 +55,7 @@ type Endpoint struct {
 
 	tuning *health.Config // normalised; nil means the defaults
 	factor float64        // 1/(1 + cost_weight x cost); 0 means 1 (no cost)
+	pos    int            // its index in the last Set built over it (NewSet); Set.indexOf checks it
 }
 
 // Health returns the health tuning requests to the endpoint are admitted
@@ -223,6 +224,7 @@ func NewSet(endpoints []*Endpoint, clock health.Clock, r Rand) *Set {
 	s := &Set{endpoints: endpoints, states: make([]slot, len(endpoints)), byName: make(map[string]int, len(endpoints)), clock: clock, rand: r, id: setIDs.Add(1)}
 	for i, ep := range endpoints {
 		s.byName[ep.Name] = i
+		ep.pos = i
 		s.states[i] = slot{State: ep.State, max: ep.MaxInflight, weight: int64(max(ep.Weight, 1))}
 	}
 	return s
@@ -240,6 +242,19 @@ func (s *Set) Get(name string) *Endpoint {
 		return s.endpoints[i]
 	}
 	return nil
+}
+
+// indexOf returns ep's index in the set, -1 when it is not in it: the
+// index the endpoint kept when the set was built, checked, else its
+// name looked up (an endpoint in two sets keeps the last one's).
+func (s *Set) indexOf(ep *Endpoint) int {
+	if i := ep.pos; i < len(s.endpoints) && s.endpoints[i] == ep {
+		return i
+	}
+	if i, ok := s.byName[ep.Name]; ok && s.endpoints[i] == ep {
+		return i
+	}
+	return -1
 }
 
 // Clock returns the set's clock.

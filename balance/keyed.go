@@ -85,18 +85,23 @@ func (k *Keyed) Build(s *Set) Picker {
 		// endpoints than table slots. Then the picker places at random.
 		return &keyedPicker{set: s}
 	}
-	if bnd, ok := pl.(*placement.Bounded); ok {
-		return &boundedPicker{set: s, bnd: bnd, ok: s.availableNamed}
-	}
-	// Ring, rendezvous and maglev name an owner by position, in their own
-	// order (maglev sorts its nodes): map it to the set's once, so that a
-	// pick finds the owner's endpoint without looking its name up.
+	// Every placer names an owner by position, in its own order (maglev
+	// sorts its nodes): map it to the set's once, so that a pick finds the
+	// owner's endpoint without looking its name up.
 	nodes := pl.Nodes()
-	p := &keyedPicker{set: s, placer: pl, index: pl.(placement.Indexer), at: make([]int32, len(nodes)), ok: s.availableNamed}
+	at := make([]int32, len(nodes))
 	for i, n := range nodes {
-		p.at[i] = int32(s.byName[n.Name])
+		at[i] = int32(s.byName[n.Name])
 	}
-	return p
+	if bnd, ok := pl.(*placement.Bounded); ok {
+		p := &boundedPicker{set: s, bnd: bnd, at: at, of: make([]int32, len(at))}
+		for i, j := range at {
+			p.of[j] = int32(i)
+		}
+		p.ok = p.available
+		return p
+	}
+	return &keyedPicker{set: s, placer: pl, index: pl.(placement.Indexer), at: at, ok: s.availableNamed}
 }
 
 type keyedPicker struct {
@@ -125,29 +130,38 @@ func (p *keyedPicker) Pick(r Request) (*Endpoint, error) {
 }
 
 // boundedPicker places by bounded loads: every pick acquires a unit of
-// the owner's load, which its Done gives back.
+// the owner's load, which its Done gives back. Its placer's membership
+// never changes (each build has its own), so positions stay valid.
 type boundedPicker struct {
 	set *Set
 	bnd *placement.Bounded
-	ok  func(string) bool // set.availableNamed
+	at  []int32          // the set's index of the placer's node i
+	of  []int32          // the placer's position of the set's endpoint j
+	ok  func(i int) bool // available, bound once so picks do not allocate
+}
+
+// available reports whether the placer's node i is available.
+func (p *boundedPicker) available(i int) bool {
+	st := &p.set.states[p.at[i]]
+	return st.Available(p.set.clock, st.max)
 }
 
 func (p *boundedPicker) Pick(r Request) (*Endpoint, error) {
 	// Every pick acquires, so that every Done releases what it took;
 	// key-less requests share the key "", which the bound spreads.
-	name, err := p.bnd.AcquireFunc(r.Key, p.ok)
+	i, err := p.bnd.AcquireIndex(r.Key, p.ok)
 	if err != nil {
 		return nil, ErrNoEndpoint
 	}
-	if ep := p.set.Get(name); ep != nil {
-		return ep, nil
-	}
-	p.bnd.Release(name)
-	return nil, ErrNoEndpoint
+	return p.set.endpoints[p.at[i]], nil
 }
 
 // Done gives the placer its unit back.
-func (p *boundedPicker) Done(ep *Endpoint) { p.bnd.Release(ep.Name) }
+func (p *boundedPicker) Done(ep *Endpoint) {
+	if j := p.set.indexOf(ep); j >= 0 {
+		p.bnd.ReleaseIndex(int(p.of[j]))
+	}
+}
 
 var _ Observer = (*boundedPicker)(nil)
 

@@ -184,22 +184,44 @@ func (b *Bounded) Acquire(key string) (string, error) { return b.AcquireFunc(key
 // when no node is acceptable, it returns ErrNoNodes.
 func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, error) {
 	s := b.snap.Load()
+	okAt := func(o int32) bool { return ok == nil || ok(s.ring.nodes[o].Name) }
+	o, err := b.acquire(s, key, okAt)
+	if err != nil {
+		return "", err
+	}
+	return s.ring.nodes[o].Name, nil
+}
+
+// AcquireIndex is AcquireFunc by position: ok is asked of a node's
+// position in Nodes(), and the position of the node that took the key is
+// returned, for a caller that keeps its own array of nodes (a balancer's
+// endpoints) and would otherwise look each name up on the way. Give the
+// unit back with ReleaseIndex while the membership is the same (Nodes
+// unchanged), else with Release.
+func (b *Bounded) AcquireIndex(key string, ok func(i int) bool) (int, error) {
+	o, err := b.acquire(b.snap.Load(), key, func(o int32) bool { return ok(int(o)) })
+	return int(o), err
+}
+
+// acquire walks s clockwise from key's hash to the first node ok accepts
+// that is under its bound, and counts a unit on it.
+func (b *Bounded) acquire(s *boundedSnap, key string, ok func(o int32) bool) (int32, error) {
 	if len(s.ring.hashes) == 0 {
-		return "", ErrNoNodes
+		return -1, ErrNoNodes
 	}
 	total := b.loads.total.Add(1)
 	start := s.ring.search(b.ring.opts.Hash.Sum(key))
 	fallback := int32(-1)
 	for step, i := 0, start; step < len(s.ring.hashes); step++ {
 		o := s.ring.owners[i]
-		if ok == nil || ok(s.ring.nodes[o].Name) {
+		if ok(o) {
 			if fallback < 0 {
 				fallback = o
 			}
 			c, limit := s.loads[o], b.bound(s, o, total)
 			for cur := c.Load(); cur >= 0 && cur < limit; cur = c.Load() {
 				if c.CompareAndSwap(cur, cur+1) {
-					return s.ring.nodes[o].Name, nil
+					return o, nil
 				}
 			}
 		}
@@ -209,18 +231,31 @@ func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, er
 	}
 	if fallback < 0 {
 		b.loads.total.Add(-1)
-		return "", ErrNoNodes
+		return -1, ErrNoNodes
 	}
 	// Every acceptable node was at its bound: only possible while other
 	// goroutines race this one, or when most nodes are unacceptable.
 	s.loads[fallback].Add(1)
-	return s.ring.nodes[fallback].Name, nil
+	return fallback, nil
 }
 
 // Release gives back one unit acquired on node name. It reports false, and
 // changes nothing, when the node has left or holds no units.
-func (b *Bounded) Release(name string) bool {
-	c := b.snap.Load().byName[name]
+func (b *Bounded) Release(name string) bool { return b.release(b.snap.Load().byName[name]) }
+
+// ReleaseIndex gives back one unit acquired with AcquireIndex on the node
+// at position i of Nodes(), the membership unchanged since. It reports
+// false, and changes nothing, when there is no such node or it holds no
+// units.
+func (b *Bounded) ReleaseIndex(i int) bool {
+	loads := b.snap.Load().loads
+	if i < 0 || i >= len(loads) {
+		return false
+	}
+	return b.release(loads[i])
+}
+
+func (b *Bounded) release(c *atomic.Int64) bool {
 	if c == nil {
 		return false
 	}

@@ -198,3 +198,46 @@ func TestBoundedWithNodesSharesLoadsAndLeavesTheOriginal(t *testing.T) {
 		t.Fatalf("totals %d and %d, want both 30", b.Total(), d.Total())
 	}
 }
+
+// AcquireIndex and ReleaseIndex are AcquireFunc and Release by position:
+// the same keys, acceptances and releases on two placers, one by name and
+// one by position, choose the same nodes and leave the same loads; a
+// position that is not a node releases nothing.
+func TestBoundedByIndexIsByName(t *testing.T) {
+	ns := nodes(letters(7)...)
+	byName, _ := placement.NewBounded(ns, placement.BoundedOptions{Epsilon: 0.2})
+	byIndex, _ := placement.NewBounded(ns, placement.BoundedOptions{Epsilon: 0.2})
+	order := byIndex.Nodes()
+	down := func(name string) bool { return name == "c" || name == "f" }
+	var held []int
+	for i, k := range placement.Keys(3000) {
+		want, err := byName.AcquireFunc(k, func(name string) bool { return !down(name) })
+		must(t, err)
+		j, err := byIndex.AcquireIndex(k, func(j int) bool { return !down(order[j].Name) })
+		must(t, err)
+		if order[j].Name != want {
+			t.Fatalf("key %s: by position %s, by name %s", k, order[j].Name, want)
+		}
+		held = append(held, j)
+		if i%3 == 2 { // give back the oldest held, both ways
+			byName.Release(order[held[0]].Name)
+			if !byIndex.ReleaseIndex(held[0]) {
+				t.Fatalf("ReleaseIndex(%d) of a unit held: false", held[0])
+			}
+			held = held[1:]
+		}
+	}
+	for _, n := range order {
+		if a, b := byName.Load(n.Name), byIndex.Load(n.Name); a != b {
+			t.Errorf("node %s holds %d by name, %d by position", n.Name, a, b)
+		}
+	}
+	if byName.Total() != byIndex.Total() {
+		t.Errorf("total %d by name, %d by position", byName.Total(), byIndex.Total())
+	}
+	for _, i := range []int{-1, len(order)} {
+		if byIndex.ReleaseIndex(i) {
+			t.Errorf("ReleaseIndex(%d), no such node: true", i)
+		}
+	}
+}
