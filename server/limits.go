@@ -26,9 +26,6 @@ type limits struct {
 }
 
 func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 2 {
-		growStack(0)
-	}
 	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
 		// RFC 9112, 6.1: after a request framed by both Content-Length and
 		// Transfer-Encoding the connection must close, or a hop that
@@ -70,18 +67,4 @@ func (l *limits) refuse(w http.ResponseWriter, r *http.Request, status int, reas
 		Listener: l.listener, Kind: kind, Status: status, Reason: reason, Method: r.Method, Host: r.Host,
 		Path: r.URL.Path, Client: r.RemoteAddr, Start: time.Now(),
 	})
-}
-
-// growStack grows the calling goroutine's stack to 16 KiB at once: the
-// HTTP/2 server (proxy/h2) runs each request on a goroutine of its own, whose stack of
-// a few KiB grew as the request went down through rotor, each growth
-// copying the stack frame by frame, a tenth of an HTTP/2 request's CPU.
-// Grown here, near the stack's base, the copy is of a few frames and the
-// request then fits (CockroachDB's growstack does the same).
-//
-//go:noinline
-func growStack(i int) byte {
-	var b [8 << 10]byte
-	b[i] = 1
-	return b[(i+1)%len(b)]
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -828,5 +829,60 @@ func TestRefusedHeadersThenData(t *testing.T) {
 	r.headers(3, true, request(s.addr, "GET", "/")...)
 	if st := r.status(3); st != "200" {
 		t.Fatalf("the next stream: %s", st)
+	}
+}
+
+// A connection's streams run on workers it keeps: requests in turn run on
+// one goroutine, and a quarter second after its last stream ended the
+// connection holds none, so the next request starts a new one.
+func TestWorkersKeptWhileTheConnectionIsBusy(t *testing.T) {
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64)
+		fmt.Fprintf(w, "%s", bytes.Fields(buf[:runtime.Stack(buf, false)])[1]) // "goroutine N [running]"
+	}), nil)
+	c := s.client(t)
+	var ids []string
+	for i := range 3 {
+		if i > 0 {
+			// The last one's worker waits for the next stream.
+			waitFor(t, "a spare worker", func() bool { return spares() == 1 })
+		}
+		_, body := get(t, c, s.url("/id"))
+		ids = append(ids, string(body))
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("three requests in turn ran on goroutines %v: want one worker for all", ids)
+	}
+	waitFor(t, "no worker on a connection idle for the linger", func() bool { return workers() == 0 })
+	if _, body := get(t, c, s.url("/id")); string(body) == ids[0] {
+		t.Fatalf("a request after the linger ran on worker %s, which should have ended", body)
+	}
+}
+
+// workers counts the goroutines serving or waiting to serve streams;
+// spares, those waiting.
+func workers() int { w, _ := countWorkers(); return w }
+func spares() int  { _, s := countWorkers(); return s }
+
+func countWorkers() (all, waiting int) {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "h2.(*conn).work(") {
+			all++
+			// Waiting: work itself is the top of its stack.
+			if lines := strings.SplitN(g, "\n", 3); len(lines) > 1 && strings.Contains(lines[1], "h2.(*conn).work(") {
+				waiting++
+			}
+		}
+	}
+	return all, waiting
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5 s for %s", what)
+		}
 	}
 }

@@ -194,6 +194,8 @@ type conn struct {
 	goingAway  bool   // GOAWAY sent: no new streams
 	closing    bool
 	idleTimer  *time.Timer
+	spare      []chan handlerTask // workers waiting for a stream (startHandler)
+	spareTimer *time.Timer        // ends them spareLinger after the last stream
 }
 
 func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) *conn {
@@ -292,8 +294,12 @@ func (c *conn) serve() {
 	defer func() {
 		c.mu.Lock()
 		c.closing = true
+		c.releaseSpareLocked()
 		if c.idleTimer != nil {
 			c.idleTimer.Stop()
+		}
+		if c.spareTimer != nil {
+			c.spareTimer.Stop()
 		}
 		for _, st := range c.streams {
 			st.resetLocked(errConnClosed)

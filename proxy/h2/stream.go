@@ -111,8 +111,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.idleTimer.Stop()
 	}
 	c.mu.Unlock()
-	c.handlers.Add(1)
-	go c.runHandler(w, req)
+	c.startHandler(w, req)
 	return nil
 }
 
