@@ -162,6 +162,12 @@ func TestBodyLimits(t *testing.T) {
 	if resp.StatusCode != 413 || !closed {
 		t.Fatalf("Content-Length 5000 over 1000: %d closed %v, want 413", resp.StatusCode, closed)
 	}
+	// Over the limit and sent whole with its head (a body in hand, which
+	// is not wrapped in the limits' reader): refused by its length.
+	resp, _, _ = rawExchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n"+strings.Repeat("y", 1001))
+	if resp.StatusCode != 413 {
+		t.Fatalf("a whole body of 1001 over 1000: %d, want 413", resp.StatusCode)
+	}
 	// Chunked past the limit: cut while read.
 	big := strings.Repeat("x", 1500)
 	resp, _, _ = rawExchange(t, addr, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(big), big))
@@ -188,10 +194,14 @@ func TestBodyLimits(t *testing.T) {
 	if s.Failures != 0 {
 		t.Fatalf("the endpoint was charged %d failures for the clients' bodies", s.Failures)
 	}
-	// A body under the limits passes.
+	// A body under the limits passes, and one at the limit.
 	resp, body, _ := rawExchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
 	if resp.StatusCode != 200 || body != "a" {
 		t.Fatalf("a small body: %d %q", resp.StatusCode, body)
+	}
+	resp, body, _ = rawExchange(t, addr, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"+strings.Repeat("y", 1000))
+	if resp.StatusCode != 200 || body != "a" {
+		t.Fatalf("a whole body at the limit: %d %q", resp.StatusCode, body)
 	}
 }
 

@@ -47,7 +47,9 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.refuse(w, r, http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
-	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect {
+	// A body in hand is within max_body (its length was checked above)
+	// and has no read left to time.
+	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect && !h1.BodyInHand(r) {
 		r.Body = proxy.LimitBody(r.Body, l.maxBody, l.bodyTimeout, http.NewResponseController(w).SetReadDeadline)
 	}
 	l.next.ServeHTTP(w, r)

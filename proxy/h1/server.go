@@ -528,6 +528,15 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 // wholeBody is a request body that came whole with its head.
 type wholeBody struct{ b []byte }
 
+// BodyInHand reports whether r's body came whole with its head, the
+// short way: it is r.ContentLength bytes already read, and reading it
+// waits for nothing, so a bound on its size or on the time between its
+// reads has nothing left to hold.
+func BodyInHand(r *http.Request) bool {
+	_, ok := r.Body.(*wholeBody)
+	return ok
+}
+
 func (w *wholeBody) Read(p []byte) (int, error) {
 	if len(w.b) == 0 {
 		return 0, io.EOF

@@ -607,7 +607,8 @@ func TestServerCloseCutsBusyHandlers(t *testing.T) {
 // connection stays on it for the requests after), and is the request's
 // own: read after the handler returned, when the connection's buffer has
 // the next request in it, it is still what was sent. One that does not
-// fit in the buffer goes to net/http's server.
+// fit in the buffer goes to net/http's server. BodyInHand tells the
+// two apart.
 func TestServerServesBodiesWithTheirHead(t *testing.T) {
 	testtool.NeedsRaw(t)
 	kept := make(chan io.ReadCloser, 1)
@@ -617,15 +618,15 @@ func TestServerServesBodiesWithTheirHead(t *testing.T) {
 		} else {
 			io.Copy(io.Discard, r.Body)
 		}
-		fmt.Fprintf(w, "%T %d", w, r.ContentLength)
+		fmt.Fprintf(w, "%T %d %v", w, r.ContentLength, h1.BodyInHand(r))
 	})})
 	c, br := dial(t, addr)
 	body := strings.Repeat("b", 1000)
 	for _, step := range []struct{ req, want string }{
-		{"POST /keep HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n" + body, "*h1.response 1000"},
-		{"GET / HTTP/1.1\r\nHost: a\r\nX-Fill: " + strings.Repeat("z", 1500) + "\r\n\r\n", "*h1.response 0"},
-		{"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "*h1.response 3"},
-		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*http.response 5000"},
+		{"POST /keep HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n" + body, "*h1.response 1000 true"},
+		{"GET / HTTP/1.1\r\nHost: a\r\nX-Fill: " + strings.Repeat("z", 1500) + "\r\n\r\n", "*h1.response 0 false"},
+		{"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "*h1.response 3 true"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*http.response 5000 false"},
 	} {
 		io.WriteString(c, step.req)
 		if _, got := readAnswer(t, br); got != step.want {
