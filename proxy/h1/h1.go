@@ -338,6 +338,7 @@ func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool,
 	c.sendFn = c.sendStep
 	c.cutFn = c.cut
 	c.unhookFn = c.unhook
+	c.peekFn = c.peekStep
 	return c, false, nil
 }
 
@@ -453,6 +454,10 @@ type conn struct {
 	// made, with what it holds, on every request).
 	sendFn func(fd uintptr) bool
 	cutFn  func() // cut, made once
+	// gone's look at the socket, made once (peek's closure, and what it
+	// sets, would be made on every request with a body), and its result.
+	peekFn  func(fd uintptr)
+	peekErr error
 	// The request's cancel hook while the exchange holds it, and unhook,
 	// made once.
 	hook     *cancelHook
@@ -555,9 +560,14 @@ func (c *conn) gone() bool {
 	if c.rc == nil {
 		return false
 	}
-	_, err := peek(c.rc)
-	return err != syscall.EAGAIN
+	c.peekErr = nil
+	if err := c.rc.Control(c.peekFn); err != nil {
+		return true // closed
+	}
+	return c.peekErr != syscall.EAGAIN
 }
+
+func (c *conn) peekStep(fd uintptr) { _, c.peekErr = rawio.Peek(fd) }
 
 // peek looks at rc's socket without taking from it or waiting: n is 1
 // when a byte is there, 0 with no error at its end; EAGAIN when nothing
