@@ -5,6 +5,8 @@ package rawio
 import (
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Read reads from fd into p, again while the call is interrupted (EINTR).
@@ -37,19 +39,8 @@ func Send(fd uintptr, p []byte) (int, error) {
 // again while the call is interrupted; empty buffers are skipped, and at
 // most MaxVec are sent in a call.
 func Sendv(fd uintptr, bufs [][]byte) (int, error) {
-	var iov [MaxVec]syscall.Iovec
-	k := 0
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		if k == MaxVec {
-			break
-		}
-		iov[k].Base = unsafe.SliceData(b)
-		iov[k].SetLen(len(b))
-		k++
-	}
+	var iov [MaxVec]unix.Iovec
+	k := iovecs(&iov, bufs)
 	if k == 0 {
 		return 0, nil
 	}

@@ -37,23 +37,15 @@ func Send(fd uintptr, p []byte) (int, error) {
 // the socket takes part).
 func Sendv(fd uintptr, bufs [][]byte) (int, error) {
 	var iov [MaxVec]unix.Iovec
-	k := 0
-	for _, b := range bufs {
-		if len(b) == 0 {
-			continue
-		}
-		if k == MaxVec {
-			break
-		}
-		iov[k].Base = unsafe.SliceData(b)
-		iov[k].SetLen(len(b))
-		k++
-	}
+	k := iovecs(&iov, bufs)
 	if k == 0 {
 		return 0, nil
 	}
 	msg := unix.Msghdr{Iov: &iov[0]}
 	msg.SetIovlen(k)
+	// call's loop, written out: the pointer must become a uintptr in the
+	// system call's own arguments, or a stack that moves in between would
+	// leave it pointing at the old one.
 	for {
 		r, _, errno := syscall.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), syscall.MSG_NOSIGNAL)
 		switch errno {

@@ -15,19 +15,7 @@ import (
 // once the socket is empty, and 0 at its end; Send to a peer gone is
 // EPIPE, and no SIGPIPE ends the test.
 func TestReadWrite(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range fds {
-		if err := syscall.SetNonblock(fd, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	defer syscall.Close(fds[0])
-	defer syscall.Close(fds[1])
-	r, w := uintptr(fds[0]), uintptr(fds[1])
+	r, w := pair(t)
 
 	msg := bytes.Repeat([]byte("rotor "), 100)
 	if n, err := Write(w, msg); n != len(msg) || err != nil {
@@ -50,7 +38,7 @@ func TestReadWrite(t *testing.T) {
 		t.Fatalf("Send to a full socket: %d, %v; want 0 and EAGAIN", n, err)
 	}
 
-	if err := syscall.Shutdown(fds[1], syscall.SHUT_WR); err != nil {
+	if err := syscall.Shutdown(int(w), syscall.SHUT_WR); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -72,6 +60,22 @@ func TestReadWrite(t *testing.T) {
 	if _, err := Send(uintptr(gone[1]), msg); err != syscall.EPIPE {
 		t.Fatalf("Send to a peer gone: %v, want EPIPE", err)
 	}
+}
+
+// pair returns the two ends of a non-blocking socket pair, closed when
+// the test ends.
+func pair(t *testing.T) (r, w uintptr) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		t.Cleanup(func() { syscall.Close(fd) })
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return uintptr(fds[0]), uintptr(fds[1])
 }
 
 // BenchmarkExchange: a 100-byte message written to one end of a loopback
@@ -167,18 +171,7 @@ func TestPeek(t *testing.T) {
 // picks up from there once the reader has drained it. What arrives is the
 // buffers joined, byte for byte; Sendv to a peer gone is EPIPE.
 func TestWritev(t *testing.T) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fd := range fds {
-		if err := syscall.SetNonblock(fd, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer syscall.Close(fds[0])
-	defer syscall.Close(fds[1])
-	r, w := uintptr(fds[0]), uintptr(fds[1])
+	r, w := pair(t)
 
 	small := [][]byte{[]byte("3\r\n"), nil, []byte("abc"), []byte("\r\n"), []byte("0"), []byte("\r\n\r\n")}
 	want := []byte("3\r\nabc\r\n0\r\n\r\n")

@@ -2,7 +2,12 @@
 
 package rawio
 
-import "syscall"
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // Supported: this system's sockets can be read and written raw.
 const Supported = true
@@ -24,6 +29,24 @@ func Write(fd uintptr, p []byte) (int, error) {
 
 // MaxVec is the most buffers Sendv sends in one call.
 const MaxVec = 4
+
+// iovecs points iov at bufs' non-empty buffers, MaxVec at the most, and
+// returns how many it took: Sendv's vector.
+func iovecs(iov *[MaxVec]unix.Iovec, bufs [][]byte) int {
+	k := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if k == MaxVec {
+			break
+		}
+		iov[k].Base = unsafe.SliceData(b)
+		iov[k].SetLen(len(b))
+		k++
+	}
+	return k
+}
 
 // Writev writes bufs to fd, in order, until all of them are written,
 // again while a call is interrupted; it stops at any other error (EAGAIN:
