@@ -184,7 +184,7 @@ func (b *Bounded) Acquire(key string) (string, error) { return b.AcquireFunc(key
 // when no node is acceptable, it returns ErrNoNodes.
 func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, error) {
 	s := b.snap.Load()
-	okAt := func(o int32) bool { return ok == nil || ok(s.ring.nodes[o].Name) }
+	okAt := func(o int) bool { return ok == nil || ok(s.ring.nodes[o].Name) }
 	o, err := b.acquire(s, key, okAt)
 	if err != nil {
 		return "", err
@@ -199,13 +199,13 @@ func (b *Bounded) AcquireFunc(key string, ok func(name string) bool) (string, er
 // unit back with ReleaseIndex while the membership is the same (Nodes
 // unchanged), else with Release.
 func (b *Bounded) AcquireIndex(key string, ok func(i int) bool) (int, error) {
-	o, err := b.acquire(b.snap.Load(), key, func(o int32) bool { return ok(int(o)) })
+	o, err := b.acquire(b.snap.Load(), key, ok)
 	return int(o), err
 }
 
 // acquire walks s clockwise from key's hash to the first node ok accepts
 // that is under its bound, and counts a unit on it.
-func (b *Bounded) acquire(s *boundedSnap, key string, ok func(o int32) bool) (int32, error) {
+func (b *Bounded) acquire(s *boundedSnap, key string, ok func(i int) bool) (int32, error) {
 	if len(s.ring.hashes) == 0 {
 		return -1, ErrNoNodes
 	}
@@ -214,7 +214,7 @@ func (b *Bounded) acquire(s *boundedSnap, key string, ok func(o int32) bool) (in
 	fallback := int32(-1)
 	for step, i := 0, start; step < len(s.ring.hashes); step++ {
 		o := s.ring.owners[i]
-		if ok(o) {
+		if ok(int(o)) {
 			if fallback < 0 {
 				fallback = o
 			}

@@ -19,9 +19,6 @@ func Send(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
 // Write fails: see Supported.
 func Write(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
 
-// MaxVec is the most buffers Sendv sends in one call.
-const MaxVec = 4
-
 // Sendv fails: see Supported.
 func Sendv(fd uintptr, bufs [][]byte) (int, error) { return 0, errUnsupported }
 

@@ -845,7 +845,7 @@ func TestWorkersKeptWhileTheConnectionIsBusy(t *testing.T) {
 	for i := range 3 {
 		if i > 0 {
 			// The last one's worker waits for the next stream.
-			waitFor(t, "a spare worker", func() bool { return spares() == 1 })
+			testtool.Eventually(t, 5*time.Second, "a spare worker", func() bool { return spares() == 1 })
 		}
 		_, body := get(t, c, s.url("/id"))
 		ids = append(ids, string(body))
@@ -853,7 +853,7 @@ func TestWorkersKeptWhileTheConnectionIsBusy(t *testing.T) {
 	if ids[0] != ids[1] || ids[1] != ids[2] {
 		t.Fatalf("three requests in turn ran on goroutines %v: want one worker for all", ids)
 	}
-	waitFor(t, "no worker on a connection idle for the linger", func() bool { return workers() == 0 })
+	testtool.Eventually(t, 5*time.Second, "no worker on a connection idle for the linger", func() bool { return workers() == 0 })
 	if _, body := get(t, c, s.url("/id")); string(body) == ids[0] {
 		t.Fatalf("a request after the linger ran on worker %s, which should have ended", body)
 	}
@@ -876,13 +876,4 @@ func countWorkers() (all, waiting int) {
 		}
 	}
 	return all, waiting
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 5 s for %s", what)
-		}
-	}
 }
