@@ -428,7 +428,16 @@ func (c *conn) work(t handlerTask) {
 	for {
 		c.runHandler(t.w, t.req)
 		c.mu.Lock()
-		if c.closing || len(c.spare) >= int(c.s.maxStreams()) {
+		if c.closing {
+			c.mu.Unlock()
+			return
+		}
+		if c.running == 0 {
+			// The last stream ended: the spares, this one or those
+			// before it, go after the linger.
+			c.armSpareLocked()
+		}
+		if len(c.spare) >= int(c.s.maxStreams()) {
 			c.mu.Unlock()
 			return
 		}
@@ -436,9 +445,6 @@ func (c *conn) work(t handlerTask) {
 			ch = make(chan handlerTask, 1)
 		}
 		c.spare = append(c.spare, ch)
-		if c.running == 0 {
-			c.armSpareLocked()
-		}
 		c.mu.Unlock()
 		if t = <-ch; t.w == nil {
 			return
