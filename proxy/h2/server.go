@@ -32,6 +32,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,8 @@ type conn struct {
 	// maxFrame is the client's SETTINGS_MAX_FRAME_SIZE, capped at the
 	// write buffer.
 	maxFrame atomic.Int32
+	// live is running, read without mu: writeThen's gather.
+	live atomic.Int32
 
 	// Stream state, under mu.
 	mu         sync.Mutex
@@ -610,7 +613,17 @@ func (c *conn) onIdle() {
 // write runs frames, which writes frames to the connection's buffer,
 // under the write lock, and flushes unless another writer is waiting for
 // the lock, which will flush for both.
-func (c *conn) write(frames func() error) error {
+func (c *conn) write(frames func() error) error { return c.writeThen(frames, false) }
+
+// writeThen is write; with gather set, a writer that would flush while
+// other streams' handlers run first lets the goroutines ready to run
+// have their turn (runtime.Gosched), and flushes only if none of them
+// has, or is about to: answers that become ready together (a client's
+// streams sent in one burst, their backends' answers read in one poll)
+// leave in one write and one TLS record, where each took its own, as
+// nginx's event loop writes once for all it handled in one turn. When
+// nothing else is ready to run the turn comes straight back.
+func (c *conn) writeThen(frames func() error, gather bool) error {
 	c.writers.Add(1)
 	c.wmu.Lock()
 	err := c.werr
@@ -618,7 +631,19 @@ func (c *conn) write(frames func() error) error {
 		c.deadlineLocked()
 		err = frames()
 	}
-	if c.writers.Add(-1) == 0 && c.wbuf != nil {
+	if c.writers.Add(-1) == 0 && c.wbuf != nil && err == nil && gather && c.live.Load() > 1 {
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+		if c.writers.Load() != 0 || c.wbuf == nil {
+			// Another writer holds or waits for the lock and will
+			// flush, or one has flushed already.
+			err = c.werr
+			c.wmu.Unlock()
+			return err
+		}
+	}
+	if c.writers.Load() == 0 && c.wbuf != nil {
 		if err == nil {
 			err = c.flushBuf()
 		}

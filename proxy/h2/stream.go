@@ -107,6 +107,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.remoteDone = f.StreamEnded()
 	c.streams[id] = st
 	c.running++
+	c.live.Add(1)
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}

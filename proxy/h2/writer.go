@@ -236,7 +236,7 @@ func (w *responseWriter) send(data []byte, end bool) error {
 		last := end && len(data) == 0
 		head := w.headFields(chunk, last)
 		gone := false
-		err := c.write(func() error {
+		err := c.writeThen(func() error {
 			// A reset stream gets nothing more (its RST_STREAM is
 			// written under this lock too). A last write marks the
 			// stream ended before its frames go (they are flushed
@@ -278,7 +278,7 @@ func (w *responseWriter) send(data []byte, end bool) error {
 				return c.writeHeaders(st.id, trailers, true)
 			}
 			return nil
-		})
+		}, true)
 		switch {
 		case err != nil:
 			w.err = err
@@ -358,6 +358,7 @@ func (w *responseWriter) finish(cut bool) {
 	c.mu.Lock()
 	st.handlerDone = true
 	c.running--
+	c.live.Add(-1)
 	if c.running == 0 {
 		c.refused = 0
 	}
