@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,6 +107,7 @@ func TestSmallAnswer(t *testing.T) {
 	req.Header.Add("Cookie", "b=2")
 	req.Header.Set("X-Many", "1")
 	req.Header.Add("X-Many", "2")
+	req.Header.Set("X-After", "z")
 	resp, err := s.client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +123,8 @@ func TestSmallAnswer(t *testing.T) {
 	}
 	if got.Method != "GET" || got.URL.Path != "/a/b" || got.URL.RawQuery != "q=1" || got.RequestURI != "/a/b?q=1" ||
 		got.Host != s.addr || got.Proto != "HTTP/2.0" || got.TLS == nil || got.RemoteAddr == "" ||
-		got.Header.Get("Cookie") != "a=1; b=2" || len(got.Header["X-Many"]) != 2 || got.Body != http.NoBody {
+		got.Header.Get("Cookie") != "a=1; b=2" || !slices.Equal(got.Header["X-Many"], []string{"1", "2"}) ||
+		got.Header.Get("X-After") != "z" || got.Body != http.NoBody {
 		t.Fatalf("request %+v", got)
 	}
 	if got.Context().Value(http.ServerContextKey) != s.hs {

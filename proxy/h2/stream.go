@@ -98,8 +98,6 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if err != nil {
 		return err
 	}
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
-	req = req.WithContext(st.ctx)
 	w := &responseWriter{st: st, req: req, cl: -1}
 	c.mu.Lock()
 	st.sendWindow = c.initWindow
@@ -215,8 +213,12 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 	}
 	regular := f.RegularFields()
 	header := make(http.Header, len(regular))
+	// One array holds a value of every name, each name's slice a
+	// piece of it capped at its end (net/textproto does the same): a
+	// name's second value goes to a slice of its own.
+	values := make([]string, len(regular))
 	var cookies []string
-	for _, hf := range regular {
+	for i, hf := range regular {
 		if connectionHeaders[hf.Name] || hf.Name == "te" && hf.Value != "trailers" {
 			return nil, bad
 		}
@@ -225,7 +227,12 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 			continue
 		}
 		key := textproto.CanonicalMIMEHeaderKey(hf.Name)
-		header[key] = append(header[key], hf.Value)
+		if vv, ok := header[key]; ok {
+			header[key] = append(vv, hf.Value)
+			continue
+		}
+		values[i] = hf.Value
+		header[key] = values[i : i+1 : i+1]
 	}
 	if len(cookies) > 0 {
 		header["Cookie"] = []string{strings.Join(cookies, "; ")}
@@ -234,7 +241,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 		authority = header.Get("Host")
 	}
 
-	req := &http.Request{
+	req := &http.Request{ // on the stack: WithContext copies it out
 		Method:     method,
 		Proto:      "HTTP/2.0",
 		ProtoMajor: 2,
@@ -276,7 +283,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 			return nil, bad
 		}
 		req.Body = http.NoBody
-		return req, nil
+		return c.withContext(st, req), nil
 	}
 	req.ContentLength = st.declared
 	if names := header["Trailer"]; len(names) > 0 {
@@ -298,7 +305,14 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 		delete(header, "Expect")
 	}
 	req.Body = &requestBody{st: st}
-	return req, nil
+	return c.withContext(st, req), nil
+}
+
+// withContext gives the stream its context, which its reset or the
+// connection's end cancels, and returns req with it.
+func (c *conn) withContext(st *stream, req *http.Request) *http.Request {
+	st.ctx, st.cancel = context.WithCancel(c.ctx)
+	return req.WithContext(st.ctx)
 }
 
 func validMethod(m string) bool {
