@@ -20,12 +20,15 @@
 # http listener; "redis" adds redis-benchmark SET and GET -c 50
 # through the tcp listener to a redis-server, which it then needs);
 # LIB_ROUNDS (default ROUNDS) sets the library's
-# rounds.
+# rounds. CORES=2 gives each rotor both cores (GOMAXPROCS=2), shared with
+# the load and the backends (wrk -t2, h2load -t2), as peers.sh's two-core
+# run does.
 # Usage: bash bench/compare.sh [BASE] > bench/out/compare.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/setup.sh
 needs wrk h2load openssl taskset git
+pin_cores
 BASE=${1:-main}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-50}
@@ -53,12 +56,12 @@ git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
 go build -o "$out/rotor-new" ./cmd/rotor
 go test -c -o "$out/balance-new.test" ./balance
 go build -o "$out/upstream" ./bench/upstream
-taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
+taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
 selfsigned
 if [[ " $PATHS " == *" redis "* ]]; then
 	needs redis-server redis-benchmark
-	taskset -c 1 redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+	taskset -c $load redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
 fi
 
 # config NAME HTTP TCP FORWARD H2 REDIS: the same config on other ports.
@@ -94,9 +97,9 @@ if [ "$PROXIES" = 1 ]; then
 	config base 18300 18301 18302 18303 18304
 	config new 18310 18311 18312 18313 18314
 	declare -A pid
-	GOMAXPROCS=1 taskset -c 0 "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
+	GOMAXPROCS=$CORES taskset -c $pin "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
 	pid[base]=$!
-	GOMAXPROCS=1 taskset -c 0 "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
+	GOMAXPROCS=$CORES taskset -c $pin "$out/rotor-new" serve --config "$out/new.yaml" 2>"$out/new.log" & pids+=($!)
 	pid[new]=$!
 	hz=$(getconf CLK_TCK)
 	# ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
@@ -119,7 +122,7 @@ LUA
 	# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms requests".
 	run() {
 		local file="$out/wrk-$1-$2-$round.txt"
-		taskset -c 1 wrk -t1 -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
 		if grep -qE 'Non-2xx|Socket errors' "$file"; then
 			echo "$1 $2: errors in $file" >&2
 			grep -E 'Non-2xx|Socket errors' "$file" >&2
@@ -130,7 +133,7 @@ LUA
 	# run_h2 SIDE PORT: one h2load run over TLS; prints "rps - requests" (no p99).
 	run_h2() {
 		local file="$out/h2load-$1-$round.txt"
-		taskset -c 1 h2load -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
+		taskset -c $load h2load -t "$CORES" -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
 		awk '/^finished in/ {sub(/,/, "", $4); rps=$4} /^requests:/ {n=$8} END {print rps, "-", n}' "$file"
 	}
 
@@ -138,7 +141,7 @@ LUA
 	# listener; prints "rps - requests" (the mean of the two rates).
 	run_redis() {
 		local file="$out/redis-$1-$round.txt"
-		taskset -c 1 redis-benchmark -p "$2" -n "$REDIS_REQUESTS" -c "$CONNS" -t set,get -q > "$file"
+		taskset -c $load redis-benchmark -p "$2" -n "$REDIS_REQUESTS" -c "$CONNS" -t set,get -q > "$file"
 		tr '\r' '\n' < "$file" | awk -v n="$REDIS_REQUESTS" '/requests per second/ {sum += $2; k++} END {printf "%.0f - %d\n", sum / k, n * k}'
 	}
 
@@ -173,7 +176,7 @@ LUA
 	done
 
 	echo "rotor serve, $BASE ($(git rev-parse --short "$BASE")) against the working tree, one run, $ROUNDS rounds taking turns"
-	echo "wrk -t1 -c$CONNS -d$DURATION --latency (h2: h2load -n $H2REQUESTS -c 20 -m 10 over TLS) on core 1; each rotor GOMAXPROCS=1 on core 0; medians"
+	echo "wrk -t$CORES -c$CONNS -d$DURATION --latency (h2: h2load -t $CORES -n $H2REQUESTS -c 20 -m 10 over TLS) on cores $load; each rotor GOMAXPROCS=$CORES on cores $pin; medians"
 	echo "(CPU us: the rotor's user and system time over the run, a request; CPU ratio: the median of the paired new/base ratios)"
 	echo
 	printf "%-8s %12s %12s %8s %14s %12s %12s %12s %12s %10s\n" path "base req/s" "new req/s" ratio "ratio range" "base p99 ms" "new p99 ms" "base CPU us" "new CPU us" "CPU ratio"
