@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"github.com/spf13/cobra"
@@ -14,7 +15,7 @@ import (
 )
 
 func newServeCmd() *cobra.Command {
-	var path, cpuProfile string
+	var path, cpuProfile, allocProfile string
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE",
 		Short: "Run the HTTP reverse proxy and TCP proxy described by a config file",
@@ -43,6 +44,17 @@ and exits 0.`,
 				}
 				defer stop()
 			}
+			if allocProfile != "" {
+				f, err := os.Create(allocProfile)
+				if err != nil {
+					return fmt.Errorf("--alloc-profile: %w", err)
+				}
+				defer func() {
+					runtime.GC() // the profile counts up to the last collection
+					_ = pprof.Lookup("allocs").WriteTo(f, 0)
+					f.Close()
+				}()
+			}
 			s, err := server.New(path, os.Getenv, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -52,6 +64,7 @@ and exits 0.`,
 	}
 	cmd.Flags().StringVar(&path, "config", "", "the config file (YAML)")
 	cmd.Flags().StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile (go tool pprof) of the whole run to this file")
+	cmd.Flags().StringVar(&allocProfile, "alloc-profile", "", "write what the whole run allocated, sampled (go tool pprof -sample_index=alloc_space), to this file as rotor exits")
 	return cmd
 }
 

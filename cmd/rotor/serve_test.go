@@ -47,8 +47,9 @@ listeners: [{name: web, kind: http, listen: %q, pool: app}]
 pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 `, web, backend.URL)), 0o600)
 	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	allocs := filepath.Join(t.TempDir(), "allocs.pprof")
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "ROTOR_TEST_MAIN=serve\x1f--config\x1f"+cfg+"\x1f--cpu-profile\x1f"+profile)
+	cmd.Env = append(os.Environ(), "ROTOR_TEST_MAIN=serve\x1f--config\x1f"+cfg+"\x1f--cpu-profile\x1f"+profile+"\x1f--alloc-profile\x1f"+allocs)
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -94,19 +95,23 @@ pools: [{name: app, endpoints: [{name: a, url: %q}]}]
 	if !strings.Contains(logs.String(), "shutting down") || !strings.Contains(logs.String(), "msg=reloaded generation=2") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}
-	// The profile was written out on the way down: a gzipped protobuf.
-	if b, err := os.ReadFile(profile); err != nil || len(b) < 64 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Fatalf("--cpu-profile wrote %d bytes (%v), want a gzipped profile", len(b), err)
+	// The profiles were written out on the way down: gzipped protobufs.
+	for flag, path := range map[string]string{"--cpu-profile": profile, "--alloc-profile": allocs} {
+		if b, err := os.ReadFile(path); err != nil || len(b) < 64 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Fatalf("%s wrote %d bytes (%v), want a gzipped profile", flag, len(b), err)
+		}
 	}
 }
 
-func TestServeCPUProfileUnwritable(t *testing.T) {
+func TestServeProfileUnwritable(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
 	_ = os.WriteFile(cfg, []byte("admin: {listen: \"off\"}\nlisteners: [{name: web, kind: http, listen: \"127.0.0.1:0\", pool: app}]\npools: [{name: app, endpoints: [{name: a, url: \"http://127.0.0.1:1\"}]}]\n"), 0o600)
-	var stderr strings.Builder
-	code := run([]string{"serve", "--config", cfg, "--cpu-profile", filepath.Join(t.TempDir(), "no", "such", "dir", "cpu.pprof")}, strings.NewReader(""), io.Discard, &stderr)
-	if code == 0 || !strings.Contains(stderr.String(), "--cpu-profile:") {
-		t.Fatalf("exit %d, stderr %q: want an error naming --cpu-profile", code, stderr.String())
+	for _, flag := range []string{"--cpu-profile", "--alloc-profile"} {
+		var stderr strings.Builder
+		code := run([]string{"serve", "--config", cfg, flag, filepath.Join(t.TempDir(), "no", "such", "dir", "x.pprof")}, strings.NewReader(""), io.Discard, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), flag+":") {
+			t.Fatalf("exit %d, stderr %q: want an error naming %s", code, stderr.String(), flag)
+		}
 	}
 }
 
