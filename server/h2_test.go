@@ -168,3 +168,61 @@ func TestHTTP2ContinuationFlood(t *testing.T) {
 	h2Get(t, addr)
 	t.Logf("connection closed after %d CONTINUATION frames of about 1 KiB", sent)
 }
+
+// A stream the client resets, or whose connection it closes, ends its
+// backend exchange at once: the backend below never answers, and the
+// request leaves the endpoint's count in flight long before any timeout.
+func TestHTTP2ResetCutsTheBackendExchange(t *testing.T) {
+	a := newBackend(t, "a")
+	a.Set(0, 0, true) // hangs until its client goes
+	r := tlsWeb(t, a, "")
+	addr := r.Addr("web").String()
+	ep := r.Pools()[0].Snapshot.Get("a")
+	for _, how := range []string{"RST_STREAM", "close"} {
+		c, fr := h2Conn(t, addr)
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		hits := a.count()
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/hang"), EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the request at the backend", func() bool { return a.count() > hits && ep.State.Inflight() == 1 })
+		start := time.Now()
+		if how == "RST_STREAM" {
+			if err := fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c.Close()
+		}
+		eventually(t, 3*time.Second, "the exchange ended after "+how, func() bool { return ep.State.Inflight() == 0 })
+		t.Logf("%s: the exchange ended %v after", how, time.Since(start))
+		c.Close()
+	}
+}
+
+// max_header_bytes holds over HTTP/2 too: a head counted as HTTP/1.1
+// writes it is 431 past the limit, though HTTP/2's own bound (the limit
+// and 4 KiB) took it.
+func TestHTTP2MaxHeaderBytes(t *testing.T) {
+	a := newBackend(t, "a")
+	r := tlsWeb(t, a, "max_header_bytes: 2000,")
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	for _, tc := range []struct {
+		size, want int
+	}{{1500, 200}, {3000, 431}} {
+		req, _ := http.NewRequest("GET", "https://"+r.Addr("web").String()+"/", nil)
+		req.Header.Set("X-Big", strings.Repeat("a", tc.size))
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != tc.want {
+			t.Errorf("a %d-byte field: %s %d, want %d", tc.size, resp.Proto, resp.StatusCode, tc.want)
+		}
+	}
+	if n := a.count(); n != 1 {
+		t.Fatalf("the backend saw %d requests, want the one within the limit", n)
+	}
+}

@@ -460,7 +460,7 @@ type conn struct {
 	peekErr error
 	// The request's cancel hook while the exchange holds it, and unhook,
 	// made once.
-	hook     *cancelHook
+	hook     *CancelHook
 	hookCtx  context.Context
 	unhookFn func() bool
 	sendP    []byte
@@ -523,7 +523,7 @@ func HeadError(err, readErr error) error {
 // it, which costs less; anything else, or a context cancelled on its own
 // (a bound of the caller's), registers with the context.
 func (c *conn) cutOnCancel(ctx context.Context) (stop func() bool) {
-	h, ok := ctx.Value(hookKey{}).(*cancelHook)
+	h, ok := ctx.Value(hookKey{}).(*CancelHook)
 	if !ok || h.done != ctx.Done() || !h.cut.CompareAndSwap(nil, &c.cutFn) {
 		return context.AfterFunc(ctx, c.cutFn)
 	}

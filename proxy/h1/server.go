@@ -276,7 +276,7 @@ type clientConn struct {
 	accepted time.Time
 	ctx      context.Context // the connection's, for every request on it
 	cancel   context.CancelFunc
-	hook     cancelHook    // the short way's transport cuts its exchange through it
+	hook     CancelHook    // the short way's transport cuts its exchange through it
 	base     *http.Request // what every request on it starts from: its context and client
 	headBy   time.Time     // when the head being read must be whole
 	headOpen bool          // a head began and headBy is still to work out (boundHead)
@@ -322,8 +322,8 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.hook.done = ctx.Done()
-	c.ctx = context.WithValue(ctx, hookKey{}, &c.hook)
+	c.hook.bounded = true
+	c.ctx = WithCancelHook(ctx, &c.hook)
 	c.base = (&http.Request{RemoteAddr: c.remote}).WithContext(c.ctx)
 	s.mu.Lock()
 	if s.inShutdown.Load() {
@@ -704,18 +704,32 @@ func (c *clientConn) lingeringClose() {
 // with it a backend exchange of the short way's transport in flight.
 func (c *clientConn) cancelRequest() {
 	c.cancel()
-	c.hook.fire()
+	c.hook.Fire()
 }
 
-// cancelHook lets the short way's transport cut its backend exchange when
-// the h1 Server cancels the request's context, for less than registering
-// with the context (context.AfterFunc adds a child to it and removes it
-// under its lock, and makes two allocations, on every request). The
-// server cancels, then fires; the transport sets its cut, then looks at
-// the context: one of them sees the other.
-type cancelHook struct {
-	done <-chan struct{} // the Done of the context whose cancel fires it
-	cut  atomic.Pointer[func()]
+// CancelHook lets the short way's transport cut its backend exchange when
+// the server of the request cancels the request's context, for less than
+// registering with the context (context.AfterFunc adds a child to it and
+// removes it under its lock, and makes two allocations, on every
+// request). The server cancels, then fires; the transport sets its cut,
+// then looks at the context: one of them sees the other. A context
+// cancelled by its parent, not by its server, does not fire the hook:
+// a server gives the hook only to contexts it alone cancels.
+//
+// The h1 Server gives every request of a connection the connection's
+// hook; another server (HTTP/2's) gives each of its requests one with
+// WithCancelHook.
+type CancelHook struct {
+	done    <-chan struct{} // the Done of the context whose cancel fires it
+	cut     atomic.Pointer[func()]
+	bounded bool // the h1 Server's: the request's head was held to its bound (HeadBounded)
+}
+
+// WithCancelHook returns ctx carrying h, for the requests whose context
+// it is: call h.Fire after cancelling ctx, every time ctx is cancelled.
+func WithCancelHook(ctx context.Context, h *CancelHook) context.Context {
+	h.done = ctx.Done()
+	return context.WithValue(ctx, hookKey{}, h)
 }
 
 type hookKey struct{}
@@ -725,8 +739,8 @@ type hookKey struct{}
 // net/http's server, and so to a handler that counts it): r's head is
 // within the bound, and need not be counted again.
 func HeadBounded(r *http.Request) bool {
-	_, ok := r.Context().Value(hookKey{}).(*cancelHook)
-	return ok
+	h, ok := r.Context().Value(hookKey{}).(*CancelHook)
+	return ok && h.bounded
 }
 
 // HeadSize is the size of a request's head as it came, normalized: the
@@ -743,7 +757,9 @@ func HeadSize(r *http.Request) int {
 	return n
 }
 
-func (h *cancelHook) fire() {
+// Fire cuts the exchange that set its cut, if one has: call it after
+// cancelling the hook's context.
+func (h *CancelHook) Fire() {
 	if f := h.cut.Load(); f != nil {
 		(*f)()
 	}

@@ -16,6 +16,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // stream is one request and its response. Fields under "c.mu" are the
@@ -23,9 +25,11 @@ import (
 type stream struct {
 	c      *conn
 	id     uint32
-	ctx    context.Context
-	cancel context.CancelFunc
-	cond   sync.Cond // on c.mu: body bytes, window, reset, deadline
+	cancel context.CancelFunc // the request's context's; then hook.Fire
+	// hook lets the backend exchange of h1's transport be cut when the
+	// stream is, without registering with the context.
+	hook h1.CancelHook
+	cond sync.Cond // on c.mu: body bytes, window, reset, deadline
 
 	// under c.mu
 	sendWindow   int64 // what this stream's DATA may still fill
@@ -309,10 +313,18 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 }
 
 // withContext gives the stream its context, which its reset or the
-// connection's end cancels, and returns req with it.
+// connection's end cancels (endContext), and returns req with it.
 func (c *conn) withContext(st *stream, req *http.Request) *http.Request {
-	st.ctx, st.cancel = context.WithCancel(c.ctx)
-	return req.WithContext(st.ctx)
+	ctx, cancel := context.WithCancel(c.ctx)
+	st.cancel = cancel
+	return req.WithContext(h1.WithCancelHook(ctx, &st.hook))
+}
+
+// endContext cancels the request's context, and then cuts its backend
+// exchange, if one runs.
+func (st *stream) endContext() {
+	st.cancel()
+	st.hook.Fire()
 }
 
 func validMethod(m string) bool {
@@ -426,7 +438,7 @@ func (st *stream) resetLocked(err error) {
 	}
 	st.dropBodyLocked()
 	if st.cancel != nil {
-		st.cancel()
+		st.endContext()
 	}
 	st.cond.Broadcast()
 	if st.handlerDone {

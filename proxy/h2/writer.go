@@ -379,7 +379,7 @@ func (w *responseWriter) finish(cut bool) {
 		c.removeLocked(st)
 	}
 	c.unlockGrant()
-	st.cancel()
+	st.endContext()
 	if reset {
 		_ = c.write(func() error { return c.wfr.WriteRSTStream(st.id, code) })
 	}
