@@ -563,7 +563,7 @@ func healthyShare(s *Set) float64 {
 func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.Full() }
 
 func (s *Snapshot) made(ep *Endpoint, t health.Ticket, how pickHow) Pick {
-	return Pick{Endpoint: ep, ticket: t, snap: s, how: how}
+	return Pick{Endpoint: ep, snap: s, stub: t.Stub(), how: how}
 }
 
 // fill makes pk the pick of ep, field by field: a Pick made whole on the
@@ -573,25 +573,29 @@ func (s *Snapshot) made(ep *Endpoint, t health.Ticket, how pickHow) Pick {
 // robin's Pick+Done).
 func (pk *Pick) fill(ep *Endpoint, t health.Ticket, s *Snapshot, how pickHow) {
 	pk.Endpoint = ep
-	pk.ticket = t
 	pk.snap = s
+	pk.stub = t.Stub()
 	pk.how = how
 }
 
 // Pick is one pick: the endpoint, and the hooks that report its outcome
 // and end it.
 //
-// A Pick and an error fit in the nine registers Go returns results in; a
-// result one word larger goes through memory, copied field by field on
-// its way out of each call, which cost a pick and its outcome a fifth of
-// their time. What can be found from the snapshot (the picker to tell,
-// the tuning) is found there rather than kept here.
+// A Pick is four fields in four words: the most Go's compiler keeps in
+// registers as a value (SSA) rather than in memory. One word more (the
+// whole health ticket, whose State and tuning the endpoint and the
+// snapshot already hold) and every Pick made, returned or stored went
+// through the stack, copied in 16-byte loads over the narrower stores
+// that had just written it, which the processor cannot forward: a fifth
+// of a pick and its outcome. What can be found from the endpoint or the
+// snapshot (the State, the tuning, the picker to tell) is found there
+// rather than kept here.
 type Pick struct {
 	Endpoint *Endpoint
 
-	ticket health.Ticket
-	snap   *Snapshot // its classifier, clock and pickers
-	how    pickHow
+	snap *Snapshot   // its classifier, clock, tuning and pickers
+	stub health.Stub // the ticket's, with Endpoint.State and snap.tuning
+	how  pickHow
 }
 
 // pickHow says how a pick was made.
@@ -610,7 +614,10 @@ const (
 func (pk *Pick) Fallback() bool { return pk.how&leastBad != 0 }
 
 // Probe reports whether this request is the breaker's half-open probe.
-func (pk *Pick) Probe() bool { return pk.ticket.Probe() }
+func (pk *Pick) Probe() bool { return pk.stub.Probe() }
+
+// ticket is the health ticket the pick was admitted with.
+func (pk *Pick) ticket() health.Ticket { return pk.Endpoint.State.Resume(pk.snap.tuning, pk.stub) }
 
 // Report feeds the request's outcome to the endpoint's health, once, and
 // returns the verdict the pool's classifier gave it. The request stays in
@@ -626,7 +633,7 @@ func (pk *Pick) Report(o health.Outcome) health.Verdict {
 	if at.IsZero() {
 		at = pk.snap.pool.clock.Now()
 	}
-	pk.ticket.Observe(v, o.Latency, at)
+	pk.ticket().Observe(v, o.Latency, at)
 	return v
 }
 
@@ -636,7 +643,7 @@ func (pk *Pick) Release() {
 	if pk.Endpoint == nil {
 		return
 	}
-	pk.ticket.Release()
+	pk.ticket().Release()
 	if pk.how&byPolicy != 0 {
 		if obs := pk.snap.tierOf(pk.Endpoint).observer; obs != nil {
 			obs.Done(pk.Endpoint)

@@ -176,6 +176,30 @@ func TestStaleOutcomeDropped(t *testing.T) {
 	}
 }
 
+// A ticket resumed from its stub is the ticket: the probe stays the probe
+// and closes the breaker, and a stale one still cannot move it.
+func TestStubResumesTheTicket(t *testing.T) {
+	s, c := newState(t, health.Config{Threshold: 1, Cooldown: time.Second})
+	old := admit(t, s, c).Stub() // admitted while closed
+	fail(t, s, c)                // opens
+	c.Advance(time.Second)
+	probe := admit(t, s, c).Stub()
+	if !probe.Probe() || old.Probe() {
+		t.Fatalf("stubs: probe %v, ordinary %v", probe.Probe(), old.Probe())
+	}
+	finish(s.Resume(s.cfg, old), health.Success, time.Millisecond, c.Now())
+	if b := s.Breaker(c.Now()); b != health.HalfOpen {
+		t.Fatalf("a stale success resumed from its stub moved the breaker to %v", b)
+	}
+	if s.Inflight() != 1 {
+		t.Fatalf("in flight %d after the stale ticket's release, want the probe's 1", s.Inflight())
+	}
+	finish(s.Resume(s.cfg, probe), health.Success, time.Millisecond, c.Now())
+	if b := s.Breaker(c.Now()); b != health.Closed || s.Inflight() != 0 {
+		t.Fatalf("the probe resumed from its stub: breaker %v, %d in flight; want closed, 0", b, s.Inflight())
+	}
+}
+
 // A failure admitted before the breaker last closed belongs to the old
 // run: it does not count toward the threshold of the new one.
 func TestStaleFailureStartsNoRun(t *testing.T) {

@@ -69,6 +69,30 @@ const (
 // Probe reports whether the ticket is the half-open probe.
 func (t Ticket) Probe() bool { return t.kind == probe }
 
+// Stub is a Ticket without its State and its tuning, for a holder that
+// keeps both anyway (a balance.Pick keeps the endpoint whose State it is
+// and the snapshot whose tuning it is): at four words a Pick is small
+// enough for Go to keep in registers, where with the whole ticket it
+// went through memory, copied in 16-byte loads over the narrower stores
+// that had just made it, which the processor cannot forward. Only a
+// Ticket gives a Stub; Resume makes the ticket again.
+type Stub struct {
+	gen  uint32
+	kind ticketKind
+}
+
+// Stub returns the ticket's stub.
+func (t Ticket) Stub() Stub { return Stub{gen: t.gen, kind: t.kind} }
+
+// Probe reports whether the stub's ticket is the half-open probe.
+func (st Stub) Probe() bool { return st.kind == probe }
+
+// Resume returns the ticket whose stub st is: s and cfg must be the state
+// that admitted it and the tuning it was admitted under.
+func (s *State) Resume(cfg *Config, st Stub) Ticket {
+	return Ticket{s: s, cfg: cfg, gen: st.gen, kind: st.kind}
+}
+
 // Release ends the request: the endpoint's in-flight count goes down.
 // Call it once per ticket, when the request (or the connection it opened)
 // is over; the outcome may have been observed before.
