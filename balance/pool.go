@@ -99,6 +99,7 @@ func NewPool(name string, opts Options) *Pool {
 	empty := &Snapshot{pool: p, policy: "none", classifier: defaultClassifier, tuning: &defaultTuning, byName: map[string]*Endpoint{}}
 	empty.primary.set = NewSet(nil, p.clock, p.rand)
 	empty.backup.set = empty.primary.set
+	empty.initAsk()
 	empty.phase.Store(published)
 	p.cur.Store(empty)
 	return p
@@ -217,6 +218,7 @@ func (p *Pool) Build(c Config) (*Snapshot, error) {
 	}
 	s.primary = newTier(NewSet(prim, p.clock, p.rand), c.Policy)
 	s.backup = newTier(NewSet(back, p.clock, p.rand), c.Policy)
+	s.initAsk()
 	return s, nil
 }
 
@@ -277,6 +279,7 @@ const (
 type Snapshot struct {
 	pool            *Pool
 	primary, backup tier
+	ask             [4]asking            // primary, primary strict, backup, backup strict
 	all             []*Endpoint          // config order
 	byName          map[string]*Endpoint // immutable
 	policy          string
@@ -394,8 +397,7 @@ func nowOr(at int64, c health.Clock) int64 {
 func (s *Snapshot) Pick(r Request) (Pick, error) {
 	if r.Pin == "" && len(r.Tried) == 0 && s.panicThreshold == 0 && s.slowStart == 0 {
 		// The common case: nothing pinned, nothing to refuse.
-		var pk Pick
-		if err := s.pickFrom(&pk, &s.primary, r, false); err != ErrNoEndpoint {
+		if pk, err := s.ask[0].pick(r); err != ErrNoEndpoint {
 			return pk, err
 		}
 		return s.pickRest(r, false)
@@ -415,8 +417,7 @@ func (s *Snapshot) Pick(r Request) (Pick, error) {
 		}
 	}
 	refuse := len(r.Tried) > 0 || s.slowStart > 0
-	var pk Pick
-	if err := s.pickFrom(&pk, &s.primary, r, refuse); err != ErrNoEndpoint {
+	if pk, err := s.asker(false, refuse).pick(r); err != ErrNoEndpoint {
 		return pk, err
 	}
 	return s.pickRest(r, refuse)
@@ -425,8 +426,7 @@ func (s *Snapshot) Pick(r Request) (Pick, error) {
 // pickRest goes on from the primaries: the backups, then (after refusals)
 // both again without refusing, then the least bad.
 func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
-	var pk Pick
-	err := s.pickFrom(&pk, &s.backup, r, refused)
+	pk, err := s.asker(true, refused).pick(r)
 	if err == nil {
 		s.pool.backups.Add(1)
 	}
@@ -434,7 +434,7 @@ func (s *Snapshot) pickRest(r Request, refused bool) (Pick, error) {
 		return pk, err
 	}
 	if refused {
-		if err := s.pickFrom(&pk, &s.primary, r, false); err != ErrNoEndpoint {
+		if pk, err := s.ask[0].pick(r); err != ErrNoEndpoint {
 			return pk, err
 		}
 		return s.pickRest(r, false)
@@ -460,25 +460,54 @@ func tried(r Request, ep *Endpoint) bool {
 	return len(r.Tried) > 0 && slices.Contains(r.Tried, ep.Name)
 }
 
-// pickFrom asks t's policy and puts the pick in pk. In place: returning
-// it, even now that a Pick fits in registers, and taking the Request by
-// address both measured slower (round robin's Pick+Done 76 -> 81-94 ns).
-// With strict set, endpoints already tried and
-// endpoints in their slow start are refused: the pick is given back
+// asking is a tier asked for a pick, and how: strict refuses endpoints
+// already tried and endpoints in their slow start. A Snapshot keeps the
+// four (its primaries and its backups, strict or not), so that pick takes
+// its receiver and the Request alone, nine words, which Go passes in
+// registers, and returns the Pick and its error in registers too. With
+// the tier, the strictness and a place for the pick as arguments, the
+// Request went through memory: spilled, and copied in 16-byte loads over
+// the 8-byte stores that had just spilled it, which the processor cannot
+// forward.
+type asking struct {
+	s      *Snapshot
+	t      *tier
+	strict bool
+}
+
+func (s *Snapshot) initAsk() {
+	s.ask = [4]asking{{s, &s.primary, false}, {s, &s.primary, true}, {s, &s.backup, false}, {s, &s.backup, true}}
+}
+
+// asker is the asking of the backups or the primaries, strict or not.
+func (s *Snapshot) asker(backup, strict bool) *asking {
+	i := 0
+	if backup {
+		i = 2
+	}
+	if strict {
+		i++
+	}
+	return &s.ask[i]
+}
+
+// pick asks the tier's policy. With strict set, endpoints already tried
+// and endpoints in their slow start are refused: the pick is given back
 // uncounted and the policy asked again, without the key, so it may spread
 // elsewhere. After three refusals an endpoint not yet tried is drawn
 // uniformly from those available (a policy that leans hard on the one
 // that just failed would otherwise send the retry straight back to it);
 // only when there is none does it give up with ErrNoEndpoint.
-func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
+func (a *asking) pick(r Request) (Pick, error) {
+	s, t, strict := a.s, a.t, a.strict
 	if t.picker == nil {
-		return ErrNoEndpoint
+		return Pick{}, ErrNoEndpoint
 	}
 	for range 3 {
 		ep, err := t.picker.Pick(r)
 		if err == ErrRejected {
 			s.pool.rejected.Add(1)
-			return err
+			return Pick{}, err
 		}
 		if ep == nil {
 			break
@@ -491,8 +520,7 @@ func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
 			continue
 		}
 		if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-			pk.fill(ep, tk, s, byPolicy)
-			return nil
+			return s.made(ep, tk, byPolicy), nil
 		}
 		if t.observer != nil {
 			t.observer.Done(ep)
@@ -502,12 +530,11 @@ func (s *Snapshot) pickFrom(pk *Pick, t *tier, r Request, strict bool) error {
 		untried := func(ep *Endpoint) bool { return !tried(r, ep) && t.set.Available(ep) }
 		if ep := draw(t.set, untried, nil); ep != nil && s.warm(ep, r) {
 			if tk, ok := ep.State.Admit(s.pool.clock, s.tuning); ok {
-				pk.fill(ep, tk, s, 0)
-				return nil
+				return s.made(ep, tk, 0), nil
 			}
 		}
 	}
-	return ErrNoEndpoint
+	return Pick{}, ErrNoEndpoint
 }
 
 // warm applies slow start: an endpoint that came back less than SlowStart
@@ -564,18 +591,6 @@ func mayTake(ep *Endpoint) bool { return !ep.State.Draining() && !ep.Full() }
 
 func (s *Snapshot) made(ep *Endpoint, t health.Ticket, how pickHow) Pick {
 	return Pick{Endpoint: ep, snap: s, stub: t.Stub(), how: how}
-}
-
-// fill makes pk the pick of ep, field by field: a Pick made whole on the
-// stack and copied into *pk went in 16-byte loads over the 8-, 4- and
-// 1-byte stores that had just made it, which the processor cannot
-// forward (a stall of a dozen cycles and more, a twentieth of round
-// robin's Pick+Done).
-func (pk *Pick) fill(ep *Endpoint, t health.Ticket, s *Snapshot, how pickHow) {
-	pk.Endpoint = ep
-	pk.snap = s
-	pk.stub = t.Stub()
-	pk.how = how
 }
 
 // Pick is one pick: the endpoint, and the hooks that report its outcome
