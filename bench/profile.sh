@@ -73,29 +73,32 @@ fi
 n=$(load)
 served=$((served + n))
 grep -E '^finished in|^status codes|Requests/sec|99%' "$out/load.txt"
+# traced TRACER...: a short run of the load with TRACER (strace or perf,
+# on rotor) counting; prints the requests the run made.
+traced() {
+	"$@" &
+	local tr=$! n
+	sleep 0.5
+	n=$(load short)
+	kill -INT "$tr"
+	wait "$tr" || true
+	echo "$n"
+}
 if [ "${STRACE:-}" = 1 ]; then
 	# System calls per request: strace -c -f on rotor over a short run
 	# of its own. strace slows rotor, so a read finds its bytes waiting
 	# more often than it would: the EAGAINs it counts are fewer than
 	# without it.
-	strace -c -f -p "$rotor" -o "$out/strace.txt" 2>/dev/null & st=$!
-	sleep 0.5
-	n=$(load short)
+	n=$(traced strace -c -f -p "$rotor" -o "$out/strace.txt")
 	served=$((served + n))
-	kill -INT "$st"
-	wait "$st" || true
 	echo
 	echo "# system calls per request (strace -c -f over $n requests)"
 	awk -v n="$n" '$NF ~ /^(read|write|recvfrom|sendto|sendmsg|epoll_pwait|futex)$/ {e = ($5 ~ /^[0-9]+$/) ? $5 : 0; printf "%-12s %6.2f a request (%.2f of them errors)\n", $NF, $4 / n, e / n}' "$out/strace.txt"
 fi
 if [ "${PERF:-}" = 1 ]; then
-	perf stat -x, -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,raw_syscalls:sys_enter \
-		-p "$rotor" -o "$out/perf.txt" & pf=$!
-	sleep 0.5
-	n=$(load short)
+	n=$(traced perf stat -x, -o "$out/perf.txt" -p "$rotor" \
+		-e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep,raw_syscalls:sys_enter)
 	served=$((served + n))
-	kill -INT "$pf"
-	wait "$pf" || true
 	echo
 	echo "# system calls per request (perf stat over $n requests)"
 	awk -F, -v n="$n" '$3 ~ /syscalls:sys_enter/ {e = $3; sub(/^(raw_)?syscalls:sys_enter_?/, "", e); if (e == "") e = "(all)"; printf "%-12s %6.2f a request\n", e, $1 / n}' "$out/perf.txt"

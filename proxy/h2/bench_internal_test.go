@@ -2,9 +2,7 @@ package h2
 
 import (
 	"bytes"
-	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -18,33 +16,11 @@ import (
 // stream costs the server, its allocations above all (the client's
 // are few: a frame header and the frames it reads).
 func BenchmarkStreams(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "ok")
 	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		(&Server{}).serveConn(server, &tls.ConnectionState{}, h)
-	}()
-	defer func() {
-		client.Close()
-		<-done
-	}()
+	client, _ := serveLoopback(b, h)
 
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)

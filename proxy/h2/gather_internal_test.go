@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,38 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
+
+// serveLoopback serves HTTP/2 with h on a loopback TCP connection, the
+// frames alone (no TLS), until the test ends. It returns the client's
+// end and the server's, whose writes it counts.
+func serveLoopback(tb testing.TB, h http.Handler) (client net.Conn, server *countingConn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := ln.Accept()
+	if err != nil {
+		client.Close()
+		tb.Fatal(err)
+	}
+	server = &countingConn{Conn: raw}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		(&Server{}).serveConn(server, &tls.ConnectionState{}, h)
+	}()
+	tb.Cleanup(func() {
+		client.Close()
+		<-done
+	})
+	return client, server
+}
 
 // countingConn counts the writes made to a connection.
 type countingConn struct {
@@ -33,36 +66,16 @@ func (c *countingConn) Write(p []byte) (int, error) {
 func TestAnswersReadyTogetherLeaveTogether(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const streams = 10
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	raw, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := &countingConn{Conn: raw}
 	started, release := make(chan struct{}, streams), make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	defer letGo() // before the server's end waits for the handlers
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		started <- struct{}{}
 		<-release
 		_, _ = io.WriteString(w, "ok "+r.URL.Path)
 	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		(&Server{}).serveConn(server, &tls.ConnectionState{}, h)
-	}()
-	defer func() {
-		client.Close()
-		<-done
-	}()
+	client, server := serveLoopback(t, h)
 
 	// The preface, SETTINGS and every request in one write.
 	var out bytes.Buffer
@@ -95,7 +108,7 @@ func TestAnswersReadyTogetherLeaveTogether(t *testing.T) {
 		}
 	}
 	before := server.writes.Load() // SETTINGS, its ACK, the window's update
-	close(release)
+	letGo()
 
 	in := http2.NewFramer(nil, client)
 	in.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
