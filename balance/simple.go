@@ -99,9 +99,10 @@ func (p wlcPicker) Pick(Request) (*Endpoint, error) {
 // modulus takes remainders by a divisor fixed when it was made with a
 // multiplication and no division (Lemire, Kaser and Kurz, "Faster
 // remainder by direct computation", 2019): exact for every 32-bit
-// dividend and divisor. A 64-bit division cost a sixth of round robin's
-// pick. Round robin takes its counter's low 32 bits, so once in 2^32
-// picks, where the counter wraps them, one endpoint's turn comes early.
+// dividend and divisor. A 64-bit division was more than a quarter of
+// round robin's picker. Round robin takes its counter's low 32 bits, so
+// once in 2^32 picks, where the counter wraps them, one endpoint's turn
+// comes early.
 type modulus struct {
 	m uint64 // 2^64 / d, rounded up
 	d uint64
