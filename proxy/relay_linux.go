@@ -518,15 +518,9 @@ func (l *loop) finish(r *relay) {
 // pollNow returns the events pending on the epoll set ep, without
 // waiting.
 func pollNow(ep int, events []syscall.EpollEvent) (int, error) {
-	for {
+	return rawio.Again(func() (uintptr, syscall.Errno) {
 		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(ep),
 			uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
-		switch errno {
-		case 0:
-			return int(n), nil
-		case syscall.EINTR:
-		default:
-			return 0, errno
-		}
-	}
+		return n, errno
+	})
 }

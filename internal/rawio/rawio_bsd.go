@@ -44,16 +44,10 @@ func Sendv(fd uintptr, bufs [][]byte) (int, error) {
 	if k == 0 {
 		return 0, nil
 	}
-	for {
+	return Again(func() (uintptr, syscall.Errno) {
 		r, _, errno := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-		switch errno {
-		case 0:
-			return int(r), nil
-		case syscall.EINTR:
-		default:
-			return 0, errno
-		}
-	}
+		return r, errno
+	})
 }
 
 // Peek looks at socket fd without taking from it or waiting: n is 1 when

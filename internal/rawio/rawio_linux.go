@@ -43,19 +43,10 @@ func Sendv(fd uintptr, bufs [][]byte) (int, error) {
 	}
 	msg := unix.Msghdr{Iov: &iov[0]}
 	msg.SetIovlen(k)
-	// call's loop, written out: the pointer must become a uintptr in the
-	// system call's own arguments, or a stack that moves in between would
-	// leave it pointing at the old one.
-	for {
+	return Again(func() (uintptr, syscall.Errno) {
 		r, _, errno := syscall.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), syscall.MSG_NOSIGNAL)
-		switch errno {
-		case 0:
-			return int(r), nil
-		case syscall.EINTR:
-		default:
-			return 0, errno
-		}
-	}
+		return r, errno
+	})
 }
 
 // Peek looks at socket fd without taking from it or waiting: n is 1 when
@@ -66,14 +57,8 @@ func Peek(fd uintptr) (int, error) {
 }
 
 func call(trap, fd uintptr, p []byte, flags uintptr) (int, error) {
-	for {
+	return Again(func() (uintptr, syscall.Errno) {
 		r, _, errno := syscall.RawSyscall6(trap, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), flags, 0, 0)
-		switch errno {
-		case 0:
-			return int(r), nil
-		case syscall.EINTR:
-		default:
-			return 0, errno
-		}
-	}
+		return r, errno
+	})
 }

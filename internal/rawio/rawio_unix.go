@@ -27,6 +27,25 @@ func Write(fd uintptr, p []byte) (int, error) {
 	return n, nil
 }
 
+// Again makes a raw system call, and again while it is interrupted
+// (EINTR), and returns its result as a count and an error. sys makes the
+// call with its own arguments: a pointer among them must become a
+// uintptr in the call's own expression, which a caller that converted it
+// first and passed the number in would not do (a stack that moved in
+// between would leave it pointing at the old one).
+func Again(sys func() (r uintptr, errno syscall.Errno)) (int, error) {
+	for {
+		r, errno := sys()
+		switch errno {
+		case 0:
+			return int(r), nil
+		case syscall.EINTR:
+		default:
+			return 0, errno
+		}
+	}
+}
+
 // MaxVec is the most buffers Sendv sends in one call.
 const MaxVec = 4
 
