@@ -180,21 +180,21 @@ type conn struct {
 	// maxFrame is the client's SETTINGS_MAX_FRAME_SIZE, capped at the
 	// write buffer.
 	maxFrame atomic.Int32
-	// live is running, read without mu: writeThen's gather.
-	live atomic.Int32
 
 	// Stream state, under mu.
-	mu         sync.Mutex
-	streams    map[uint32]*stream
-	maxID      uint32 // the highest stream the client opened
-	running    int    // handlers not returned, reset streams' included
-	refused    int    // streams refused while reset ones still ran
-	sendWindow int64  // the connection's window for our DATA
-	recvWindow int64  // what the client may still send on the connection
-	initWindow int64  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	unacked    int64  // request body bytes consumed and not yet granted again
-	ready      bool   // our SETTINGS are written: other frames may follow
-	goingAway  bool   // GOAWAY sent: no new streams
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	maxID   uint32 // the highest stream the client opened
+	// running counts handlers not returned, reset streams' included:
+	// changed under mu, read there and by writeThen's gather.
+	running    atomic.Int32
+	refused    int   // streams refused while reset ones still ran
+	sendWindow int64 // the connection's window for our DATA
+	recvWindow int64 // what the client may still send on the connection
+	initWindow int64 // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	unacked    int64 // request body bytes consumed and not yet granted again
+	ready      bool  // our SETTINGS are written: other frames may follow
+	goingAway  bool  // GOAWAY sent: no new streams
 	closing    bool
 	idleTimer  *time.Timer
 	spare      []chan handlerTask // workers waiting for a stream (startHandler)
@@ -631,7 +631,7 @@ func (c *conn) writeThen(frames func() error, gather bool) error {
 		c.deadlineLocked()
 		err = frames()
 	}
-	if c.writers.Add(-1) == 0 && c.wbuf != nil && err == nil && gather && c.live.Load() > 1 {
+	if c.writers.Add(-1) == 0 && c.wbuf != nil && err == nil && gather && c.running.Load() > 1 {
 		c.wmu.Unlock()
 		runtime.Gosched()
 		c.wmu.Lock()

@@ -80,7 +80,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
-	if max := int(c.s.maxStreams()); c.running >= max {
+	if max := int(c.s.maxStreams()); int(c.running.Load()) >= max {
 		// Only streams the client reset, whose handlers have not yet
 		// returned, can bring this about: it sees fewer open streams
 		// than run. A client that keeps at it is sent away.
@@ -108,8 +108,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st.recvWindow = streamWindow
 	st.remoteDone = f.StreamEnded()
 	c.streams[id] = st
-	c.running++
-	c.live.Add(1)
+	c.running.Add(1)
 	if c.idleTimer != nil {
 		c.idleTimer.Stop()
 	}

@@ -357,9 +357,7 @@ func (w *responseWriter) finish(cut bool) {
 	w.buf = nil
 	c.mu.Lock()
 	st.handlerDone = true
-	c.running--
-	c.live.Add(-1)
-	if c.running == 0 {
+	if c.running.Add(-1) == 0 {
 		c.refused = 0
 	}
 	code, reset := http2.ErrCodeNo, false
@@ -433,7 +431,7 @@ func (c *conn) work(t handlerTask) {
 			c.mu.Unlock()
 			return
 		}
-		if c.running == 0 {
+		if c.running.Load() == 0 {
 			// The last stream ended: the spares, this one or those
 			// before it, go after the linger.
 			c.armSpareLocked()
@@ -467,7 +465,7 @@ func (c *conn) armSpareLocked() {
 // when those end.
 func (c *conn) onSpareIdle() {
 	c.mu.Lock()
-	if c.running == 0 {
+	if c.running.Load() == 0 {
 		c.releaseSpareLocked()
 	}
 	c.mu.Unlock()
