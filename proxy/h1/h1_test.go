@@ -691,9 +691,14 @@ func TestShortWayBodies(t *testing.T) {
 				return
 			}
 			b, _ := io.ReadAll(req.Body)
+			// Whether to close is settled before the test hears of the
+			// request: read after, a flag set on hearing of the last
+			// kept request would close that connection too, racing the
+			// test's next request onto it.
+			closing := closeAfter.Load()
 			got <- seen{req.Method, string(b)}
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			if closeAfter.Load() {
+			if closing {
 				c.Close() // as a server whose idle timeout is short closes
 				closed <- struct{}{}
 				return
