@@ -119,16 +119,25 @@ func CopyHeader(dst, src http.Header) {
 	}
 }
 
+// A HeaderTaker is an answer that can take a backend's header map whole,
+// as its own (PassHeader): it does, and reports true, while its own is
+// still empty and its head unwritten. The short way's answer is one, and
+// HTTP/2's; a map taken from a backend's answer read the strict way goes
+// back to HeaderMap's maps (PutHeaderMap) once the answer is done.
+type HeaderTaker interface {
+	TakeHeader(src http.Header) bool
+}
+
 // PassHeader makes src, a backend's answer's header, the header of w's
-// answer. The short way's answer takes it whole, in place of its own, as
-// long as its own is still empty and its head unwritten: a proxy's answer
-// then costs no copy of the backend's fields. Any other writer gets src's
-// fields added to its own (CopyHeader). src is w's from then on.
+// answer. An answer that is a HeaderTaker, or that w unwraps to, takes it
+// whole, in place of its own, as long as its own is still empty and its
+// head unwritten: a proxy's answer then costs no copy of the backend's
+// fields. Any other writer gets src's fields added to its own
+// (CopyHeader). src is w's from then on.
 func PassHeader(w http.ResponseWriter, src http.Header) {
 	for u := w; ; {
-		if r, ok := u.(*response); ok {
-			if r.status == 0 && len(r.header) == 0 && src != nil {
-				r.header, r.taken = src, true
+		if t, ok := u.(HeaderTaker); ok {
+			if src != nil && t.TakeHeader(src) {
 				return
 			}
 			break

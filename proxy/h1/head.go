@@ -230,26 +230,27 @@ func newHeaderLines(s string, eol, n int, buf []string) (l headerLines, h http.H
 	if n > len(buf) {
 		values = make([]string, n)
 	}
-	return headerLines{s: s, at: eol + 2, values: values}, headerMap(n)
+	return headerLines{s: s, at: eol + 2, values: values}, HeaderMap(n)
 }
 
-// headerMaps are empty header maps of requests the short way served and
-// of backends' answers its answers took, once done with
-// (response.release), for the heads it reads, a client's or a backend's.
+// headerMaps are empty header maps of requests and of backends' answers
+// taken (HeaderTaker), given back once done with (PutHeaderMap) by the
+// short way's answers and HTTP/2's, for the heads read, a client's or a
+// backend's.
 var headerMaps = sync.Pool{New: func() any { return make(http.Header) }}
 
-// headerMap returns an empty map for n fields: one used before, when n
+// HeaderMap returns an empty map for n fields: one used before, when n
 // is few.
-func headerMap(n int) http.Header {
+func HeaderMap(n int) http.Header {
 	if n > 8 {
 		return make(http.Header, n)
 	}
 	return headerMaps.Get().(http.Header)
 }
 
-// putHeaderMap gives h, which nothing holds any longer, back to
-// headerMap, emptied: unless it is nil, or has grown large.
-func putHeaderMap(h http.Header) {
+// PutHeaderMap gives h, which nothing holds any longer, back to
+// HeaderMap, emptied: unless it is nil, or has grown large.
+func PutHeaderMap(h http.Header) {
 	if h != nil && len(h) <= 16 {
 		clear(h)
 		headerMaps.Put(h)

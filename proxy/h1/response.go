@@ -51,6 +51,16 @@ func bodyAllowed(status int) bool {
 
 func (w *response) Header() http.Header { return w.header }
 
+// TakeHeader makes src the answer's header while its own is empty and
+// its head unwritten (HeaderTaker); release gives it back to HeaderMap.
+func (w *response) TakeHeader(src http.Header) bool {
+	if w.status != 0 || len(w.header) != 0 {
+		return false
+	}
+	w.header, w.taken = src, true
+	return true
+}
+
 func (w *response) WriteHeader(code int) {
 	if w.status != 0 {
 		w.c.s.logf("http: superfluous response.WriteHeader call")

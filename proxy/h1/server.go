@@ -651,7 +651,7 @@ var responses = sync.Pool{New: func() any { return &response{own: make(http.Head
 // release gives the answer back once the handler has returned and the
 // answer is finished: its header map is emptied, so that it holds
 // nothing of the request, and a backend's map it took and the request's
-// own go back to the maps the short way reads heads into (headerMap).
+// own go back to the maps the short way reads heads into (HeaderMap).
 func (w *response) release() {
 	own := w.own
 	if len(own) > 16 {
@@ -660,9 +660,9 @@ func (w *response) release() {
 		clear(own)
 	}
 	if w.taken {
-		putHeaderMap(w.header)
+		PutHeaderMap(w.header)
 	}
-	putHeaderMap(w.req.Header)
+	PutHeaderMap(w.req.Header)
 	*w = response{own: own}
 	responses.Put(w)
 }

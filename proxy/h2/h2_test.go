@@ -27,6 +27,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rotor-lb/rotor/internal/testtool"
+	"github.com/rotor-lb/rotor/proxy/h1"
 	"github.com/rotor-lb/rotor/proxy/h2"
 )
 
@@ -97,7 +98,7 @@ func get(t *testing.T, c *http.Client, url string) (*http.Response, []byte) {
 func TestSmallAnswer(t *testing.T) {
 	var got *http.Request
 	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r
+		got = r.Clone(r.Context()) // its header map is not the handler's once it returns
 		w.Header().Set("X-Up", "1")
 		w.Header()["Connection"] = []string{"close"} // not HTTP/2's: dropped
 		_, _ = io.WriteString(w, "<html>hello</html>")
@@ -129,6 +130,30 @@ func TestSmallAnswer(t *testing.T) {
 	}
 	if got.Context().Value(http.ServerContextKey) != s.hs {
 		t.Fatal("the request's context lacks its server")
+	}
+}
+
+// A backend's header passed to the answer (h1.PassHeader) becomes the
+// answer's own while the answer has no field of its own yet: a field set
+// on it afterwards is sent. An answer with a field of its own gets a copy.
+func TestPassHeaderTakesTheMap(t *testing.T) {
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("own") {
+			w.Header().Set("X-Own", "1")
+		}
+		src := http.Header{"X-Backend": {"b"}}
+		h1.PassHeader(w, src)
+		src.Set("X-Later", "taken") // sent only if src became the answer's
+		_, _ = io.WriteString(w, "ok")
+	}), nil)
+	c := s.client(t)
+	resp, _ := get(t, c, s.url("/"))
+	if resp.Header.Get("X-Backend") != "b" || resp.Header.Get("X-Later") != "taken" {
+		t.Errorf("taken: header %v, want X-Backend and X-Later", resp.Header)
+	}
+	resp, _ = get(t, c, s.url("/?own"))
+	if resp.Header.Get("X-Backend") != "b" || resp.Header.Get("X-Own") != "1" || resp.Header.Get("X-Later") != "" {
+		t.Errorf("copied: header %v, want X-Backend and X-Own, no X-Later", resp.Header)
 	}
 }
 

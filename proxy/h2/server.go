@@ -62,6 +62,11 @@ const (
 )
 
 // Server serves HTTP/2 on the TLS connections of one net/http server.
+//
+// As with h1's Server, and unlike net/http's, the handler must not keep
+// the request's Header map once it has returned (its values it may
+// keep), nor a header map it gave the answer to take (h1.PassHeader):
+// both are emptied and read the next heads into.
 type Server struct {
 	// MaxConcurrentStreams is the streams a connection may have in
 	// flight (DefaultMaxStreams when 0).

@@ -53,6 +53,8 @@ type stream struct {
 	// under c.wmu
 	sentFinal bool // the final HEADERS are written
 	sent100   bool
+
+	w responseWriter // the answer: made with the stream, in one allocation
 }
 
 // onHeaders opens a stream, or ends one with its trailers.
@@ -102,7 +104,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if err != nil {
 		return err
 	}
-	w := &responseWriter{st: st, req: req, cl: -1}
+	w := &st.w
+	w.st, w.req, w.cl = st, req, -1
 	c.mu.Lock()
 	st.sendWindow = c.initWindow
 	st.recvWindow = streamWindow
@@ -215,7 +218,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 		return nil, bad
 	}
 	regular := f.RegularFields()
-	header := make(http.Header, len(regular))
+	header := h1.HeaderMap(len(regular)) // given back once answered (release)
 	// One array holds a value of every name, each name's slice a
 	// piece of it capped at its end (net/textproto does the same): a
 	// name's second value goes to a slice of its own.

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rotor-lb/rotor/proxy/h1"
 )
 
 // holdBody is how much of a response's body waits to go with its head, or
@@ -43,6 +45,7 @@ type responseWriter struct {
 	sent     bool   // the head is written
 	err      error  // the first write error: the stream is done
 	done     bool
+	taken    bool // header is a backend's answer's, taken by TakeHeader
 	arr      [12]hpack.HeaderField
 }
 
@@ -51,6 +54,28 @@ func (w *responseWriter) Header() http.Header {
 		w.header = make(http.Header)
 	}
 	return w.header
+}
+
+// TakeHeader makes src, a backend's answer's header, the answer's own
+// while it has none and its head is unwritten (h1.HeaderTaker): a proxied
+// answer's fields are then not copied from map to map.
+func (w *responseWriter) TakeHeader(src http.Header) bool {
+	if w.status != 0 || w.done || len(w.header) != 0 {
+		return false
+	}
+	w.header, w.taken = src, true
+	return true
+}
+
+// release gives the maps of the request and of the answer it took back
+// to h1.HeaderMap, once the handler has returned and the answer is
+// finished: nothing holds them any longer.
+func (w *responseWriter) release() {
+	if w.taken {
+		h1.PutHeaderMap(w.header)
+	}
+	h1.PutHeaderMap(w.req.Header)
+	w.header, w.req.Header = nil, nil
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -502,6 +527,7 @@ func (c *conn) runHandler(w *responseWriter, req *http.Request) {
 			c.s.logf("h2: panic serving %s: %v\n%s", c.remote, p, buf)
 		}
 		w.finish(cut)
+		w.release()
 	}()
 	c.h.ServeHTTP(w, req)
 	cut = false
