@@ -519,12 +519,13 @@ func HeadError(err, readErr error) error {
 
 // cutOnCancel cuts c once ctx is done and returns what stops that,
 // reporting whether it stopped it before the cut, as context.AfterFunc's
-// stop does. A request the h1 Server serves carries the server's hook for
-// it, which costs less; anything else, or a context cancelled on its own
-// (a bound of the caller's), registers with the context.
+// stop does. A request the h1 Server or HTTP/2's serves carries its
+// server's hook (hookOf), which costs less; anything else, or a context
+// cancelled on its own (a bound of the caller's), registers with the
+// context.
 func (c *conn) cutOnCancel(ctx context.Context) (stop func() bool) {
-	h, ok := ctx.Value(hookKey{}).(*CancelHook)
-	if !ok || h.done != ctx.Done() || !h.cut.CompareAndSwap(nil, &c.cutFn) {
+	h := hookOf(ctx)
+	if h == nil || !h.cut.CompareAndSwap(nil, &c.cutFn) {
 		return context.AfterFunc(ctx, c.cutFn)
 	}
 	c.hook, c.hookCtx = h, ctx
@@ -672,7 +673,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 	// After the try's deadline is set, so that a cancellation always has
 	// the last word.
 	var stop func() bool
-	if ctx.Done() != nil {
+	if _, hooked := ctx.(HookedContext); hooked || ctx.Done() != nil {
 		stop = c.cutOnCancel(ctx)
 	}
 	c.read, c.limit, c.readErr = 0, c.t.maxHead, nil

@@ -323,7 +323,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.hook.bounded = true
-	c.ctx = WithCancelHook(ctx, &c.hook)
+	c.ctx = withCancelHook(ctx, &c.hook)
 	c.base = (&http.Request{RemoteAddr: c.remote}).WithContext(c.ctx)
 	s.mu.Lock()
 	if s.inShutdown.Load() {
@@ -717,19 +717,41 @@ func (c *clientConn) cancelRequest() {
 // a server gives the hook only to contexts it alone cancels.
 //
 // The h1 Server gives every request of a connection the connection's
-// hook; another server (HTTP/2's) gives each of its requests one with
-// WithCancelHook.
+// hook; another server (HTTP/2's) gives each of its requests a context
+// that carries one (HookedContext).
 type CancelHook struct {
 	done    <-chan struct{} // the Done of the context whose cancel fires it
 	cut     atomic.Pointer[func()]
 	bounded bool // the h1 Server's: the request's head was held to its bound (HeadBounded)
 }
 
-// WithCancelHook returns ctx carrying h, for the requests whose context
+// A HookedContext is a request's context that carries its own hook: the
+// server that made it fires the hook after it ends the context, every
+// time. The transport finds the hook on the request's context itself, not
+// on one derived from it, whose end would not fire it.
+type HookedContext interface {
+	context.Context
+	CancelHook() *CancelHook
+}
+
+// withCancelHook returns ctx carrying h, for the requests whose context
 // it is: call h.Fire after cancelling ctx, every time ctx is cancelled.
-func WithCancelHook(ctx context.Context, h *CancelHook) context.Context {
+func withCancelHook(ctx context.Context, h *CancelHook) context.Context {
 	h.done = ctx.Done()
 	return context.WithValue(ctx, hookKey{}, h)
+}
+
+// hookOf is the hook that fires when ctx ends, nil when none does: a
+// HookedContext's, or the one withCancelHook gave ctx (and not a parent
+// of ctx: the hook's Done is ctx's).
+func hookOf(ctx context.Context) *CancelHook {
+	if hc, ok := ctx.(HookedContext); ok {
+		return hc.CancelHook()
+	}
+	if h, ok := ctx.Value(hookKey{}).(*CancelHook); ok && h.done == ctx.Done() {
+		return h
+	}
+	return nil
 }
 
 type hookKey struct{}

@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -23,13 +22,10 @@ import (
 // stream is one request and its response. Fields under "c.mu" are the
 // connection's mu's; sentFinal and sent100 are written under its wmu.
 type stream struct {
-	c      *conn
-	id     uint32
-	cancel context.CancelFunc // the request's context's; then hook.Fire
-	// hook lets the backend exchange of h1's transport be cut when the
-	// stream is, without registering with the context.
-	hook h1.CancelHook
-	cond sync.Cond // on c.mu: body bytes, window, reset, deadline
+	c    *conn
+	id   uint32
+	ctx  streamContext // the request's, once its handler is started
+	cond sync.Cond     // on c.mu: body bytes, window, reset, deadline
 
 	// under c.mu
 	sendWindow   int64 // what this stream's DATA may still fill
@@ -317,17 +313,13 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 // withContext gives the stream its context, which its reset or the
 // connection's end cancels (endContext), and returns req with it.
 func (c *conn) withContext(st *stream, req *http.Request) *http.Request {
-	ctx, cancel := context.WithCancel(c.ctx)
-	st.cancel = cancel
-	return req.WithContext(h1.WithCancelHook(ctx, &st.hook))
+	st.ctx.values = c.ctx
+	return req.WithContext(&st.ctx)
 }
 
-// endContext cancels the request's context, and then cuts its backend
+// endContext ends the request's context, and then cuts its backend
 // exchange, if one runs.
-func (st *stream) endContext() {
-	st.cancel()
-	st.hook.Fire()
-}
+func (st *stream) endContext() { st.ctx.end() }
 
 func validMethod(m string) bool {
 	for i := 0; i < len(m); i++ {
@@ -439,7 +431,7 @@ func (st *stream) resetLocked(err error) {
 		st.bodyErr = err
 	}
 	st.dropBodyLocked()
-	if st.cancel != nil {
+	if st.ctx.values != nil {
 		st.endContext()
 	}
 	st.cond.Broadcast()
