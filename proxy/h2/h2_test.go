@@ -523,6 +523,15 @@ func TestMalformedRequests(t *testing.T) {
 		{"bad method", request(s.addr, "G ET", "/")},
 		{"bad content-length", request(s.addr, "GET", "/", "content-length", "-1")},
 		{"content-length without a body", request(s.addr, "POST", "/", "content-length", "5")},
+		// The header block's own checks (x/net's readMetaFrame's).
+		{"upper-case name", request(s.addr, "GET", "/", "X-Upper", "1")},
+		{"name not a token", request(s.addr, "GET", "/", "x a", "1")},
+		{"value with a NUL", request(s.addr, "GET", "/", "x-a", "a\x00b")},
+		{"value with a line break", request(s.addr, "GET", "/", "x-a", "a\r\nx-b: c")},
+		{"pseudo-field after a regular one", append([]string{"x-a", "1"}, request(s.addr, "GET", "/")...)},
+		{"repeated pseudo-field", request(s.addr, "GET", "/", ":path", "/again")},
+		{"made-up pseudo-field", request(s.addr, "GET", "/", ":made-up", "1")},
+		{"a response's pseudo-field", request(s.addr, "GET", "/", ":status", "200")},
 	}
 	id := uint32(1)
 	for _, c := range cases {
@@ -592,6 +601,63 @@ func TestConnectionErrors(t *testing.T) {
 				t.Fatalf("GOAWAY %v, want %v", code, c.code)
 			}
 		})
+	}
+}
+
+// A header block split over CONTINUATION frames is decoded whole; one
+// that goes on past the header list's bound, or past a refused field,
+// ends the connection, as it does with x/net's server.
+func TestContinuation(t *testing.T) {
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Header.Get("X-Long"))
+	}), &h2.Server{MaxHeaderBytes: 1 << 10})
+	block := func(fields ...string) []byte {
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
+		for i := 0; i < len(fields); i += 2 {
+			_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+		return buf.Bytes()
+	}
+	// send writes b as a HEADERS frame and CONTINUATION frames of n bytes.
+	send := func(r *rawConn, id uint32, b []byte, n int) {
+		first := b[:min(n, len(b))]
+		rest := b[len(first):]
+		if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndStream: true, EndHeaders: len(rest) == 0}); err != nil {
+			t.Fatal(err)
+		}
+		for len(rest) > 0 {
+			p := rest[:min(n, len(rest))]
+			rest = rest[len(p):]
+			if err := r.fr.WriteContinuation(id, len(rest) == 0, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	r := dialRaw(t, s.addr)
+	long := strings.Repeat("l", 700)
+	send(r, 1, block(request(s.addr, "GET", "/", "x-long", long)...), 50)
+	f := r.until("the answer's DATA", func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok })
+	if got := string(f.(*http2.DataFrame).Data()); got != long {
+		t.Fatalf("a block in 50-byte pieces: answered %d bytes, want the 700 of X-Long", len(got))
+	}
+
+	cases := []struct {
+		name   string
+		fields []string
+	}{
+		// The bound is the listener's 1 KiB and 4 KiB of room.
+		{"past the bound", request(s.addr, "GET", "/", "x-a", strings.Repeat("a", 3000), "x-b", strings.Repeat("b", 3000), "x-c", "ccccccccc")},
+		{"past a refused field", request(s.addr, "GET", "/", "X-Upper", "1", "x-c", "ccccccccc")},
+	}
+	for _, c := range cases {
+		r := dialRaw(t, s.addr)
+		b := block(c.fields...)
+		send(r, 1, b, len(b)-12) // x-c in the CONTINUATION; the bound, or the refusal, before it
+		if code := r.goAway(); code != http2.ErrCodeProtocol {
+			t.Errorf("%s, then a CONTINUATION: GOAWAY %v, want PROTOCOL_ERROR", c.name, code)
+		}
 	}
 }
 

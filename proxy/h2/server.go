@@ -168,6 +168,7 @@ type conn struct {
 	tls      *tls.ConnectionState
 	remote   string
 	fr       *http2.Framer // reads; serve's alone
+	block    *headerBlock  // the header block read last; serve's alone
 	idle     time.Duration
 	maxHead  uint32
 	handlers sync.WaitGroup
@@ -235,8 +236,7 @@ func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler
 	// refuse a head HTTP/1.1 would have taken.
 	c.maxHead = uint32(min(maxHead+4096, 1<<30))
 	c.fr = http2.NewFramer(nil, nc)
-	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	c.fr.MaxHeaderListSize = c.maxHead
+	c.block = newHeaderBlock(c.maxHead)
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
 	c.wfr = http2.NewFramer(frameWriter{c}, nil)
 	c.enc = hpack.NewEncoder(&headerBuf{c})
@@ -361,8 +361,9 @@ func (c *conn) serve() {
 	for {
 		f, err := c.fr.ReadFrame()
 		if err == nil {
-			err = c.onFrame(f)
-		} else if errors.Is(err, http2.ErrFrameTooLarge) {
+			err = c.onFrame(f) // a header block reads its CONTINUATION frames
+		}
+		if errors.Is(err, http2.ErrFrameTooLarge) {
 			err = http2.ConnectionError(http2.ErrCodeFrameSize)
 		}
 		var se http2.StreamError
@@ -414,8 +415,11 @@ var errRefused = errors.New("h2: stream reset")
 
 func (c *conn) onFrame(f http2.Frame) error {
 	switch f := f.(type) {
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
+	case *http2.HeadersFrame:
+		if err := c.block.read(f, c.fr, c.maxHead); err != nil {
+			return err
+		}
+		return c.onHeaders(c.block)
 	case *http2.DataFrame:
 		return c.onData(f)
 	case *http2.SettingsFrame:

@@ -54,8 +54,8 @@ type stream struct {
 }
 
 // onHeaders opens a stream, or ends one with its trailers.
-func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+func (c *conn) onHeaders(f *headerBlock) error {
+	id := f.streamID
 	if id%2 == 0 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -70,7 +70,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	c.maxID = id
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.selfDepend {
 		c.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol} // depends on itself
 	}
@@ -91,8 +91,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	c.mu.Unlock()
-	if f.Truncated {
-		return c.refuseHead(id, f.StreamEnded())
+	if f.truncated {
+		return c.refuseHead(id, f.ended)
 	}
 	st := &stream{c: c, id: id, declared: -1}
 	st.cond.L = &c.mu
@@ -105,7 +105,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	st.sendWindow = c.initWindow
 	st.recvWindow = streamWindow
-	st.remoteDone = f.StreamEnded()
+	st.remoteDone = f.ended
 	c.streams[id] = st
 	c.running.Add(1)
 	if c.idleTimer != nil {
@@ -118,7 +118,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 
 // onTrailersLocked takes a second HEADERS on an open stream: the
 // request's trailers, which must end it.
-func (c *conn) onTrailersLocked(st *stream, f *http2.MetaHeadersFrame) error {
+func (c *conn) onTrailersLocked(st *stream, f *headerBlock) error {
 	if st.remoteDone && st.localDone {
 		// Closed both ways, its handler not yet returned (RFC 9113,
 		// 5.1: closed).
@@ -127,10 +127,10 @@ func (c *conn) onTrailersLocked(st *stream, f *http2.MetaHeadersFrame) error {
 	if st.remoteDone || st.err != nil {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeStreamClosed}
 	}
-	if !f.StreamEnded() || len(f.PseudoFields()) > 0 || f.Truncated {
+	if !f.ended || len(f.pseudoFields()) > 0 || f.truncated {
 		return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 	}
-	for _, hf := range f.RegularFields() {
+	for _, hf := range f.regularFields() {
 		key := http.CanonicalHeaderKey(hf.Name)
 		if !httpguts.ValidTrailerHeader(key) {
 			return http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
@@ -182,10 +182,10 @@ var connectionHeaders = map[string]bool{
 
 // newRequest builds the stream's request from its header block. A
 // malformed one is a stream error (RFC 9113, 8.1.1).
-func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request, error) {
+func (c *conn) newRequest(st *stream, f *headerBlock) (*http.Request, error) {
 	bad := http2.StreamError{StreamID: st.id, Code: http2.ErrCodeProtocol}
 	var method, scheme, authority, path string
-	for _, hf := range f.PseudoFields() {
+	for _, hf := range f.pseudoFields() {
 		switch hf.Name {
 		case ":method":
 			method = hf.Value
@@ -213,7 +213,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 	} else if scheme == "" || path == "" {
 		return nil, bad
 	}
-	regular := f.RegularFields()
+	regular := f.regularFields()
 	header := h1.HeaderMap(len(regular)) // given back once answered (release)
 	// One array holds a value of every name, each name's slice a
 	// piece of it capped at its end (net/textproto does the same): a
@@ -280,7 +280,7 @@ func (c *conn) newRequest(st *stream, f *http2.MetaHeadersFrame) (*http.Request,
 		}
 		st.declared = int64(n)
 	}
-	if f.StreamEnded() {
+	if f.ended {
 		if st.declared > 0 {
 			return nil, bad
 		}
