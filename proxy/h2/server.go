@@ -363,19 +363,27 @@ func (c *conn) serve() {
 		if err == nil {
 			err = c.onFrame(f) // a header block reads its CONTINUATION frames
 		}
-		if errors.Is(err, http2.ErrFrameTooLarge) {
-			err = http2.ConnectionError(http2.ErrCodeFrameSize)
-		}
-		var se http2.StreamError
-		if errors.As(err, &se) {
-			c.resetStream(se.StreamID, se.Code)
-			continue
-		}
-		if err != nil {
-			c.fail(err)
+		if err != nil && !c.onError(err) {
 			return
 		}
 	}
+}
+
+// onError takes the error of a frame: a stream's resets that stream
+// (true: the connection goes on); any other ends the connection. Its own
+// function, so that the error errors.As fills is not on the heap for
+// every frame.
+func (c *conn) onError(err error) bool {
+	if errors.Is(err, http2.ErrFrameTooLarge) {
+		err = http2.ConnectionError(http2.ErrCodeFrameSize)
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		c.resetStream(se.StreamID, se.Code)
+		return true
+	}
+	c.fail(err)
+	return false
 }
 
 func (c *conn) readPreface() error {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,10 @@ import (
 // with the next bytes: an answer that ends within it goes in one write,
 // with its length.
 const holdBody = 16 << 10
+
+// holdPool holds the buffers answers hold their bodies in: a stream has
+// one from its first Write until its answer is finished.
+var holdPool = sync.Pool{New: func() any { return new([holdBody]byte) }}
 
 // responseWriter is a stream's http.ResponseWriter. It answers as
 // net/http's HTTP/2 server does: a Date added, a Content-Type sniffed when
@@ -39,11 +44,12 @@ type responseWriter struct {
 	trailers []string // declared in the Trailer field at WriteHeader
 	cl       int64    // the Content-Length given; -1: none
 	written  int64
-	buf      []byte // body bytes not yet sent
-	head     bool   // a HEAD request: the body is dropped
-	noBody   bool   // the status carries no body
-	sent     bool   // the head is written
-	err      error  // the first write error: the stream is done
+	buf      []byte          // body bytes not yet sent: in hold, once there is one
+	hold     *[holdBody]byte // from holdPool, from the first Write to the end
+	head     bool            // a HEAD request: the body is dropped
+	noBody   bool            // the status carries no body
+	sent     bool            // the head is written
+	err      error           // the first write error: the stream is done
 	done     bool
 	taken    bool // header is a backend's answer's, taken by TakeHeader
 	arr      [12]hpack.HeaderField
@@ -182,6 +188,10 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 		return 0, http.ErrContentLength
 	}
 	w.written += int64(len(p))
+	if w.hold == nil && len(p) <= holdBody {
+		w.hold = holdPool.Get().(*[holdBody]byte)
+		w.buf = w.hold[:0]
+	}
 	if len(w.buf)+len(p) <= holdBody {
 		w.buf = append(w.buf, p...)
 		return len(p), nil
@@ -380,6 +390,10 @@ func (w *responseWriter) finish(cut bool) {
 	}
 	w.done = true
 	w.buf = nil
+	if w.hold != nil {
+		holdPool.Put(w.hold)
+		w.hold = nil
+	}
 	c.mu.Lock()
 	st.handlerDone = true
 	if c.running.Add(-1) == 0 {
