@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // FuzzServe feeds a connection whatever frames (or bytes) a client might
@@ -61,14 +60,7 @@ func fuzzHandler(w http.ResponseWriter, r *http.Request) {
 }
 
 func fuzzSeeds() [][]byte {
-	block := func(fields ...string) []byte {
-		var b bytes.Buffer
-		enc := hpack.NewEncoder(&b)
-		for i := 0; i < len(fields); i += 2 {
-			_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
-		}
-		return b.Bytes()
-	}
+	block := encodeBlock
 	req := func(method string, extra ...string) []byte {
 		return block(append([]string{":method", method, ":scheme", "https", ":authority", "x", ":path", "/"}, extra...)...)
 	}

@@ -444,12 +444,7 @@ func dialRaw(t *testing.T, addr string, settings ...http2.Setting) *rawConn {
 
 func (r *rawConn) headers(id uint32, end bool, fields ...string) {
 	r.t.Helper()
-	var buf bytes.Buffer
-	enc := hpack.NewEncoder(&buf)
-	for i := 0; i < len(fields); i += 2 {
-		_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
-	}
-	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
+	if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h2.EncodeBlock(fields...), EndStream: end, EndHeaders: true}); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -611,14 +606,7 @@ func TestContinuation(t *testing.T) {
 	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, r.Header.Get("X-Long"))
 	}), &h2.Server{MaxHeaderBytes: 1 << 10})
-	block := func(fields ...string) []byte {
-		var buf bytes.Buffer
-		enc := hpack.NewEncoder(&buf)
-		for i := 0; i < len(fields); i += 2 {
-			_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
-		}
-		return buf.Bytes()
-	}
+	block := h2.EncodeBlock
 	// send writes b as a HEADERS frame and CONTINUATION frames of n bytes.
 	send := func(r *rawConn, id uint32, b []byte, n int) {
 		first := b[:min(n, len(b))]
