@@ -322,7 +322,6 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.hook.bounded = true
 	c.ctx = withCancelHook(ctx, &c.hook)
 	c.base = (&http.Request{RemoteAddr: c.remote}).WithContext(c.ctx)
 	s.mu.Lock()
@@ -720,9 +719,8 @@ func (c *clientConn) cancelRequest() {
 // hook; another server (HTTP/2's) gives each of its requests a context
 // that carries one (HookedContext).
 type CancelHook struct {
-	done    <-chan struct{} // the Done of the context whose cancel fires it
-	cut     atomic.Pointer[func()]
-	bounded bool // the h1 Server's: the request's head was held to its bound (HeadBounded)
+	done <-chan struct{} // the Done of the context whose cancel fires it
+	cut  atomic.Pointer[func()]
 }
 
 // A HookedContext is a request's context that carries its own hook: the
@@ -761,8 +759,8 @@ type hookKey struct{}
 // net/http's server, and so to a handler that counts it): r's head is
 // within the bound, and need not be counted again.
 func HeadBounded(r *http.Request) bool {
-	h, ok := r.Context().Value(hookKey{}).(*CancelHook)
-	return ok && h.bounded
+	_, ok := r.Context().Value(hookKey{}).(*CancelHook) // withCancelHook's: the h1 Server's alone
+	return ok
 }
 
 // HeadSize is the size of a request's head as it came, normalized: the

@@ -17,7 +17,8 @@ import (
 // a closure and its variables, and grows a new field slice every block,
 // about nine allocations a request.
 type headerBlock struct {
-	dec *hpack.Decoder
+	dec     *hpack.Decoder
+	maxList uint32 // the header list's bound, as HPACK counts
 
 	// The block's HEADERS frame.
 	streamID   uint32
@@ -49,7 +50,7 @@ var (
 // newHeaderBlock returns a connection's block, its header list bound by
 // maxList.
 func newHeaderBlock(maxList uint32) *headerBlock {
-	b := &headerBlock{}
+	b := &headerBlock{maxList: maxList}
 	b.dec = hpack.NewDecoder(4096, b.emit)
 	b.dec.SetMaxStringLength(int(min(maxList, 1<<30)))
 	return b
@@ -111,14 +112,14 @@ func validWireName(name string) bool {
 // still take, or any fragment after a refused field, ends the connection,
 // as does a block HPACK cannot decode; a refused field, or pseudo-header
 // fields checkPseudo refuses, reset the stream.
-func (b *headerBlock) read(hf *http2.HeadersFrame, fr *http2.Framer, maxList uint32) error {
+func (b *headerBlock) read(hf *http2.HeadersFrame, fr *http2.Framer) error {
 	if cap(b.fields) > keepFields {
 		b.fields = nil
 	}
 	b.streamID, b.ended = hf.StreamID, hf.StreamEnded()
 	b.selfDepend = hf.HasPriority() && hf.Priority.StreamDep == hf.StreamID
 	b.fields, b.pseudo = b.fields[:0], 0
-	b.truncated, b.remain, b.regular, b.invalid = false, maxList, false, nil
+	b.truncated, b.remain, b.regular, b.invalid = false, b.maxList, false, nil
 	b.dec.SetEmitEnabled(true)
 	var frag interface {
 		HeaderBlockFragment() []byte

@@ -33,7 +33,7 @@ func TestHeaderBlockKeepsFewFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.read(f.(*http2.HeadersFrame), rf, 1<<20); err != nil {
+		if err := b.read(f.(*http2.HeadersFrame), rf); err != nil {
 			t.Fatal(err)
 		}
 		caps = append(caps, cap(b.fields))

@@ -424,7 +424,7 @@ var errRefused = errors.New("h2: stream reset")
 func (c *conn) onFrame(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.HeadersFrame:
-		if err := c.block.read(f, c.fr, c.maxHead); err != nil {
+		if err := c.block.read(f, c.fr); err != nil {
 			return err
 		}
 		return c.onHeaders(c.block)
