@@ -33,9 +33,11 @@ import (
 // The loop is a goroutine that waits in Go's poller on the epoll
 // descriptor itself (an epoll set is readable while any of its events
 // is pending), so it holds no thread while idle and the scheduler runs
-// it like any other; there is one loop a P (GOMAXPROCS), each started
-// with its first relay and ended, its epoll set closed, with its last:
-// with no connection open the loops hold no descriptor.
+// it like any other; there is one loop a P (GOMAXPROCS, as it is when a
+// relay starts: Go changes it while running when a container's CPU limit
+// changes), each started with its first relay and ended, its epoll set
+// closed, with its last: with no connection open the loops hold no
+// descriptor.
 
 const (
 	// relayBudget is the reads a direction gets before the loop turns
@@ -107,10 +109,23 @@ type direction struct {
 }
 
 var (
-	loopsOnce sync.Once
-	loops     []*loop
-	loopNext  atomic.Uint32
+	loopsMu  sync.Mutex
+	loops    []*loop // grown to the largest GOMAXPROCS seen; guarded by loopsMu
+	loopNext atomic.Uint32
 )
+
+// nextLoop returns the loop a new relay goes to: the loops of the first
+// GOMAXPROCS in turn. Loops past it, after GOMAXPROCS fell, keep their
+// relays until they end and take no new ones.
+func nextLoop() *loop {
+	n := runtime.GOMAXPROCS(0)
+	loopsMu.Lock()
+	defer loopsMu.Unlock()
+	for len(loops) < n {
+		loops = append(loops, newLoop())
+	}
+	return loops[loopNext.Add(1)%uint32(n)]
+}
 
 // relayTCP runs Splice in the event loop when a and b are both plain TCP
 // connections; ok is false (and nothing was done) when they are not, or
@@ -139,13 +154,7 @@ func startRelay(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)
 	if !okA || !okB {
 		return nil
 	}
-	loopsOnce.Do(func() {
-		loops = make([]*loop, runtime.GOMAXPROCS(0))
-		for i := range loops {
-			loops[i] = newLoop()
-		}
-	})
-	return loops[int(loopNext.Add(1))%len(loops)].relay(ta, tb, s, then)
+	return nextLoop().relay(ta, tb, s, then)
 }
 
 func newLoop() *loop { return &loop{buf: make([]byte, 32<<10)} }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,45 @@ func TestRelayLoopIsShared(t *testing.T) {
 			t.Fatal("the loop kept its epoll set with no relay left")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// New relays go to as many loops as GOMAXPROCS is when each starts, not
+// when the first did: Go changes it while running (a container's CPU
+// limit), and a loop past it takes no new relay.
+func TestRelayLoopsFollowGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	started := func(k int) map[*loop]int {
+		seen := map[*loop]int{}
+		for range k {
+			client, a := tcpPair(t)
+			b, backend := tcpPair(t)
+			done := make(chan struct{})
+			r := startRelay(a, b, nil, func(int64, int64) { close(done) })
+			if r == nil {
+				t.Fatal("the connections were not relayed")
+			}
+			seen[r.l]++
+			client.Close()
+			backend.Close()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("a relay did not end after both its sides closed")
+			}
+		}
+		return seen
+	}
+	runtime.GOMAXPROCS(3)
+	if seen := started(6); len(seen) != 3 {
+		t.Fatalf("GOMAXPROCS 3: six relays went to %d loops, want 3", len(seen))
+	}
+	runtime.GOMAXPROCS(1)
+	if seen := started(4); len(seen) != 1 {
+		t.Fatalf("GOMAXPROCS 1: four relays went to %d loops, want 1", len(seen))
+	}
+	runtime.GOMAXPROCS(4)
+	if seen := started(8); len(seen) != 4 {
+		t.Fatalf("GOMAXPROCS 4: eight relays went to %d loops, want 4", len(seen))
 	}
 }
