@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
@@ -33,11 +34,22 @@ import (
 // The loop is a goroutine that waits in Go's poller on the epoll
 // descriptor itself (an epoll set is readable while any of its events
 // is pending), so it holds no thread while idle and the scheduler runs
-// it like any other; there is one loop a P (GOMAXPROCS, as it is when a
-// relay starts: Go changes it while running when a container's CPU limit
-// changes), each started with its first relay and ended, its epoll set
-// closed, with its last: with no connection open the loops hold no
-// descriptor.
+// it like any other. There are up to one loop a P (GOMAXPROCS, as it is
+// when a relay starts: Go changes it while running when a container's
+// CPU limit changes), each started with its first relay and ended, its
+// epoll set closed, with its last: with no connection open the loops
+// hold no descriptor.
+//
+// Relays are packed onto as few loops as keep up, not spread over all
+// of them. Loops wait in Go's one poller, where one thread waits at a
+// time: two loops with events take turns more than they run side by
+// side, and each wake carries half the events (on two cores shared with
+// the load, one loop served about 1.15x the requests of two, at less CPU
+// a request). A new relay goes to the first loop that keeps up; a loop
+// that found work waiting at every look for fullAfter windows on end is
+// full, and hands half its relays to the first loop that keeps up (one
+// started for them if none runs), so a loop's load spreads once one core
+// is not enough for it, and only then.
 
 const (
 	// relayBudget is the reads a direction gets before the loop turns
@@ -63,9 +75,50 @@ const (
 	finished // the destination was half-closed, or failed
 )
 
+// How a loop finds it is full: over a window of loadWindow it never
+// waited for an event, fullAfter windows on end; after it spread its
+// relays, it waits calmAfter windows before it spreads again.
+const (
+	loadWindow = 10 * time.Millisecond
+	fullAfter  = 10
+	calmAfter  = 10
+)
+
+// A meter tells from a loop's waits whether it keeps up.
+type meter struct {
+	window time.Time // when the window began
+	waited bool      // the loop waited for an event in this window
+	busy   int       // windows on end in which it did not
+	calm   int       // windows before it may spread again
+}
+
+// look is a wake of the loop at now. At a window's end (ended) it says
+// whether the loop is full, and whether it is to spread its relays.
+func (m *meter) look(now time.Time) (ended, full, spread bool) {
+	if now.Sub(m.window) < loadWindow {
+		return false, false, false
+	}
+	if m.waited {
+		m.busy = 0
+	} else {
+		m.busy++
+	}
+	m.window, m.waited, m.calm = now, false, max(m.calm-1, 0)
+	full = m.busy >= fullAfter
+	return true, full, full && m.calm == 0
+}
+
 // A loop relays its sockets in one goroutine while it has any.
 type loop struct {
 	buf []byte // the reads' buffer; the running goroutine alone uses it
+	id  uint64 // the loops' order, in which two are locked together
+
+	// full is set while the loop keeps up no more (see loadWindow): new
+	// relays go to another loop while one keeps up.
+	full atomic.Bool
+	// spreadTo has the loop spread to another at its next wake, as if it
+	// were full (tests).
+	spreadTo atomic.Pointer[loop]
 
 	mu     sync.Mutex
 	ep     *epollSet // while running; guarded by mu
@@ -84,7 +137,7 @@ type epollSet struct {
 
 // A relay is two sockets relayed both ways by a loop.
 type relay struct {
-	l    *loop
+	l    atomic.Pointer[loop] // the loop it is on; changed under the new loop's mu when it moves
 	slot int32
 	gen  int32 // the slot's generation: an event of a slot's last relay is not this one's
 	fd   [2]int
@@ -93,7 +146,7 @@ type relay struct {
 	flags  [2]uint8
 	dirs   [2]direction
 	queued bool          // on the loop's list of relays with reads left
-	over   bool          // finished; guarded by l.mu
+	over   bool          // finished; guarded by the mu of the loop it is on
 	cut    atomic.Bool   // cut by Close: the loop finishes it at its next event
 	done   chan struct{} // closed once finished; nil when then is set
 	then   func(aToB, bToA int64)
@@ -114,17 +167,46 @@ var (
 	loopNext atomic.Uint32
 )
 
-// nextLoop returns the loop a new relay goes to: the loops of the first
-// GOMAXPROCS in turn. Loops past it, after GOMAXPROCS fell, keep their
-// relays until they end and take no new ones.
+// nextLoop returns the loop a new relay goes to: the first of the first
+// GOMAXPROCS loops that keeps up, or, when none does, each in turn.
+// Loops past GOMAXPROCS, after it fell, keep their relays until they end
+// or move, and take no new ones.
 func nextLoop() *loop {
-	n := runtime.GOMAXPROCS(0)
 	loopsMu.Lock()
 	defer loopsMu.Unlock()
+	ls := loopsNow()
+	if l := keepingUp(ls, nil); l != nil {
+		return l
+	}
+	return ls[loopNext.Add(1)%uint32(len(ls))]
+}
+
+// roomFor returns the first of the first GOMAXPROCS loops, other than
+// not, that keeps up; nil when none does.
+func roomFor(not *loop) *loop {
+	loopsMu.Lock()
+	defer loopsMu.Unlock()
+	return keepingUp(loopsNow(), not)
+}
+
+// loopsNow returns the first GOMAXPROCS loops, made if need be; loopsMu
+// is held.
+func loopsNow() []*loop {
+	n := runtime.GOMAXPROCS(0)
 	for len(loops) < n {
 		loops = append(loops, newLoop())
 	}
-	return loops[loopNext.Add(1)%uint32(n)]
+	return loops[:n]
+}
+
+// keepingUp returns the first of ls, other than not, that is not full.
+func keepingUp(ls []*loop, not *loop) *loop {
+	for _, l := range ls {
+		if l != not && !l.full.Load() {
+			return l
+		}
+	}
+	return nil
 }
 
 // relayTCP runs Splice in the event loop when a and b are both plain TCP
@@ -157,7 +239,9 @@ func startRelay(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)
 	return nextLoop().relay(ta, tb, s, then)
 }
 
-func newLoop() *loop { return &loop{buf: make([]byte, 32<<10)} }
+var loopIDs atomic.Uint64
+
+func newLoop() *loop { return &loop{buf: make([]byte, 32<<10), id: loopIDs.Add(1)} }
 
 // relay starts relaying ta and tb in the loop l: the relay's done is
 // closed, or then called, once it is over.
@@ -171,7 +255,7 @@ func (l *loop) relay(ta, tb *net.TCPConn, s *Session, then func(aToB, bToA int64
 		syscall.Close(fa)
 		return nil
 	}
-	r := &relay{l: l, fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, then: then}
+	r := &relay{fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, then: then}
 	if then == nil {
 		r.done = make(chan struct{})
 	}
@@ -246,17 +330,25 @@ func newEpollSet() (*epollSet, error) {
 }
 
 // add gives r a slot and its sockets to epoll, and starts the loop's
-// goroutine if it is not running. An error means the loop did not take r.
+// goroutine if it is not running. An error means the loop did not take r
+// (and r is over).
 func (l *loop) add(r *relay) error {
 	l.mu.Lock()
-	start := l.ep == nil
-	if start {
-		ep, err := newEpollSet()
-		if err != nil {
-			l.mu.Unlock()
-			return err
+	start, err := l.take(r)
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return l.watch(r, start)
+}
+
+// take gives r a slot, making the loop's epoll set if it has none (start
+// is then true: the loop's goroutine is to be started); l.mu is held.
+func (l *loop) take(r *relay) (start bool, err error) {
+	if start = l.ep == nil; start {
+		if l.ep, err = newEpollSet(); err != nil {
+			return false, err
 		}
-		l.ep = ep
 	}
 	if n := len(l.free); n > 0 {
 		r.slot = l.free[n-1]
@@ -268,8 +360,17 @@ func (l *loop) add(r *relay) error {
 	}
 	l.relays[r.slot] = r
 	l.live++
+	r.l.Store(l)
+	return start, nil
+}
+
+// watch gives the sockets of r, which took a slot, to the loop's epoll
+// set, and starts the loop's goroutine when start says to. An error means
+// the loop did not take r (and r is over).
+func (l *loop) watch(r *relay, start bool) error {
 	// Read under the lock: once registered, r is the loop's (the race
 	// detector does not see epoll hand it over).
+	l.mu.Lock()
 	ep, fds, slot, gen := l.ep, r.fd, r.slot, r.gen
 	l.mu.Unlock()
 	for side, fd := range fds {
@@ -282,11 +383,14 @@ func (l *loop) add(r *relay) error {
 			if side == 0 { // nothing is the loop's yet: Splice copies another way
 				l.mu.Lock()
 				l.release(r)
-				if start { // no goroutine runs the set
-					l.ep = nil
+				if start && l.live == 0 { // no goroutine runs the set, and no relay needs one
+					l.ep, start = nil, false
 					ep.file.Close()
 				}
 				l.mu.Unlock()
+				if start { // another relay joined the set meanwhile
+					go l.run(ep)
+				}
 				return os.NewSyscallError("epoll_ctl", err)
 			}
 			// The loop may have read from the first already: it ends
@@ -309,13 +413,63 @@ func (l *loop) release(r *relay) {
 	l.live--
 }
 
+// detach frees r's slot as r moves to another loop; l.mu is held. The
+// slot keeps r's generation in a relay of its own, as r's changes with
+// its new slot.
+func (l *loop) detach(r *relay) {
+	l.relays[r.slot] = &relay{gen: r.gen, over: true}
+	l.free = append(l.free, r.slot)
+	l.live--
+}
+
+// spread moves half of l's relays to the loop to, in l's goroutine
+// between batches: each leaves l's epoll set, changes loops under both
+// loops' locks (so that Close finds it on one or the other), then joins
+// to's set, which reports what its sockets are ready for, so that to
+// takes it up where l left it. Relays with reads left for l's next turn
+// stay.
+func (l *loop) spread(to *loop) {
+	l.mu.Lock()
+	var move []*relay
+	for _, r := range l.relays {
+		if len(move) == l.live/2 {
+			break
+		}
+		if !r.over && !r.queued && !r.cut.Load() {
+			move = append(move, r)
+		}
+	}
+	ep := l.ep
+	l.mu.Unlock()
+	first, second := l, to // locked in the loops' order: two may spread into each other
+	if to.id < l.id {
+		first, second = to, l
+	}
+	for _, r := range move {
+		for _, fd := range r.fd {
+			_ = syscall.EpollCtl(ep.fd, syscall.EPOLL_CTL_DEL, fd, nil)
+		}
+		first.mu.Lock()
+		second.mu.Lock()
+		l.detach(r)
+		start, err := to.take(r)
+		if err != nil { // no epoll set for to: r is on no loop
+			r.over = true
+		}
+		second.mu.Unlock()
+		first.mu.Unlock()
+		if err != nil || to.watch(r, start) != nil {
+			r.end() // in no epoll set, so no loop ends it
+		}
+	}
+}
+
 // Close cuts the relay, as a drain does at its deadline: it is marked cut
 // and both sockets are shut down both ways, which is an event for each
 // registered one; at the first the loop closes them. Under the loop's
 // lock, as finish marks r over: the descriptors are r's.
 func (r *relay) Close() error {
-	l := r.l
-	l.mu.Lock()
+	l := r.lockLoop()
 	defer l.mu.Unlock()
 	if r.over {
 		return nil
@@ -326,12 +480,25 @@ func (r *relay) Close() error {
 	return nil
 }
 
+// lockLoop locks the mu of the loop r is on, and returns the loop.
+func (r *relay) lockLoop() *loop {
+	for {
+		l := r.l.Load()
+		l.mu.Lock()
+		if r.l.Load() == l {
+			return l
+		}
+		l.mu.Unlock() // r moved meanwhile
+	}
+}
+
 func (l *loop) run(ep *epollSet) {
 	events := make([]syscall.EpollEvent, 128)
 	batch := make([]*relay, 0, 128)
 	// Relays whose reads ran out of budget: again holds those of this
 	// turn, retry those of the last, taken after this turn's events.
 	var again, retry []*relay
+	load := meter{window: time.Now()}
 	for {
 		n := 0
 		stop := false
@@ -345,11 +512,18 @@ func (l *loop) run(ep *epollSet) {
 				l.ep, stop = nil, true // the next relay starts another
 			}
 			l.mu.Unlock()
+			load.waited = true
 			return stop // else wait in Go's poller for an event
 		})
 		if stop || err != nil {
+			l.full.Store(false)
 			ep.file.Close()
 			return
+		}
+		to := l.spreadTo.Swap(nil)
+		ended, full, spread := load.look(time.Now())
+		if ended {
+			l.full.Store(full)
 		}
 		// Find the events' relays under one lock.
 		batch = batch[:0]
@@ -393,6 +567,13 @@ func (l *loop) run(ep *epollSet) {
 			}
 		}
 		clear(retry)
+		if spread && to == nil {
+			to = roomFor(l)
+		}
+		if to != nil {
+			l.spread(to)
+			load.calm = calmAfter
+		}
 	}
 }
 
@@ -497,18 +678,23 @@ func (r *relay) fail(d int) {
 	x.state = finished
 }
 
-// finish closes r's sockets (which takes them out of epoll), frees its
-// slot and lets Splice return.
+// finish frees r's slot, closes its sockets (which takes them out of
+// epoll) and lets Splice return.
 func (l *loop) finish(r *relay) {
+	l.mu.Lock()
+	l.release(r)
+	l.mu.Unlock()
+	r.end()
+}
+
+// end closes the sockets of r, over, and lets Splice return.
+func (r *relay) end() {
 	for d := range r.dirs {
 		if x := &r.dirs[d]; x.pend != nil {
 			copyBuffers.Put(x.pend)
 			x.pend = nil
 		}
 	}
-	l.mu.Lock()
-	l.release(r)
-	l.mu.Unlock()
 	syscall.Close(r.fd[0])
 	syscall.Close(r.fd[1])
 	r.fd = [2]int{-1, -1}

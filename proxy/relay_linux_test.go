@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,42 +119,244 @@ func TestRelayLoopIsShared(t *testing.T) {
 	}
 }
 
-// New relays go to as many loops as GOMAXPROCS is when each starts, not
-// when the first did: Go changes it while running (a container's CPU
-// limit), and a loop past it takes no new relay.
-func TestRelayLoopsFollowGOMAXPROCS(t *testing.T) {
+// New relays go to the first loop that keeps up, among as many as
+// GOMAXPROCS is when each starts (Go changes it while running: a
+// container's CPU limit); when every one is full, to each in turn.
+func TestNextLoopPacks(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	started := func(k int) map[*loop]int {
-		seen := map[*loop]int{}
-		for range k {
-			client, a := tcpPair(t)
-			b, backend := tcpPair(t)
-			done := make(chan struct{})
-			r := startRelay(a, b, nil, func(int64, int64) { close(done) })
-			if r == nil {
-				t.Fatal("the connections were not relayed")
-			}
-			seen[r.l]++
-			client.Close()
-			backend.Close()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("a relay did not end after both its sides closed")
-			}
-		}
-		return seen
-	}
 	runtime.GOMAXPROCS(3)
-	if seen := started(6); len(seen) != 3 {
-		t.Fatalf("GOMAXPROCS 3: six relays went to %d loops, want 3", len(seen))
+	first := nextLoop()
+	loopsMu.Lock()
+	ls := slices.Clone(loops[:3])
+	loopsMu.Unlock()
+	defer func() {
+		for _, l := range ls {
+			l.full.Store(false)
+		}
+	}()
+	if first != ls[0] {
+		t.Fatal("with every loop keeping up, a relay did not go to the first")
+	}
+	ls[0].full.Store(true)
+	if l := nextLoop(); l != ls[1] {
+		t.Fatal("with the first loop full, a relay did not go to the second")
+	}
+	ls[1].full.Store(true)
+	if l := nextLoop(); l != ls[2] {
+		t.Fatal("with two loops full, a relay did not go to the third")
+	}
+	ls[2].full.Store(true)
+	seen := map[*loop]int{}
+	for range 6 {
+		seen[nextLoop()]++
+	}
+	if len(seen) != 3 || seen[ls[0]] != 2 || seen[ls[1]] != 2 || seen[ls[2]] != 2 {
+		t.Fatalf("every loop full: six relays went %v over the loops, want two each of three", seen)
 	}
 	runtime.GOMAXPROCS(1)
-	if seen := started(4); len(seen) != 1 {
-		t.Fatalf("GOMAXPROCS 1: four relays went to %d loops, want 1", len(seen))
+	if l := nextLoop(); l != ls[0] {
+		t.Fatal("GOMAXPROCS 1: a relay did not go to the first loop")
 	}
-	runtime.GOMAXPROCS(4)
-	if seen := started(8); len(seen) != 4 {
-		t.Fatalf("GOMAXPROCS 4: eight relays went to %d loops, want 4", len(seen))
+	runtime.GOMAXPROCS(2)
+	ls[1].full.Store(false)
+	if l := nextLoop(); l != ls[1] {
+		t.Fatal("GOMAXPROCS 2, the second loop keeping up: a relay did not go to it")
+	}
+}
+
+// A loop spreading hands half its relays to another loop, and they go on
+// where they were: an exchange of messages on each, and a transfer
+// whose backend had stopped reading (the relay holding bytes it could
+// not write) arrives whole and in order once it reads again. A relay
+// moved is cut by Close on its new loop, and every relay ends as it
+// would have, both loops stopping with their last.
+func TestRelaysMoveToALoopThatKeepsUp(t *testing.T) {
+	home, other := newLoop(), newLoop()
+	type started struct {
+		client, backend *net.TCPConn
+		r               *relay
+		done            chan struct{}
+	}
+	start := func() started {
+		client, a := tcpPair(t)
+		b, backend := tcpPair(t)
+		_ = b.SetWriteBuffer(32 << 10)
+		_ = backend.SetReadBuffer(32 << 10)
+		done := make(chan struct{})
+		r := home.relay(a, b, nil, func(int64, int64) { close(done) })
+		if r == nil {
+			t.Fatal("the connections were not relayed")
+		}
+		return started{client, backend, r, done}
+	}
+	// The transfer first, so that it is among the half that moves.
+	bulk := start()
+	const size = 8 << 20
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*7 + i>>11)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := bulk.client.Write(want)
+		wrote <- err
+	}()
+	var echo []started
+	for range 5 {
+		e := start()
+		go func() { // echoes
+			_, _ = io.Copy(e.backend, e.backend)
+			_ = e.backend.CloseWrite()
+		}()
+		echo = append(echo, e)
+	}
+	all := append([]started{bulk}, echo...)
+	// The transfer fills the backend's small socket buffer and stalls, the
+	// relay holding what it read and could not write.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case err := <-wrote:
+		t.Fatalf("the transfer did not stall: its write returned (%v)", err)
+	default:
+	}
+	deadline := time.Now().Add(10 * time.Second)
+
+	home.spreadTo.Store(other)
+	roundTrip := func(e started, i int) {
+		t.Helper()
+		_ = e.client.SetDeadline(time.Now().Add(10 * time.Second))
+		msg := []byte{byte(i), byte(i >> 8), 'm'}
+		buf := make([]byte, len(msg))
+		if _, err := e.client.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(e.client, buf); err != nil || !bytes.Equal(buf, msg) {
+			t.Fatalf("round trip %d: %q, %v", i, buf, err)
+		}
+	}
+	roundTrip(echo[0], 0) // wakes the loop, which spreads after the batch
+	moved := map[*relay]bool{}
+	for time.Now().Before(deadline) {
+		clear(moved)
+		for _, x := range all {
+			if x.r.l.Load() == other {
+				moved[x.r] = true
+			}
+		}
+		if len(moved) == len(all)/2 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(moved) != len(all)/2 {
+		t.Fatalf("%d of %d relays moved, want half", len(moved), len(all))
+	}
+	if !moved[bulk.r] {
+		t.Fatal("the transfer, the first relay, did not move")
+	}
+	for i := range 50 {
+		for _, e := range echo {
+			roundTrip(e, i)
+		}
+	}
+
+	got := make([]byte, 0, size)
+	buf := make([]byte, 64<<10)
+	_ = bulk.backend.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for len(got) < size {
+		n, err := bulk.backend.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("the transfer after its move: %d of %d bytes, %v", len(got), size, err)
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the transfer's bytes changed in the move")
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+
+	// A moved relay cut by Close (a drain's deadline) ends on its new loop.
+	var cut started
+	for _, e := range echo {
+		if moved[e.r] {
+			cut = e
+			break
+		}
+	}
+	if cut.r == nil {
+		t.Fatal("no echo relay moved")
+	}
+	cut.r.Close()
+	for _, x := range all {
+		if x.r != cut.r {
+			_ = x.client.CloseWrite()
+			_ = x.backend.CloseWrite()
+		}
+	}
+	for _, x := range all {
+		select {
+		case <-x.done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a relay did not end")
+		}
+		x.client.Close()
+		x.backend.Close()
+	}
+	for _, l := range []*loop{home, other} {
+		for {
+			l.mu.Lock()
+			idle := l.ep == nil && l.live == 0
+			l.mu.Unlock()
+			if idle {
+				break
+			}
+			if time.Now().After(deadline.Add(10 * time.Second)) {
+				t.Fatal("a loop kept its epoll set with no relay left")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// A loop is full once it has not waited for an event in fullAfter windows
+// on end, and spreads then; after a spread it spreads again only
+// calmAfter windows later, and one wait makes it keep up again.
+func TestMeterFindsALoopFull(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := meter{window: t0}
+	now := t0
+	// wake runs the loop for d, waking every millisecond; waiting, it
+	// waits once at the start. It returns the last full and whether it
+	// was told to spread.
+	wake := func(d time.Duration, waiting bool) (full, spread bool) {
+		m.waited = m.waited || waiting
+		for end := now.Add(d); now.Before(end); {
+			now = now.Add(time.Millisecond)
+			if ended, f, s := m.look(now); ended {
+				full, spread = f, spread || s
+			}
+		}
+		return full, spread
+	}
+	if full, spread := wake(time.Duration(fullAfter-1)*loadWindow, false); full || spread {
+		t.Fatalf("after %d busy windows: full %v, spread %v", fullAfter-1, full, spread)
+	}
+	if full, spread := wake(loadWindow, false); !full || !spread {
+		t.Fatalf("after %d busy windows: full %v, spread %v; want both", fullAfter, full, spread)
+	}
+	m.calm = calmAfter // it spread
+	if full, spread := wake(time.Duration(calmAfter-1)*loadWindow, false); !full || spread {
+		t.Fatalf("still busy, in the calm after a spread: full %v, spread %v; want full alone", full, spread)
+	}
+	if full, spread := wake(loadWindow, false); !full || !spread {
+		t.Fatalf("still busy after the calm: full %v, spread %v; want both", full, spread)
+	}
+	if full, _ := wake(loadWindow, true); full {
+		t.Fatal("a window with a wait: still full")
+	}
+	if full, spread := wake(time.Duration(fullAfter-1)*loadWindow, false); full || spread {
+		t.Fatal("busy again, fewer windows than fullAfter: full")
 	}
 }
