@@ -47,9 +47,9 @@ import (
 // the load, one loop served about 1.15x the requests of two, at less CPU
 // a request). A new relay goes to the first loop that keeps up; a loop
 // that found work waiting at every look for fullAfter windows on end is
-// full, and hands half its relays to the first loop that keeps up (one
-// started for them if none runs), so a loop's load spreads once one core
-// is not enough for it, and only then.
+// full, and hands the first loop that keeps up half the relays it has
+// more than that one (a loop is started for them if none runs), so a
+// loop's load spreads once one core is not enough for it, and only then.
 
 const (
 	// relayBudget is the reads a direction gets before the loop turns
@@ -422,17 +422,21 @@ func (l *loop) detach(r *relay) {
 	l.live--
 }
 
-// spread moves half of l's relays to the loop to, in l's goroutine
-// between batches: each leaves l's epoll set, changes loops under both
-// loops' locks (so that Close finds it on one or the other), then joins
-// to's set, which reports what its sockets are ready for, so that to
-// takes it up where l left it. Relays with reads left for l's next turn
-// stay.
+// spread moves relays from l to the loop to, half of what l has more
+// than to (so that two loops never hand the same relays back and forth),
+// in l's goroutine between batches: each leaves l's epoll set, changes
+// loops under both loops' locks (so that Close finds it on one or the
+// other), then joins to's set, which reports what its sockets are ready
+// for, so that to takes it up where l left it. Relays with reads left
+// for l's next turn stay.
 func (l *loop) spread(to *loop) {
+	to.mu.Lock()
+	theirs := to.live
+	to.mu.Unlock()
 	l.mu.Lock()
 	var move []*relay
 	for _, r := range l.relays {
-		if len(move) == l.live/2 {
+		if len(move) >= (l.live-theirs)/2 {
 			break
 		}
 		if !r.over && !r.queued && !r.cut.Load() {

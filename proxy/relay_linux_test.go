@@ -171,8 +171,9 @@ func TestNextLoopPacks(t *testing.T) {
 	}
 }
 
-// A loop spreading hands half its relays to another loop, and they go on
-// where they were: an exchange of messages on each, and a transfer
+// A loop spreading hands another loop half the relays it has more than
+// that one (none when they have as many), and they go on where they
+// were: an exchange of messages on each, and a transfer
 // whose backend had stopped reading (the relay holding bytes it could
 // not write) arrives whole and in order once it reads again. A relay
 // moved is cut by Close on its new loop, and every relay ends as it
@@ -264,6 +265,20 @@ func TestRelaysMoveToALoopThatKeepsUp(t *testing.T) {
 	for i := range 50 {
 		for _, e := range echo {
 			roundTrip(e, i)
+		}
+	}
+	// As many on each: a spread moves none back or on.
+	home.spreadTo.Store(other)
+	for _, e := range echo {
+		if !moved[e.r] {
+			roundTrip(e, 0) // wakes home
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	for _, x := range all {
+		if on := x.r.l.Load(); (on == other) != moved[x.r] {
+			t.Fatal("a spread between loops with as many relays each moved one")
 		}
 	}
 
