@@ -574,7 +574,7 @@ func (l *loop) run(ep *epollSet) {
 		if spread && to == nil {
 			to = roomFor(l)
 		}
-		if to != nil {
+		if to != nil && to != l {
 			l.spread(to)
 			load.calm = calmAfter
 		}
