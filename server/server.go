@@ -239,7 +239,8 @@ func (s *Server) Start() error {
 				// HTTP/2 is rotor's own server's; ServeTLS, not Serve on
 				// a TLS listener, offers it to clients (ALPN).
 				h2s := &h2.Server{MaxConcurrentStreams: uint32(l.MaxConcurrentStreams),
-					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ErrorLog: li.http.ErrorLog}
+					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ReadHeaderTimeout: l.Timeouts.ReadHeader,
+					ErrorLog: li.http.ErrorLog}
 				h2s.Configure(li.http)
 				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
 			} else {

@@ -801,6 +801,47 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
+// A header block must end within the read-header timeout once its
+// HEADERS frame came: one left open ends the connection, long before the
+// idle timeout would; one that ends in time leaves no bound behind it.
+func TestHeaderBlockTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	s := start(t, http.HandlerFunc(hello), &h2.Server{IdleTimeout: time.Minute, ReadHeaderTimeout: timeout})
+	b := h2.EncodeBlock(request(s.addr, "GET", "/")...)
+	first := func(r *rawConn, id uint32) {
+		if err := r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: b[:len(b)/2], EndStream: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := dialRaw(t, s.addr)
+	first(r, 1)
+	begun := time.Now()
+	for {
+		if _, err := r.fr.ReadFrame(); err != nil {
+			break // closed; or the client's own 10 s deadline
+		}
+	}
+	if d := time.Since(begun); d < timeout-50*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("a header block left open: the connection ended after %v, want about %v", d, timeout)
+	}
+
+	r = dialRaw(t, s.addr)
+	first(r, 1)
+	time.Sleep(timeout / 3)
+	if err := r.fr.WriteContinuation(1, true, b[len(b)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.status(1); got != "200" {
+		t.Fatalf("a block ended in time: status %s", got)
+	}
+	time.Sleep(2 * timeout)
+	r.headers(3, true, request(s.addr, "GET", "/")...)
+	if got := r.status(3); got != "200" {
+		t.Fatalf("a request after a wait longer than the timeout, the block before it ended in time: status %s", got)
+	}
+}
+
 // A body its handler gave up (closed) does not keep the connection's
 // window: another stream's upload on the same connection goes through.
 func TestClosedBodyGivesBackWindow(t *testing.T) {

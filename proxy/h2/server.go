@@ -78,6 +78,11 @@ type Server struct {
 	// write or a wait for the client's flow-control window that makes
 	// no progress (2 minutes when 0).
 	IdleTimeout time.Duration
+	// ReadHeaderTimeout bounds the time a header block may take from its
+	// HEADERS frame to the CONTINUATION frame that ends it; a block that
+	// takes longer ends the connection (0: no bound). A block in one
+	// frame takes no time.
+	ReadHeaderTimeout time.Duration
 	// ErrorLog receives handler panics and protocol errors worth noting;
 	// nil: the standard logger.
 	ErrorLog *log.Logger
@@ -170,6 +175,7 @@ type conn struct {
 	fr       *http2.Framer // reads; serve's alone
 	block    *headerBlock  // the header block read last; serve's alone
 	idle     time.Duration
+	head     time.Duration // ReadHeaderTimeout
 	maxHead  uint32
 	handlers sync.WaitGroup
 
@@ -217,6 +223,7 @@ func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler
 		s: s, nc: nc, h: h, ctx: ctx, cancel: cancel, tls: state,
 		remote:     nc.RemoteAddr().String(),
 		idle:       s.IdleTimeout,
+		head:       s.ReadHeaderTimeout,
 		streams:    make(map[uint32]*stream),
 		sendWindow: 65535,
 		recvWindow: connWindow,
@@ -412,6 +419,20 @@ func (c *conn) fail(err error) {
 	}
 }
 
+// readBlock reads the header block f begins into c.block. One that f
+// does not end must end within the read-header timeout: the connection's
+// reads wait no longer meanwhile, and end it when they time out, as
+// only CONTINUATION frames may come until the block ends.
+func (c *conn) readBlock(f *http2.HeadersFrame) error {
+	if f.HeadersEnded() || c.head <= 0 {
+		return c.block.read(f, c.fr)
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.head))
+	err := c.block.read(f, c.fr)
+	_ = c.nc.SetReadDeadline(time.Time{})
+	return err
+}
+
 // errConnClosed ends the streams of a connection that ended.
 var errConnClosed = errors.New("h2: connection closed")
 
@@ -424,7 +445,7 @@ var errRefused = errors.New("h2: stream reset")
 func (c *conn) onFrame(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.HeadersFrame:
-		if err := c.block.read(f, c.fr); err != nil {
+		if err := c.readBlock(f); err != nil {
 			return err
 		}
 		return c.onHeaders(c.block)
