@@ -169,6 +169,29 @@ func TestHTTP2ContinuationFlood(t *testing.T) {
 	t.Logf("connection closed after %d CONTINUATION frames of about 1 KiB", sent)
 }
 
+// A header block left open (HEADERS without END_HEADERS, then nothing)
+// is held to the listener's read_header, as an HTTP/1.1 head is, not to
+// its idle timeout.
+func TestHTTP2HeaderBlockHeldToReadHeader(t *testing.T) {
+	a := newBackend(t, "a")
+	r := tlsWeb(t, a, "timeouts: {read_header: 300ms, idle: 1m},")
+	addr := r.Addr("web").String()
+	c, fr := h2Conn(t, addr)
+	defer c.Close()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/"), EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("the connection was not closed by rotor: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("a header block left open kept its connection for %v", d)
+	}
+	h2Get(t, addr)
+}
+
 // A stream the client resets, or whose connection it closes, ends its
 // backend exchange at once: the backend below never answers, and the
 // request leaves the endpoint's count in flight long before any timeout.
