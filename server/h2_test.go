@@ -82,6 +82,21 @@ func tlsWeb(t *testing.T, b *backend, settings string) *rotor {
 	return startRotor(t, cfg, nil)
 }
 
+// openBlock starts rotor with an HTTPS listener and the settings given,
+// connects over HTTP/2 and sends a HEADERS frame on stream 1 that does
+// not end its header block.
+func openBlock(t *testing.T, settings string) (addr string, c *tls.Conn, fr *http2.Framer) {
+	t.Helper()
+	r := tlsWeb(t, newBackend(t, "a"), settings)
+	addr = r.Addr("web").String()
+	c, fr = h2Conn(t, addr)
+	t.Cleanup(func() { c.Close() })
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/"), EndHeaders: false}); err != nil {
+		t.Fatal(err)
+	}
+	return addr, c, fr
+}
+
 func h2Get(t *testing.T, addr string) time.Duration {
 	t.Helper()
 	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
@@ -139,16 +154,9 @@ func TestHTTP2RapidReset(t *testing.T) {
 // is cut at max_header_bytes, and the connection closed, long before the
 // client has sent all it wanted to.
 func TestHTTP2ContinuationFlood(t *testing.T) {
-	a := newBackend(t, "a")
-	r := tlsWeb(t, a, "max_header_bytes: 4096,")
-	addr := r.Addr("web").String()
-	c, fr := h2Conn(t, addr)
-	defer c.Close()
+	addr, c, fr := openBlock(t, "max_header_bytes: 4096,")
 	closed := make(chan struct{})
 	go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/"), EndHeaders: false}); err != nil {
-		t.Fatal(err)
-	}
 	junk := bytes.Repeat([]byte{0x40, 0x03, 'x', '-', 'a', 0x01, 'b'}, 140) // literal headers, about 1 KiB
 	sent := 0
 	for range 10_000 { // 10 MB, if nobody stops it
@@ -173,14 +181,7 @@ func TestHTTP2ContinuationFlood(t *testing.T) {
 // is held to the listener's read_header, as an HTTP/1.1 head is, not to
 // its idle timeout.
 func TestHTTP2HeaderBlockHeldToReadHeader(t *testing.T) {
-	a := newBackend(t, "a")
-	r := tlsWeb(t, a, "timeouts: {read_header: 300ms, idle: 1m},")
-	addr := r.Addr("web").String()
-	c, fr := h2Conn(t, addr)
-	defer c.Close()
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h2Headers(t, addr, "/"), EndHeaders: false}); err != nil {
-		t.Fatal(err)
-	}
+	addr, c, _ := openBlock(t, "timeouts: {read_header: 300ms, idle: 1m},")
 	start := time.Now()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, c); err != nil {
