@@ -61,7 +61,7 @@ taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303
 selfsigned
 if [[ " $PATHS " == *" redis "* ]]; then
 	needs redis-server redis-benchmark
-	taskset -c $load redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+	start_redis "$load" 19379
 fi
 
 # config NAME HTTP TCP FORWARD H2 REDIS: the same config on other ports.

@@ -21,7 +21,7 @@ want http && needs wrk
 want tcp && needs redis-server redis-benchmark
 setup gomaxprocs
 taskset -c 0,1 "$out/upstream" 127.0.0.1:19601 127.0.0.1:19602 127.0.0.1:19603 & pids+=($!)
-taskset -c 0,1 redis-server --bind 127.0.0.1 --port 19679 --save "" --appendonly no --loglevel warning >/dev/null & pids+=($!)
+start_redis 0,1 19679
 declare -A pid port=([1]=18601 [2]=18602) tcpport=([1]=18611 [2]=18612)
 for g in 1 2; do
 	web_config "$out/rotor$g.yaml" "127.0.0.1:${port[$g]}" 19601 19602 19603 ""
@@ -37,8 +37,6 @@ done
 hz=$(getconf CLK_TCK)
 # cpu_us G BEFORE N: rotor G's CPU time since BEFORE (ticks), a request of N.
 cpu_us() { awk -v t=$(($(cpu_ticks "${pid[$1]}") - $2)) -v hz="$hz" -v n="$3" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}'; }
-# rps runs redis-benchmark -q and prints its SET and GET requests/s.
-rps() { "$@" | tr '\r' '\n' | awk '/^SET: [0-9]/ {s = $2} /^GET: [0-9]/ {g = $2} END {print s, g}'; }
 
 if want http; then
 	echo "# rotor, GOMAXPROCS=1 and 2, cores 0,1 shared with wrk -t2 -c50 -d${DURATION}s and the backends; $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -64,10 +62,10 @@ if want tcp; then
 		[ $((round % 2)) = 0 ] && order="2 1"
 		for g in $order; do
 			before=$(cpu_ticks "${pid[$g]}")
-			read -r set get < <(rps taskset -c 0,1 redis-benchmark -p "${tcpport[$g]}" -n "$REQUESTS" -c 50 -t set,get -q)
+			read -r set get < <(redis_rps taskset -c 0,1 redis-benchmark -p "${tcpport[$g]}" -n "$REQUESTS" -c 50 -t set,get -q)
 			c=$(cpu_us "$g" "$before" $((REQUESTS * 2)))
 			before=$(cpu_ticks "${pid[$g]}")
-			read -r pset pget < <(rps taskset -c 0,1 redis-benchmark -p "${tcpport[$g]}" -n $((REQUESTS * 5)) -c 50 -P 16 -t set,get -q)
+			read -r pset pget < <(redis_rps taskset -c 0,1 redis-benchmark -p "${tcpport[$g]}" -n $((REQUESTS * 5)) -c 50 -P 16 -t set,get -q)
 			pc=$(cpu_us "$g" "$before" $((REQUESTS * 10)))
 			printf '%-12s %6d %10.0f %10.0f %12.0f %12.0f %11s %11s\n' "$g" "$round" "$set" "$get" "$pset" "$pget" "$c" "$pc"
 		done

@@ -73,7 +73,7 @@ wait_port() {
 selfsigned
 cat "$out/cert.pem" "$out/key.pem" > "$out/both.pem"
 
-taskset -c $load redis-server --bind 127.0.0.1 --port 19379 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+start_redis "$load" 19379
 taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 
 cat > "$out/rotor.yaml" <<YAML
@@ -215,8 +215,6 @@ head -c "$SIZE" /dev/zero > "$upload"
 echo "# rotor beside its peers, $CORES core(s) each (taskset -c $pin; load on $load); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
 echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1-3); caddy $(caddy version | cut -d' ' -f1); $(redis-server --version | cut -d' ' -f1-3)"
 echo
-# rps runs redis-benchmark -q and prints its SET and GET requests/s.
-rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }
 # turn LIST ROUND prints LIST's words rotated by ROUND-1: each target
 # takes another place in each round.
 turn() {
@@ -321,10 +319,10 @@ tcp="direct=19379 rotor=18379 nginx=18380 haproxy=18381" # Caddy has no TCP prox
 run_tcp() {
 	local name=$1 port=$2 t0 set get pset pget
 	t0=$(ticks "$name")
-	read -r set get <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
+	read -r set get <<<"$(redis_rps taskset -c $load redis-benchmark -p "$port" -n "$REQUESTS" -c 50 -t set,get -q)"
 	v[tcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 2))") "
 	t0=$(ticks "$name")
-	read -r pset pget <<<"$(rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
+	read -r pset pget <<<"$(redis_rps taskset -c $load redis-benchmark -p "$port" -n "$((REQUESTS * 5))" -c 50 -P 16 -t set,get -q)"
 	v[ptcpcpu-$name]+="$(cpu "$name" "$t0" "$((REQUESTS * 10))") "
 	v[set-$name]+="$set " v[get-$name]+="$get " v[pset-$name]+="$pset " v[pget-$name]+="$pget "
 }

@@ -95,3 +95,16 @@ pools:
       - {name: c, url: "http://127.0.0.1:$5"}
 YAML
 }
+
+# start_redis CORES PORT starts a redis-server for the benchmarks on
+# 127.0.0.1:PORT, on CORES (taskset), with nothing saved; its log goes to
+# $out/redis-PORT.log and it is killed when the script exits.
+start_redis() {
+	taskset -c "$1" redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no --loglevel warning \
+		>"$out/redis-$2.log" &
+	pids+=($!)
+}
+
+# redis_rps CMD... runs redis-benchmark -q (CMD) and prints the rate of
+# each test it ran, in its order (-t set,get: SET's, then GET's).
+redis_rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }

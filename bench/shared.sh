@@ -16,7 +16,7 @@ setup shared
 
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
-taskset -c 1 redis-server --bind 127.0.0.1 --port 19279 --save "" --appendonly no --loglevel warning >"$out/redis.log" & pids+=($!)
+start_redis 1 19279
 
 for store in memory redis; do
 	state=""

@@ -22,7 +22,7 @@ ROUNDS=${ROUNDS:-3}
 setup syscalls
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19801 127.0.0.1:19802 127.0.0.1:19803 & pids+=($!)
-taskset -c 1 redis-server --bind 127.0.0.1 --port 19879 --save "" --appendonly no --loglevel warning >/dev/null & pids+=($!)
+start_redis 1 19879
 web_config "$out/rotor.yaml" 127.0.0.1:18800 19801 19802 19803
 cat >> "$out/rotor.yaml" <<YAML
   - {name: redis, endpoints: [{name: r, address: "127.0.0.1:19879"}]}
