@@ -189,17 +189,27 @@ var (
 	descDNSN     = prometheus.NewDesc("rotor_dns_endpoints", "Endpoints the pool's last good DNS answer gave.", []string{"pool"}, nil)
 	descDNSFail  = prometheus.NewDesc("rotor_dns_failures_total", "DNS lookups of the pool's name that failed (the last good answer kept serving).", []string{"pool"}, nil)
 	descDNSOK    = prometheus.NewDesc("rotor_dns_healthy", "1 while the pool's last DNS lookup succeeded.", []string{"pool"}, nil)
+
+	descLoopRelays = prometheus.NewDesc("rotor_relay_loop_relays", "Plain TCP connections (tcp listeners, upgrades, tunnels) relayed by the event loop now.", []string{"loop"}, nil)
+	descLoopFull   = prometheus.NewDesc("rotor_relay_loop_full", "1 while the event loop has had no pause for 100 ms: new connections go to another loop.", []string{"loop"}, nil)
+	descLoopMoved  = prometheus.NewDesc("rotor_relay_loop_moved_total", "Connections the event loop handed to another loop that kept up.", []string{"loop"}, nil)
 )
 
-// Describe sends the descriptors of the health metrics.
+// Describe sends the descriptors of the health and relay loop metrics.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descPanic, descBackup, descNoEP, descSticky, descStickyN, descDNSN, descDNSFail, descDNSOK} {
+	for _, d := range []*prometheus.Desc{descInflight, descScore, descSuccess, descLatency, descBreaker, descPicks, descOutcomes, descOpens, descDraining, descDown, descFallback, descPanic, descBackup, descNoEP, descSticky, descStickyN, descDNSN, descDNSFail, descDNSOK, descLoopRelays, descLoopFull, descLoopMoved} {
 		ch <- d
 	}
 }
 
-// Collect reads every endpoint's health now.
+// Collect reads every endpoint's health, and the relay loops, now.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for i, l := range proxy.RelayLoops() {
+		loop := strconv.Itoa(i)
+		ch <- prometheus.MustNewConstMetric(descLoopRelays, prometheus.GaugeValue, float64(l.Relays), loop)
+		ch <- prometheus.MustNewConstMetric(descLoopFull, prometheus.GaugeValue, b2f(l.Full), loop)
+		ch <- prometheus.MustNewConstMetric(descLoopMoved, prometheus.CounterValue, float64(l.Moved), loop)
+	}
 	now := time.Now()
 	for _, pv := range m.pools() {
 		snap := pv.Snapshot

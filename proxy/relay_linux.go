@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -119,6 +120,8 @@ type loop struct {
 	// spreadTo has the loop spread to another at its next wake, as if it
 	// were full (tests).
 	spreadTo atomic.Pointer[loop]
+	// moved counts the relays the loop handed to another.
+	moved atomic.Uint64
 
 	mu     sync.Mutex
 	ep     *epollSet // while running; guarded by mu
@@ -464,8 +467,27 @@ func (l *loop) spread(to *loop) {
 		first.mu.Unlock()
 		if err != nil || to.watch(r, start) != nil {
 			r.end() // in no epoll set, so no loop ends it
+			continue
 		}
+		l.moved.Add(1)
 	}
+}
+
+// relayLoops reports every loop made so far, in the order new relays
+// fill them.
+func relayLoops() []LoopStats {
+	loopsMu.Lock()
+	ls := slices.Clone(loops)
+	loopsMu.Unlock()
+	stats := make([]LoopStats, len(ls))
+	for i, l := range ls {
+		l.mu.Lock()
+		stats[i].Relays = l.live
+		l.mu.Unlock()
+		stats[i].Full = l.full.Load()
+		stats[i].Moved = l.moved.Load()
+	}
+	return stats
 }
 
 // Close cuts the relay, as a drain does at its deadline: it is marked cut

@@ -153,6 +153,11 @@ func TestNextLoopPacks(t *testing.T) {
 		t.Fatal("with two loops full, a relay did not go to the third")
 	}
 	ls[2].full.Store(true)
+	ls[1].full.Store(false)
+	if st := RelayLoops(); len(st) < 3 || !st[0].Full || st[1].Full || !st[2].Full {
+		t.Fatalf("RelayLoops says %+v, want the first and third of three full", st)
+	}
+	ls[1].full.Store(true)
 	seen := map[*loop]int{}
 	for range 6 {
 		seen[nextLoop()]++
@@ -262,6 +267,9 @@ func TestRelaysMoveToALoopThatKeepsUp(t *testing.T) {
 	if !moved[bulk.r] {
 		t.Fatal("the transfer, the first relay, did not move")
 	}
+	if got := home.moved.Load(); got != uint64(len(all)/2) {
+		t.Fatalf("the loop counts %d relays moved, want %d", got, len(all)/2)
+	}
 	for i := range 50 {
 		for _, e := range echo {
 			roundTrip(e, i)
@@ -280,6 +288,10 @@ func TestRelaysMoveToALoopThatKeepsUp(t *testing.T) {
 		if on := x.r.l.Load(); (on == other) != moved[x.r] {
 			t.Fatal("a spread between loops with as many relays each moved one")
 		}
+	}
+	if home.moved.Load() != uint64(len(all)/2) || other.moved.Load() != 0 {
+		t.Fatalf("after a spread that moved none, the loops count %d and %d moved, want %d and 0",
+			home.moved.Load(), other.moved.Load(), len(all)/2)
 	}
 
 	got := make([]byte, 0, size)

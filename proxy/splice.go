@@ -42,6 +42,18 @@ func SpliceThen(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)
 	go func() { then(copyBoth(a, b)) }()
 }
 
+// LoopStats is what an event loop relaying TCP connections is doing.
+type LoopStats struct {
+	Relays int    // relays on the loop now
+	Full   bool   // it keeps up no more: new relays go to another loop
+	Moved  uint64 // relays it handed to another loop that kept up
+}
+
+// RelayLoops reports the event loops relaying plain TCP connections (on
+// Linux), in the order new relays fill them: none before the first relay,
+// then up to one a GOMAXPROCS.
+func RelayLoops() []LoopStats { return relayLoops() }
+
 // copyBoth copies both ways between a and b, one direction in a goroutine
 // of its own and the other in the caller's, until both have ended; each
 // direction's end is passed on as a half-close where dst has one.

@@ -11,6 +11,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +84,70 @@ pools:
 	if seen["one"] == 0 || seen["two"] == 0 || seen["one"]+seen["two"] != 12 {
 		t.Fatalf("connections per endpoint %v", seen)
 	}
+}
+
+var loopRelays = regexp.MustCompile(`(?m)^rotor_relay_loop_relays\{loop="(\d+)"\} (\d+)$`)
+
+// The relay loops show in the metrics: the connections a tcp listener
+// relays count on the loops while they are open, and leave them as they
+// end; each loop has its full flag and its moves.
+func TestRelayLoopMetrics(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the relay loops are Linux's")
+	}
+	one := echoServer(t, "one")
+	cfg := fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: pg}
+pools:
+  - name: pg
+    endpoints:
+      - {name: one, address: %q}
+`, one.Addr().String())
+	r := startRotor(t, cfg, nil)
+	admin := "http://" + r.Addr("admin").String() + "/metrics"
+	// relays sums rotor_relay_loop_relays over the loops, numbered from
+	// 0, and checks that each has all three series.
+	relays := func() int {
+		_, metrics := get(t, admin)
+		sum := 0
+		found := loopRelays.FindAllStringSubmatch(metrics, -1)
+		for i, m := range found {
+			n, _ := strconv.Atoi(m[2])
+			sum += n
+			for _, name := range []string{"rotor_relay_loop_full", "rotor_relay_loop_moved_total"} {
+				if !strings.Contains(metrics, fmt.Sprintf("%s{loop=%q} ", name, m[1])) || m[1] != strconv.Itoa(i) {
+					t.Fatalf("/metrics has loop %s's relays (the %d-th) and no %s for it", m[1], i, name)
+				}
+			}
+		}
+		return sum
+	}
+	var conns []net.Conn
+	for i := range 3 {
+		c, err := net.Dial("tcp", r.Addr("db").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "hello %d\n", i)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != fmt.Sprintf("one:hello %d\n", i) {
+			t.Fatalf("through the tcp listener: %q, %v", line, err)
+		}
+		conns = append(conns, c)
+	}
+	open := 0
+	eventually(t, 3*time.Second, "the three connections on the relay loops", func() bool {
+		open = relays()
+		return open >= 3
+	})
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, 3*time.Second, "the three connections off the relay loops", func() bool {
+		return relays() <= open-3
+	})
 }
 
 func TestStickyCookie(t *testing.T) {
