@@ -93,6 +93,16 @@ type meter struct {
 	calm   int       // windows before it may spread again
 }
 
+// wait notes that the loop waits for an event: it keeps up. It says
+// whether the loop had been found full (its flag is to be cleared now, not
+// at the end of the window, which comes with the next wake: an idle loop
+// may wait for long).
+func (m *meter) wait() (wasFull bool) {
+	wasFull = m.busy >= fullAfter
+	m.waited, m.busy = true, 0
+	return wasFull
+}
+
 // look is a wake of the loop at now. At a window's end (ended) it says
 // whether the loop is full, and whether it is to spread its relays.
 func (m *meter) look(now time.Time) (ended, full, spread bool) {
@@ -538,7 +548,9 @@ func (l *loop) run(ep *epollSet) {
 				l.ep, stop = nil, true // the next relay starts another
 			}
 			l.mu.Unlock()
-			load.waited = true
+			if load.wait() {
+				l.full.Store(false)
+			}
 			return stop // else wait in Go's poller for an event
 		})
 		if stop || err != nil {

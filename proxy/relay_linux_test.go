@@ -344,7 +344,7 @@ func TestRelaysMoveToALoopThatKeepsUp(t *testing.T) {
 
 // A loop is full once it has not waited for an event in fullAfter windows
 // on end, and spreads then; after a spread it spreads again only
-// calmAfter windows later, and one wait makes it keep up again.
+// calmAfter windows later, and one wait makes it keep up again, at once.
 func TestMeterFindsALoopFull(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	m := meter{window: t0}
@@ -353,7 +353,9 @@ func TestMeterFindsALoopFull(t *testing.T) {
 	// waits once at the start. It returns the last full and whether it
 	// was told to spread.
 	wake := func(d time.Duration, waiting bool) (full, spread bool) {
-		m.waited = m.waited || waiting
+		if waiting {
+			m.wait()
+		}
 		for end := now.Add(d); now.Before(end); {
 			now = now.Add(time.Millisecond)
 			if ended, f, s := m.look(now); ended {
@@ -375,7 +377,13 @@ func TestMeterFindsALoopFull(t *testing.T) {
 	if full, spread := wake(loadWindow, false); !full || !spread {
 		t.Fatalf("still busy after the calm: full %v, spread %v; want both", full, spread)
 	}
-	if full, _ := wake(loadWindow, true); full {
+	if !m.wait() {
+		t.Fatal("a full loop's wait did not say it was full")
+	}
+	if m.wait() {
+		t.Fatal("a second wait said the loop was full")
+	}
+	if full, _ := wake(loadWindow, false); full {
 		t.Fatal("a window with a wait: still full")
 	}
 	if full, spread := wake(time.Duration(fullAfter-1)*loadWindow, false); full || spread {
