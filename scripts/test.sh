@@ -36,6 +36,12 @@ if ! command -v h2spec >/dev/null 2>&1; then
 	go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 fi
 
+# Every package is tested as rotor is built: with its CPU profile
+# (cmd/rotor/default.pgo, from bench/pgo.sh), which go build applies to
+# cmd/rotor by itself. Named for every test binary, it also keeps each
+# package from being compiled twice, with the profile and without.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-pgo=$PWD/cmd/rotor/default.pgo"
+
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
 	echo "gofmt: these files are not formatted:" >&2
