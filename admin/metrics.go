@@ -191,7 +191,7 @@ var (
 	descDNSOK    = prometheus.NewDesc("rotor_dns_healthy", "1 while the pool's last DNS lookup succeeded.", []string{"pool"}, nil)
 
 	descLoopRelays = prometheus.NewDesc("rotor_relay_loop_relays", "Plain TCP connections (tcp listeners, upgrades, tunnels) relayed by the event loop now.", []string{"loop"}, nil)
-	descLoopFull   = prometheus.NewDesc("rotor_relay_loop_full", "1 while the event loop has had no pause for 100 ms: new connections go to another loop.", []string{"loop"}, nil)
+	descLoopFull   = prometheus.NewDesc("rotor_relay_loop_full", "1 from when the event loop has had no pause for 100 ms to its next pause: new connections go to another loop meanwhile.", []string{"loop"}, nil)
 	descLoopMoved  = prometheus.NewDesc("rotor_relay_loop_moved_total", "Connections the event loop handed to another loop that kept up.", []string{"loop"}, nil)
 )
 
