@@ -26,6 +26,13 @@
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
+# FORWARDED=1 (the default) has nginx, HAProxy and Caddy send the
+# backends the four fields rotor adds to every request (X-Forwarded-For,
+# X-Forwarded-Host, X-Forwarded-Proto, X-Real-Ip), as a reverse proxy's
+# config usually has them do, so that the backends parse as much from
+# each: four lines cost this machine's Go backends 1-1.7 us a request,
+# on the core the load shares with them. FORWARDED=0 runs the peers bare
+# (the figures before 2026-12-03 17:30Z were).
 # Usage: bash bench/peers.sh > bench/out/peers.txt
 #        CORES=2 WRITE=1 bash bench/peers.sh
 set -euo pipefail
@@ -50,6 +57,18 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-268435456}
 ROUNDS=${ROUNDS:-1}
+FORWARDED=${FORWARDED:-1}
+case "$FORWARDED" in 0 | 1) ;; *) echo "FORWARDED must be 0 or 1" >&2; exit 1 ;; esac
+# The peers' settings for the forwarding fields (none when FORWARDED=0).
+nginx_fwd="" haproxy_fwd="" caddy_fwd=""
+if [ "$FORWARDED" = 1 ]; then
+	nginx_fwd='proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Host $http_host; proxy_set_header X-Forwarded-Proto $scheme; proxy_set_header X-Real-IP $remote_addr;'
+	haproxy_fwd='  option forwardfor
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]
+  http-request set-header X-Real-IP %[src]'
+	caddy_fwd='header_up X-Real-IP {remote_host}'
+fi
 TESTS=${TESTS:-get post tcp h2 bodies}
 for t in $TESTS; do
 	case $t in get | post | tcp | h2 | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 bodies)" >&2; exit 1 ;; esac
@@ -112,13 +131,13 @@ http {
   server {
     listen 127.0.0.1:18181;
     keepalive_requests 100000000;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
   }
   server {
     listen 127.0.0.1:18191;
     client_max_body_size 0;
     location / {
-      proxy_pass http://one; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_pass http://one; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd
       proxy_request_buffering off; proxy_buffering off; proxy_read_timeout 10m;
     }
   }
@@ -127,7 +146,7 @@ http {
     keepalive_requests 100000000;
     ssl_certificate $PWD/$out/cert.pem;
     ssl_certificate_key $PWD/$out/key.pem;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
   }
 }
 NGINX
@@ -161,6 +180,7 @@ backend one
   mode http
   timeout server 10m
   http-reuse always
+$haproxy_fwd
   server a 127.0.0.1:19301
 frontend h2
   mode http
@@ -170,6 +190,7 @@ backend app
   mode http
   balance roundrobin
   http-reuse always
+$haproxy_fwd
   server a 127.0.0.1:19301
   server b 127.0.0.1:19302
   server c 127.0.0.1:19303
@@ -185,15 +206,19 @@ cat > "$out/Caddyfile" <<CADDY
 http://127.0.0.1:18183 {
 	reverse_proxy 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 {
 		lb_policy round_robin
+		$caddy_fwd
 	}
 }
 http://127.0.0.1:18193 {
-	reverse_proxy 127.0.0.1:19301
+	reverse_proxy 127.0.0.1:19301 {
+		$caddy_fwd
+	}
 }
 https://127.0.0.1:18446 {
 	tls $PWD/$out/cert.pem $PWD/$out/key.pem
 	reverse_proxy 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 {
 		lb_policy round_robin
+		$caddy_fwd
 	}
 }
 CADDY
@@ -214,6 +239,11 @@ head -c "$SIZE" /dev/zero > "$upload"
 {
 echo "# rotor beside its peers, $CORES core(s) each (taskset -c $pin; load on $load); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
 echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1-3); caddy $(caddy version | cut -d' ' -f1); $(redis-server --version | cut -d' ' -f1-3)"
+if [ "$FORWARDED" = 1 ]; then
+	echo "# every proxy sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip (FORWARDED=1)"
+else
+	echo "# rotor sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip; the peers, bare, none (FORWARDED=0)"
+fi
 echo
 # turn LIST ROUND prints LIST's words rotated by ROUND-1: each target
 # takes another place in each round.
