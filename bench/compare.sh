@@ -64,38 +64,11 @@ if [[ " $PATHS " == *" redis "* ]]; then
 	start_redis "$load" 19379
 fi
 
-# config NAME HTTP TCP FORWARD H2 REDIS: the same config on other ports.
-config() {
-	cat > "$out/$1.yaml" <<YAML
-admin: {listen: "off"}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:$2", pool: app}
-  - {name: h2, kind: http, listen: "127.0.0.1:$5", pool: app, tls: {cert: cert.pem, key: key.pem}}
-  - {name: db, kind: tcp, listen: "127.0.0.1:$3", pool: tcpapp}
-  - {name: out, kind: forward, listen: "127.0.0.1:$4", pool: routes, allow_targets: [127.0.0.0/8]}
-  - {name: kv, kind: tcp, listen: "127.0.0.1:$6", pool: redis}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19301"}
-      - {name: b, url: "http://127.0.0.1:19302"}
-      - {name: c, url: "http://127.0.0.1:19303"}
-  - name: tcpapp
-    endpoints:
-      - {name: a, address: "127.0.0.1:19301"}
-      - {name: b, address: "127.0.0.1:19302"}
-      - {name: c, address: "127.0.0.1:19303"}
-  - name: routes
-    endpoints:
-      - {name: direct, url: "direct://"}
-  - name: redis
-    endpoints:
-      - {name: r, address: "127.0.0.1:19379"}
-YAML
-}
 if [ "$PROXIES" = 1 ]; then
-	config base 18300 18301 18302 18303 18304
-	config new 18310 18311 18312 18313 18314
+	# The same config on other ports: the base's on 18300-18304, the new's
+	# on 18310-18314.
+	paths_config "$out/base.yaml" 18300
+	paths_config "$out/new.yaml" 18310
 	declare -A pid
 	GOMAXPROCS=$CORES taskset -c $pin "$out/rotor-base" serve --config "$out/base.yaml" 2>"$out/base.log" & pids+=($!)
 	pid[base]=$!
@@ -104,15 +77,7 @@ if [ "$PROXIES" = 1 ]; then
 	hz=$(getconf CLK_TCK)
 	# ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
 	ticks() { cpu_ticks "${pid[$1]}"; }
-	cat > "$out/forward.lua" <<'LUA'
-wrk.path = "http://127.0.0.1:19301/"
-wrk.headers["Host"] = "127.0.0.1:19301"
-LUA
-	cat > "$out/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = string.rep("x", 100)
-wrk.headers["Content-Type"] = "text/plain"
-LUA
+	wrk_scripts
 	ports="19301 18300 18301 18302 18303 18304 18310 18311 18312 18313 18314"
 	if [[ " $PATHS " == *" redis "* ]]; then ports+=" 19379"; fi
 	for port in $ports; do

@@ -323,11 +323,7 @@ wrk_table() {
 	done
 }
 h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
-cat > "$out/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = string.rep("x", 100)
-wrk.headers["Content-Type"] = "text/plain"
-LUA
+wrk_scripts
 run_get() { run_wrk get "$@"; }
 run_post() { run_wrk post "$@" -s "$out/post.lua"; }
 if want get; then

@@ -19,62 +19,24 @@ cd "$(dirname "$0")/.."
 . bench/setup.sh
 needs wrk h2load openssl taskset
 DURATION=${DURATION:-5s}
-out=bench/out/pgo
-rm -rf "$out" && mkdir -p "$out"
-go build -pgo=off -o "$out/rotor" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+setup pgo -pgo=off
 selfsigned
 
-taskset -c 1 "$out/upstream" 127.0.0.1:19601 127.0.0.1:19602 127.0.0.1:19603 & pids+=($!)
+taskset -c 1 "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 redis=0
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
 	redis=1
-	start_redis 1 19679
+	start_redis 1 19379
 fi
-cat > "$out/rotor.yaml" <<YAML
-admin: {listen: "off"}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:18600", pool: app}
-  - {name: db, kind: tcp, listen: "127.0.0.1:18601", pool: tcpapp}
-  - {name: out, kind: forward, listen: "127.0.0.1:18602", pool: routes, allow_targets: [127.0.0.0/8]}
-  - {name: h2, kind: http, listen: "127.0.0.1:18603", pool: app, tls: {cert: cert.pem, key: key.pem}}
-  - {name: kv, kind: tcp, listen: "127.0.0.1:18604", pool: redis}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19601"}
-      - {name: b, url: "http://127.0.0.1:19602"}
-      - {name: c, url: "http://127.0.0.1:19603"}
-  - name: tcpapp
-    endpoints:
-      - {name: a, address: "127.0.0.1:19601"}
-      - {name: b, address: "127.0.0.1:19602"}
-      - {name: c, address: "127.0.0.1:19603"}
-  - name: routes
-    endpoints:
-      - {name: direct, url: "direct://"}
-  - name: redis
-    endpoints:
-      - {name: r, address: "127.0.0.1:19679"}
-YAML
+paths_config "$out/rotor.yaml" 18600
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" --cpu-profile "$out/cpu.pprof" 2>"$out/rotor.log" &
 rotor=$!
 pids+=($rotor)
-for port in 19601 18600 18601 18602 18603; do
+for port in 19301 18600 18601 18602 18603; do
 	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 done
 
-cat > "$out/forward.lua" <<'LUA'
-wrk.path = "http://127.0.0.1:19601/"
-wrk.headers["Host"] = "127.0.0.1:19601"
-LUA
-cat > "$out/post.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = string.rep("x", 100)
-wrk.headers["Content-Type"] = "text/plain"
-LUA
+wrk_scripts
 load() { taskset -c 1 "$@" >"$out/load.txt" || { cat "$out/load.txt" >&2; exit 1; }; }
 load wrk -t1 -c50 -d"$DURATION" http://127.0.0.1:18600/
 load wrk -t1 -c50 -d"$DURATION" -s "$out/post.lua" http://127.0.0.1:18600/

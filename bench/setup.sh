@@ -1,10 +1,11 @@
 # Shared by the live benchmark scripts: source it, check the tools with
 #   needs TOOL...
 # and call
-#   setup NAME
-# for a fresh bench/out/NAME (in $out) with rotor and bench/upstream built
-# into it. Every process whose pid is added to pids is killed when the
-# script exits, and every file added to tmpfiles removed.
+#   setup NAME [GO BUILD FLAGS...]
+# for a fresh bench/out/NAME (in $out) with rotor (built with the flags)
+# and bench/upstream built into it. Every process whose pid is added to
+# pids is killed when the script exits, and every file added to tmpfiles
+# removed.
 needs() {
 	local tool missing=()
 	for tool in "$@"; do
@@ -19,7 +20,7 @@ needs() {
 setup() {
 	out=bench/out/$1
 	rm -rf "$out" && mkdir -p "$out"
-	go build -o "$out/rotor" ./cmd/rotor
+	go build "${@:2}" -o "$out/rotor" ./cmd/rotor
 	go build -o "$out/upstream" ./bench/upstream
 	pids=()
 	tmpfiles=()
@@ -108,3 +109,51 @@ start_redis() {
 # redis_rps CMD... runs redis-benchmark -q (CMD) and prints the rate of
 # each test it ran, in its order (-t set,get: SET's, then GET's).
 redis_rps() { "$@" | tr '\r' '\n' | awk '/requests per second/ {print $2}' | paste -sd' '; }
+
+# paths_config FILE PORT writes the config of every path bench/compare.sh
+# measures, its listeners on PORT and the four ports after it: http
+# (PORT), tcp (+1) and forward (+2) over bench/upstream's three backends
+# on 19301-19303, HTTP/2 over TLS (+3, $out/cert.pem from selfsigned) to
+# the same, and tcp to a redis-server on 19379 (+4).
+paths_config() {
+	cat > "$1" <<YAML
+admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:$2", pool: app}
+  - {name: db, kind: tcp, listen: "127.0.0.1:$(($2 + 1))", pool: tcpapp}
+  - {name: out, kind: forward, listen: "127.0.0.1:$(($2 + 2))", pool: routes, allow_targets: [127.0.0.0/8]}
+  - {name: h2, kind: http, listen: "127.0.0.1:$(($2 + 3))", pool: app, tls: {cert: cert.pem, key: key.pem}}
+  - {name: kv, kind: tcp, listen: "127.0.0.1:$(($2 + 4))", pool: redis}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:19301"}
+      - {name: b, url: "http://127.0.0.1:19302"}
+      - {name: c, url: "http://127.0.0.1:19303"}
+  - name: tcpapp
+    endpoints:
+      - {name: a, address: "127.0.0.1:19301"}
+      - {name: b, address: "127.0.0.1:19302"}
+      - {name: c, address: "127.0.0.1:19303"}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+  - name: redis
+    endpoints:
+      - {name: r, address: "127.0.0.1:19379"}
+YAML
+}
+
+# wrk_scripts writes wrk's scripts into $out: post.lua POSTs 100-byte
+# bodies; forward.lua asks a forward proxy for the backend on 19301.
+wrk_scripts() {
+	cat > "$out/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 100)
+wrk.headers["Content-Type"] = "text/plain"
+LUA
+	cat > "$out/forward.lua" <<'LUA'
+wrk.path = "http://127.0.0.1:19301/"
+wrk.headers["Host"] = "127.0.0.1:19301"
+LUA
+}
