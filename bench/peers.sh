@@ -32,7 +32,7 @@
 # config usually has them do, so that the backends parse as much from
 # each: four lines cost this machine's Go backends 1-1.7 us a request,
 # on the core the load shares with them. FORWARDED=0 runs the peers bare
-# (the figures before 2026-12-03 17:30Z were).
+# (the figures before 2026-12-03 17:11Z were).
 # Usage: bash bench/peers.sh > bench/out/peers.txt
 #        CORES=2 WRITE=1 bash bench/peers.sh
 set -euo pipefail
