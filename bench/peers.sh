@@ -21,8 +21,10 @@
 # too (from /proc), and charted as requests per CPU second: when the
 # load's core is the limit, the rates draw level and the CPU still tells
 # them apart.
-# TESTS picks some of the tests (default "get post tcp h2 bodies": all);
-# WRITE=1 needs them all.
+# TESTS picks some of the tests (default "get post tcp h2 bodies": those
+# the tables in docs/BENCHMARKS.md hold); WRITE=1 needs them all. One
+# more runs only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
+# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1).
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -71,10 +73,10 @@ if [ "$FORWARDED" = 1 ]; then
 fi
 TESTS=${TESTS:-get post tcp h2 bodies}
 for t in $TESTS; do
-	case $t in get | post | tcp | h2 | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 bodies)" >&2; exit 1 ;; esac
+	case $t in get | post | tcp | h2 | tls | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bodies)" >&2; exit 1 ;; esac
 done
 if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies get h2 post tcp" ]; then
-	echo "WRITE=1 writes every table: it needs TESTS to hold them all" >&2
+	echo "WRITE=1 writes the tables of docs/BENCHMARKS.md: it needs TESTS to be get post tcp h2 bodies" >&2
 	exit 1
 fi
 # want TEST: TEST is among those picked.
@@ -297,24 +299,26 @@ of=""
 [ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
 declare -A v
 # run_wrk KIND NAME PORT ROUND [WRK ARGS...] runs wrk once through NAME
-# and keeps its figures under KIND.
+# and keeps its figures under KIND (tls: over TLS, https).
 run_wrk() {
-	local kind=$1 name=$2 port=$3 f=$out/wrk-$1-$3-$4.txt t0
+	local kind=$1 name=$2 port=$3 f=$out/wrk-$1-$3-$4.txt t0 scheme=http
 	shift 4
+	[ "$kind" = tls ] && scheme=https
 	t0=$(ticks "$name")
-	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "$@" "http://127.0.0.1:$port/" > "$f"
+	taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "$@" "$scheme://127.0.0.1:$port/" > "$f"
 	v[$kind-cpu-$name]+="$(cpu "$name" "$t0" "$(awk '/requests in/ {print $1}' "$f")") "
 	v[$kind-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$kind-p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
 	v[$kind-p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
 	v[$kind-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
-# wrk_table KIND TEST CPUTEST prints KIND's medians and records them for
-# the chart as TEST (requests/s) and CPUTEST (requests a CPU second).
+# wrk_table KIND TEST CPUTEST [LIST] prints KIND's medians for the
+# targets of LIST (default $h1) and records them for the chart as TEST
+# (requests/s) and CPUTEST (requests a CPU second).
 wrk_table() {
 	local target name r c
 	printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
-	for target in $h1; do
+	for target in ${4:-$h1}; do
 		name=${target%=*}
 		r=$(median <<<"${v[$1-rps-$name]}") c=$(median <<<"${v[$1-cpu-$name]}")
 		printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" "${v[$1-err-$name]}"
@@ -367,6 +371,14 @@ for target in $tcp; do
 	result "TCP -P16 per CPU s" "$name" "$(per_cpu_s "$pc")"
 done
 for t in "TCP SET" "TCP GET" "TCP SET -P16" "TCP GET -P16" "TCP per CPU s" "TCP -P16 per CPU s"; do result "$t" caddy -; done
+echo
+fi
+if want tls; then
+echo "## HTTP/1.1 over TLS: wrk -t$CORES -c$CONNS -d$DURATION --latency to each TLS listener, three backends, load on cores $load$of"
+tls="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
+run_tls() { run_wrk tls "$@"; }
+each "$tls" run_tls
+wrk_table tls "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s" "$tls"
 echo
 fi
 if want h2; then
