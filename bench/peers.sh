@@ -312,16 +312,31 @@ run_wrk() {
 	v[$kind-p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
 	v[$kind-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
+# paired "RATES" "HAPROXY'S" prints a target's rate over HAProxy's, each
+# round's against the same round's (the machine's swings fall on both
+# alike): the median and, over more than one round, the range.
+paired() {
+	local -a a b
+	local i ratios=""
+	read -ra a <<<"$1"
+	read -ra b <<<"$2"
+	for i in "${!a[@]}"; do
+		ratios+="$(awk -v x="${a[i]}" -v y="${b[i]:-0}" 'BEGIN {if (x > 0 && y > 0) printf "%.4f", x / y}') "
+	done
+	tr ' ' '\n' <<<"$ratios" | { grep -E '^[0-9.]+$' || true; } | sort -g |
+		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
+}
 # wrk_table KIND TEST CPUTEST [LIST] prints KIND's medians for the
 # targets of LIST (default $h1) and records them for the chart as TEST
 # (requests/s) and CPUTEST (requests a CPU second).
 wrk_table() {
 	local target name r c
-	printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req"
+	printf "%-10s %12s %10s %10s %12s %18s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req" "/HAProxy, rounds"
 	for target in ${4:-$h1}; do
 		name=${target%=*}
 		r=$(median <<<"${v[$1-rps-$name]}") c=$(median <<<"${v[$1-cpu-$name]}")
-		printf "%-10s %12s %10s %10s %12s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" "${v[$1-err-$name]}"
+		printf "%-10s %12s %10s %10s %12s %18s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" \
+			"$(paired "${v[$1-rps-$name]}" "${v[$1-rps-haproxy]}")" "${v[$1-err-$name]}"
 		result "$2" "$name" "$r"
 		result "$3" "$name" "$(per_cpu_s "$c")"
 	done
