@@ -39,8 +39,10 @@ fi
 # Every package is tested as rotor is built: with its CPU profile
 # (cmd/rotor/default.pgo, from bench/pgo.sh), which go build applies to
 # cmd/rotor by itself. Named for every test binary, it also keeps each
-# package from being compiled twice, with the profile and without.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-pgo=$PWD/cmd/rotor/default.pgo"
+# package from being compiled twice, with the profile and without. (A
+# flag, not GOFLAGS, whose values cannot hold the spaces a checkout's
+# path may have.)
+pgo=("-pgo=$PWD/cmd/rotor/default.pgo")
 
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
@@ -53,10 +55,10 @@ go vet ./...
 # socket ways (rawio, the epoll relay loop) give way to the net package's.
 GOOS=darwin go vet ./...
 GOOS=windows go vet ./...
-go test -race -count=1 -timeout 15m ./...
+go test "${pgo[@]}" -race -count=1 -timeout 15m ./...
 # The proxies once more as they run where there is no raw socket access
 # (Windows): net/http's server and transport, a goroutine's copy.
-go test -race -count=1 -timeout 5m -tags norawio ./proxy/... ./server
+go test "${pgo[@]}" -race -count=1 -timeout 5m -tags norawio ./proxy/... ./server
 
 # Every fuzz target, briefly: its corpus (testdata/fuzz) and 20,000 new
 # inputs (a few seconds each). A count, not a duration: Go 1.26's fuzzing
@@ -65,5 +67,5 @@ go test -race -count=1 -timeout 5m -tags norawio ./proxy/... ./server
 # which would redden CI for nothing. FUZZTIME=10m is the long suite's.
 fuzztime=${FUZZTIME:-20000x}
 for target in $(grep -v '^#' scripts/fuzz-targets); do
-	go test "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime"
+	go test "${pgo[@]}" "./${target%%:*}" -run '^$' -fuzz "^${target##*:}\$" -fuzztime "$fuzztime"
 done
