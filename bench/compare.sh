@@ -81,7 +81,7 @@ if [ "$PROXIES" = 1 ]; then
 	ports="19301 18300 18301 18302 18303 18304 18310 18311 18312 18313 18314"
 	if [[ " $PATHS " == *" redis "* ]]; then ports+=" 19379"; fi
 	for port in $ports; do
-		for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+		wait_port "$port"
 	done
 
 	# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms requests".

@@ -21,7 +21,7 @@ want http && needs wrk
 want tcp && needs redis-server redis-benchmark
 setup gomaxprocs
 taskset -c 0,1 "$out/upstream" 127.0.0.1:19601 127.0.0.1:19602 127.0.0.1:19603 & pids+=($!)
-start_redis 0,1 19679
+if want tcp; then start_redis 0,1 19679; fi
 declare -A pid port=([1]=18601 [2]=18602) tcpport=([1]=18611 [2]=18612)
 for g in 1 2; do
 	web_config "$out/rotor$g.yaml" "127.0.0.1:${port[$g]}" 19601 19602 19603 ""

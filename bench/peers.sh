@@ -85,12 +85,6 @@ want() { [[ " $TESTS " == *" $1 "* ]]; }
 pin_cores
 setup peers
 
-wait_port() {
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
-	echo "nothing listens on $1" >&2
-	return 1
-}
-
 selfsigned
 cat "$out/cert.pem" "$out/key.pem" > "$out/both.pem"
 

@@ -33,7 +33,7 @@ GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" --cpu-pr
 rotor=$!
 pids+=($rotor)
 for port in 19301 18600 18601 18602 18603; do
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+	wait_port "$port"
 done
 
 wrk_scripts

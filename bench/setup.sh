@@ -97,6 +97,14 @@ pools:
 YAML
 }
 
+# wait_port PORT waits, up to 10 s, until something listens on
+# 127.0.0.1:PORT; it fails, saying so, when nothing does.
+wait_port() {
+	for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
+	echo "nothing listens on $1" >&2
+	return 1
+}
+
 # start_redis CORES PORT starts a redis-server for the benchmarks on
 # 127.0.0.1:PORT, on CORES (taskset), with nothing saved; its log goes to
 # $out/redis-PORT.log and it is killed when the script exits.

@@ -72,7 +72,7 @@ measure() {
 	case $target-$path in
 	rotor-http) port=18800 ;; haproxy-http) port=18801 ;; rotor-tcp) port=18879 ;; haproxy-tcp) port=18881 ;;
 	esac
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+	wait_port "$port"
 	if [ "$path" = http ]; then
 		taskset -c 1 h2load --h1 -n "$N" -c 50 "http://127.0.0.1:$port/" | grep -q "$N 2xx" || echo "h2load through $target failed" >&2
 	else
