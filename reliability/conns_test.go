@@ -248,6 +248,51 @@ pools:
 	}
 }
 
+// Idle HTTP/1.1 connections over TLS, each after one request: what each
+// costs rotor. The short way's, as on a cleartext listener: its one
+// goroutine waiting in the TLS connection's read, and no read buffer of
+// its own held meanwhile.
+func TestIdleHTTPS(t *testing.T) {
+	a := newBackend(t, "a")
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	cfg := strings.Replace(webConfig("", a), "pool: app,",
+		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
+	p := start(t, cfg, "GOGC=10")
+	open := func() net.Conn {
+		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return c
+	}
+	open().Close() // warm
+	time.Sleep(200 * time.Millisecond)
+	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	n := scale(500, 2000)
+	holdIdle(t, n, open)
+	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
+	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
+	figure(t, "idle HTTP/1.1 connections over TLS", "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
+		n, perRSS/1024, perHeap/1024, perG, fds-baseFD)
+	if fds-baseFD < n || fds-baseFD > n+20 {
+		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
+	}
+	if perG > 1.1 {
+		t.Fatalf("%.2f goroutines each, want the reading one alone", perG)
+	}
+	if perHeap > 16<<10 {
+		t.Fatalf("%.1f KB of heap each: a read buffer or a request's state kept while idle", perHeap/1024)
+	}
+}
+
 // Idle HTTP/2 connections over TLS, each after one request: what each
 // costs rotor. One goroutine each (its reading one, waiting for a frame)
 // and one descriptor; no write buffer held while it waits.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -307,6 +308,47 @@ func TestHTTP2OverTLS(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.ProtoMajor != 2 || string(body) != "a" {
 		t.Fatalf("%s %q, want HTTP/2 and a", resp.Proto, body)
+	}
+}
+
+// HTTP/1.1 on a TLS listener: a plain GET (the short way's) and then a
+// POST with a chunked body (net/http's, handed the same connection) each
+// reach the backend as a request that came over TLS (X-Forwarded-Proto
+// https), the second on the first's connection.
+func TestHTTP1OverTLS(t *testing.T) {
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	a := newBackend(t, "a")
+	cfg := strings.Replace(webConfig("round_robin", a), "routes:", fmt.Sprintf("tls: {cert: %q, key: %q}, routes:", certFile, keyFile), 1)
+	r := startRotor(t, cfg, nil)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}} // HTTP/1.1 alone
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	reused := make([]bool, 0, 2)
+	for _, method := range []string{"GET", "POST"} {
+		var body io.Reader
+		if method == "POST" {
+			body = struct{ io.Reader }{strings.NewReader("hello")} // no length: chunked
+		}
+		req, _ := http.NewRequest(method, "https://"+r.Addr("web").String()+"/x", body)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) }}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 1 || string(got) != "a" {
+			t.Fatalf("%s: %s %q, want HTTP/1.1 and a", method, resp.Proto, got)
+		}
+		last := a.lastRequest()
+		if last.Method != method || last.Header.Get("X-Forwarded-Proto") != "https" {
+			t.Errorf("%s: the backend had %s with X-Forwarded-Proto %q, want https", method, last.Method, last.Header.Get("X-Forwarded-Proto"))
+		}
+	}
+	if len(reused) != 2 || !reused[1] {
+		t.Errorf("connections reused %v: want the POST on the GET's connection", reused)
 	}
 }
 

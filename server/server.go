@@ -236,13 +236,14 @@ func (s *Server) Start() error {
 					GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 						return s.rt.Load().listeners[name].tls, nil
 					}}
-				// HTTP/2 is rotor's own server's; ServeTLS, not Serve on
-				// a TLS listener, offers it to clients (ALPN).
+				// HTTP/2 is rotor's own server's, offered to clients
+				// (ALPN) beside HTTP/1.1, which is the short way's.
 				h2s := &h2.Server{MaxConcurrentStreams: uint32(l.MaxConcurrentStreams),
 					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ReadHeaderTimeout: l.Timeouts.ReadHeader,
 					ErrorLog: li.http.ErrorLog}
 				h2s.Configure(li.http)
-				go s.serve(name, func() error { return li.http.ServeTLS(ln, "", "") })
+				li.short = h1.NewServer(li.http)
+				go s.serve(name, func() error { return li.short.ServeTLS(ln) })
 			} else {
 				s.serveCleartext(li, ln)
 			}

@@ -206,7 +206,7 @@ func (w *response) SetReadDeadline(time.Time) error { return nil }
 func (w *response) writer() *bufio.Writer {
 	if w.bw == nil {
 		w.bw = writers.Get().(*bufio.Writer)
-		w.bw.Reset(&w.c.out)
+		w.bw.Reset(w.c.out)
 	}
 	return w.bw
 }

@@ -3,13 +3,14 @@ package h1
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,8 +19,10 @@ import (
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
-// Server serves HTTP/1.x on cleartext connections the short way, in front
-// of a net/http server that it shares its handler and settings with. A
+// Server serves HTTP/1.x the short way, in front of a net/http server that
+// it shares its handler and settings with, on cleartext connections
+// (Serve) and on TLS ones (ServeTLS: HTTP/1.1 after the handshake, and
+// whatever else the client chose, HTTP/2, handed to net/http). A
 // request the strict reader takes (parseHead: origin form or http://
 // absolute form, a head within the buffer, no body or one with a
 // Content-Length that came whole with the head) is read, handed to the
@@ -72,7 +75,32 @@ const tickEvery = 100 * time.Millisecond
 
 // Serve accepts connections on ln until the server shuts down, when it
 // returns http.ErrServerClosed.
-func (s *Server) Serve(ln net.Listener) error {
+func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
+
+// ServeTLS accepts TLS connections on ln as net/http's ServeTLS does, with
+// the server's TLSConfig (which must give a certificate) offering HTTP/2
+// when the server has a TLSNextProto for it: the handshake is done in the
+// connection's goroutine, a connection that chose a protocol of
+// TLSNextProto's (HTTP/2) goes to net/http's server, which hands it on,
+// and HTTP/1.1 is served the short way over the TLS connection, as on a
+// cleartext one (its requests carry the connection's TLS state).
+func (s *Server) ServeTLS(ln net.Listener) error {
+	if s.HTTP.TLSConfig == nil {
+		return errors.New("h1: ServeTLS needs the server's TLSConfig")
+	}
+	cfg := s.HTTP.TLSConfig.Clone()
+	cfg.NextProtos = slices.Clone(cfg.NextProtos)
+	if _, ok := s.HTTP.TLSNextProto["h2"]; ok && !slices.Contains(cfg.NextProtos, "h2") {
+		cfg.NextProtos = append(cfg.NextProtos, "h2")
+	}
+	if !slices.Contains(cfg.NextProtos, "http/1.1") {
+		cfg.NextProtos = append(cfg.NextProtos, "http/1.1")
+	}
+	return s.serve(ln, cfg)
+}
+
+// serve accepts connections on ln, over TLS with cfg when it is not nil.
+func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 	s.mu.Lock()
 	if s.inShutdown.Load() {
 		s.mu.Unlock()
@@ -105,7 +133,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		delay = 0
 		tc, ok := nc.(*net.TCPConn)
 		if !ok {
-			s.handoff.give(nc)
+			s.giveAll(nc, cfg)
 			continue
 		}
 		c, err := s.newConn(tc)
@@ -114,8 +142,12 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			continue
 		case err != nil: // no raw access to it: net/http's
-			s.handoff.give(nc)
+			s.giveAll(nc, cfg)
 			continue
+		}
+		if cfg != nil {
+			c.tls = tls.Server(tc, cfg)
+			c.out = tlsOut{c.tls}
 		}
 		go c.serve()
 	}
@@ -124,6 +156,16 @@ func (s *Server) Serve(ln net.Listener) error {
 // Buffers returns the read buffers connections hold: one for each that
 // has read part of a request, none for one waiting for its next.
 func (s *Server) Buffers() int64 { return s.buffers.Load() }
+
+// giveAll hands a connection the short way does not serve at all to
+// net/http's server, over TLS with cfg when it is not nil (net/http does
+// the handshake).
+func (s *Server) giveAll(nc net.Conn, cfg *tls.Config) {
+	if cfg != nil {
+		nc = tls.Server(nc, cfg)
+	}
+	s.handoff.give(nc)
+}
 
 // Shutdown stops accepting, closes idle connections, and waits for the
 // requests in flight on both servers to end (each connection closes after
@@ -181,7 +223,11 @@ func (s *Server) closeIdle() bool {
 		st := c.state.Load()
 		if st == stateIdle || st == stateNew && time.Since(c.accepted) > 5*time.Second {
 			if c.state.CompareAndSwap(st, stateClosed) {
-				c.tc.Close()
+				if c.tls != nil {
+					c.endTLSWait()
+				} else {
+					c.tc.Close()
+				}
 			}
 		}
 	}
@@ -213,7 +259,11 @@ func (s *Server) ticker() {
 					// Idle for the idle timeout: the ticker, not a deadline
 					// set after every answer, ends it.
 					if c.state.CompareAndSwap(stateIdle, stateClosed) {
-						c.cut()
+						if c.tls != nil {
+							c.endTLSWait()
+						} else {
+							c.cut()
+						}
 					}
 				case st == stateIdle && at < tick-1 && c.idleAt.CompareAndSwap(at, math.MaxInt64):
 					// Idle through a whole tick, and asked once a spell.
@@ -271,7 +321,9 @@ type clientConn struct {
 	s        *Server
 	tc       *net.TCPConn
 	rc       syscall.RawConn
-	out      sock // what answers are written through
+	raw      sock      // the socket's reads and writes, through rc
+	tls      *tls.Conn // over tc, on a TLS listener; nil on a cleartext one
+	out      connOut   // what answers are written through: raw, or tls
 	remote   string
 	accepted time.Time
 	ctx      context.Context // the connection's, for every request on it
@@ -284,6 +336,7 @@ type clientConn struct {
 	deadline bool          // a read deadline is set on the connection
 
 	buf     *[bufSize]byte // nil while nothing is buffered
+	first   [1]byte        // over TLS, the first byte after an idle wait, read before a buffer is taken
 	r, w    int            // buf[r:w] is read and not yet taken
 	scanned int            // of buf[r:w], the whole lines of the head scanHead checked
 
@@ -302,7 +355,7 @@ type clientConn struct {
 
 	watchMu   sync.Mutex
 	stopping  bool          // guarded by watchMu: the watch is being stopped
-	watchFile *os.File      // guarded by watchMu: the second descriptor the watch reads
+	watchR    watchReader   // guarded by watchMu: what the watch reads (a second descriptor of the socket, or the TLS connection)
 	watchDone chan struct{} // closed when the watch ends
 	watchByte [1]byte       // a byte the watch read: the next request's
 	watchN    int
@@ -317,7 +370,8 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
-	c.out.init(tc, rc)
+	c.raw.init(tc, rc)
+	c.out = &c.raw
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, tc.LocalAddr())
@@ -350,17 +404,30 @@ func (c *clientConn) serve() {
 		c.r = c.w
 		c.release()
 		if !handedOff {
-			c.tc.Close()
+			c.close()
 		}
 	}()
+	start := c.accepted
+	if c.tls != nil {
+		var ok bool
+		if handedOff, ok = c.handshake(); !ok {
+			return
+		}
+		start = time.Now()
+	}
 	if d := c.s.headTimeout(); d > 0 {
-		c.headBy = c.accepted.Add(d)
+		c.headBy = start.Add(d)
 		c.tc.SetReadDeadline(c.headBy)
 		c.deadline = true
 	}
 	c.armed, c.mustRead = true, true
-	err := c.rc.Read(c.stepFn)
-	if c.end == endNone && err != nil {
+	if c.tls != nil {
+		// Over TLS the reads wait in the TLS connection's own: step
+		// returns false only to wait for the next request, which its
+		// next read does.
+		for !c.step(0) {
+		}
+	} else if err := c.rc.Read(c.stepFn); c.end == endNone && err != nil {
 		c.end = endRead // the deadline, or the connection closed by the shutdown
 	}
 	switch c.end {
@@ -375,6 +442,75 @@ func (c *clientConn) serve() {
 	case endLinger:
 		c.lingeringClose()
 	}
+}
+
+// handshake does a TLS connection's handshake as net/http's server does,
+// within the least of the server's head, read and write timeouts; a
+// client that spoke plain HTTP gets net/http's 400, and every failure is
+// logged as net/http logs it. A connection that chose a protocol other
+// than HTTP/1.x (HTTP/2) goes to net/http's server (handedOff), which
+// hands it to its TLSNextProto; ok: HTTP/1.1 is the short way's.
+func (c *clientConn) handshake() (handedOff, ok bool) {
+	to := handshakeTimeout(c.s.HTTP)
+	if to > 0 {
+		dl := time.Now().Add(to)
+		c.tc.SetReadDeadline(dl)
+		c.tc.SetWriteDeadline(dl)
+	}
+	if err := c.tls.HandshakeContext(c.ctx); err != nil {
+		reason := err.Error()
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+			_, _ = io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+			reason = "client sent an HTTP request to an HTTPS server"
+		}
+		c.s.logf("http: TLS handshake error from %s: %v", c.remote, reason)
+		return false, false
+	}
+	if to > 0 {
+		c.tc.SetReadDeadline(time.Time{})
+		c.tc.SetWriteDeadline(time.Time{})
+	}
+	st := c.tls.ConnectionState()
+	switch st.NegotiatedProtocol {
+	case "", "http/1.1", "http/1.0":
+	default:
+		return c.s.handoff.give(c.tls), false
+	}
+	c.base.TLS = &st
+	return false, true
+}
+
+// handshakeTimeout bounds a TLS handshake as net/http's server does: the
+// least of its head, read and write timeouts that are set.
+func handshakeTimeout(hs *http.Server) time.Duration {
+	var d time.Duration
+	for _, v := range [...]time.Duration{hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout} {
+		if v > 0 && (d == 0 || v < d) {
+			d = v
+		}
+	}
+	return d
+}
+
+// looksLikeHTTP reports whether what came in place of a TLS record's
+// header is the start of a plain HTTP request, as net/http tells it.
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
+}
+
+// close closes the connection; over TLS, with the alert that says so, as
+// net/http closes one.
+func (c *clientConn) close() {
+	if c.tls != nil {
+		c.tls.Close()
+		return
+	}
+	c.tc.Close()
 }
 
 // Why a connection's loop ended.
@@ -451,10 +587,16 @@ func (c *clientConn) read(fd uintptr) bool {
 		c.armed, c.deadline = true, !c.headBy.IsZero()
 	}
 	c.compact()
-	if c.buf == nil {
-		c.take()
+	var n int
+	var err error
+	if c.tls != nil {
+		n, err = c.readTLS()
+	} else {
+		if c.buf == nil {
+			c.take()
+		}
+		n, err = rawio.Read(fd, c.buf[c.w:])
 	}
-	n, err := rawio.Read(fd, c.buf[c.w:])
 	switch {
 	case err == syscall.EAGAIN:
 		if c.w == 0 {
@@ -477,6 +619,27 @@ func (c *clientConn) read(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// readTLS reads what the TLS connection has into the buffer. With none
+// buffered (the wait for the next request) it reads one byte first, so
+// that the wait holds no buffer, and the rest of the record at the next
+// read, which waits for nothing more then.
+func (c *clientConn) readTLS() (int, error) {
+	var n int
+	var err error
+	if c.buf != nil {
+		n, err = c.tls.Read(c.buf[c.w:])
+	} else if n, err = c.tls.Read(c.first[:]); n == 1 {
+		c.take()
+		c.buf[0] = c.first[0]
+	}
+	if n > 0 {
+		// Bytes and the client's end in one read (its last request and
+		// its close_notify): the next read finds the end again.
+		err = nil
+	}
+	return n, err
 }
 
 // nextHead looks for a whole head in what is buffered and returns its
@@ -583,7 +746,11 @@ func (c *clientConn) handOff() bool {
 		c.r = c.w
 	}
 	c.boundHead()
-	return c.s.handoff.give(&prefixConn{TCPConn: c.tc, pre: pre, clamp: c.headBy})
+	p := prefix{pre: pre, clamp: c.headBy}
+	if c.tls != nil {
+		return c.s.handoff.give(&tlsPrefixConn{Conn: c.tls, prefix: p})
+	}
+	return c.s.handoff.give(&prefixConn{TCPConn: c.tc, prefix: p})
 }
 
 // setHeadBy bounds the head that begins now by the head timeout. The
@@ -689,6 +856,9 @@ func (c *clientConn) runHandler(w *response, r *http.Request) (aborted bool) {
 // losing it to a reset: the client's further bytes are read and dropped
 // for up to half a second, or until it closes its side.
 func (c *clientConn) lingeringClose() {
+	if c.tls != nil {
+		_ = c.tls.CloseWrite() // the close_notify alert; what comes after it is read raw, and dropped
+	}
 	_ = c.tc.CloseWrite()
 	_ = c.tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	var b [512]byte
@@ -785,6 +955,13 @@ func (h *CancelHook) Fire() {
 	}
 }
 
+// endTLSWait ends the wait of a TLS connection for its next request (or
+// its handshake), from another goroutine, by shutting its socket's read
+// side: the wait's read ends, and the connection's goroutine closes it
+// with the alert that says so, as net/http closes an idle TLS connection
+// (a cleartext one is closed or cut at once).
+func (c *clientConn) endTLSWait() { _ = c.tc.CloseRead() }
+
 // cut ends the connection from another goroutine without waiting for its
 // raw read: both directions are shut down, which wakes a wait and fails
 // the handler's writes, and the request's context is cancelled.
@@ -802,6 +979,9 @@ func (c *clientConn) cut() {
 // the idle timeout would). Called by the ticker with the server's lock
 // held, once for each idle spell that lasts a whole tick.
 func (c *clientConn) closeIfEnded() {
+	if c.tls != nil {
+		return // its wait is a read, which finds the end at once
+	}
 	if n, err := peek(c.rc); n == 0 && err == nil && c.state.CompareAndSwap(stateIdle, stateClosed) {
 		c.cut() // wakes the wait, which reads the end and closes
 	}
@@ -822,22 +1002,26 @@ func (c *clientConn) startWatch() {
 
 func (c *clientConn) watch(done chan struct{}) {
 	defer close(done)
-	// The connection's descriptor is held by its raw read, in which the
-	// handler runs: the watch reads the socket through a second one, in
-	// the poller on its own.
-	f, err := c.tc.File()
-	if err != nil {
-		return
+	var rd watchReader = c.tls // no read of it runs while the handler does
+	if c.tls == nil {
+		// The connection's descriptor is held by its raw read, in which
+		// the handler runs: the watch reads the socket through a second
+		// one, in the poller on its own.
+		f, err := c.tc.File()
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		rd = f
 	}
-	defer f.Close()
 	c.watchMu.Lock()
 	if c.stopping {
 		c.watchMu.Unlock()
 		return
 	}
-	c.watchFile = f
+	c.watchR = rd
 	c.watchMu.Unlock()
-	n, err := f.Read(c.watchByte[:])
+	n, err := rd.Read(c.watchByte[:])
 	if n == 1 {
 		c.watchN = 1 // the client is there: it sent its next request
 		return
@@ -854,13 +1038,18 @@ func (c *clientConn) watch(done chan struct{}) {
 func (c *clientConn) stopWatch() {
 	c.watchMu.Lock()
 	c.stopping = true
-	if c.watchFile != nil {
-		_ = c.watchFile.SetReadDeadline(aLongTimeAgo)
-		c.watchFile = nil
+	if c.watchR != nil {
+		_ = c.watchR.SetReadDeadline(aLongTimeAgo)
+		c.watchR = nil
 	}
 	done := c.watchDone
 	c.watchMu.Unlock()
 	<-done
+	if c.tls != nil {
+		// The watch read the connection itself: its reads wait again.
+		_ = c.tc.SetReadDeadline(time.Time{})
+		c.deadline = false
+	}
 	c.state.Store(stateHead)
 	if c.watchN == 1 {
 		c.watchN = 0
@@ -874,23 +1063,69 @@ func (c *clientConn) stopWatch() {
 	c.setHeadBy()
 }
 
-// prefixConn is a connection handed to net/http: it reads first what was
-// read of it before, and bounds the head being read by the deadline the
-// short way had set for it.
-type prefixConn struct {
-	*net.TCPConn
+// watchReader is what the watch reads the client's connection through.
+type watchReader interface {
+	io.Reader
+	SetReadDeadline(t time.Time) error
+}
+
+// connOut is what a connection's answers are written through.
+type connOut interface {
+	io.Writer
+	// Writev writes the buffers in order, as one Write of them all.
+	Writev(bufs [][]byte) (int, error)
+}
+
+// tlsOut writes answers to a TLS connection.
+type tlsOut struct{ *tls.Conn }
+
+// Writev writes each buffer in turn: a TLS record each.
+func (o tlsOut) Writev(bufs [][]byte) (int, error) {
+	var n int
+	for _, b := range bufs {
+		m, err := o.Write(b)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// prefix is what a connection handed to net/http reads first (what was
+// read of it before) and the deadline of the head being read, which
+// bounds the deadlines net/http sets until it clears one.
+type prefix struct {
 	pre   []byte
 	clamp time.Time // zero once a deadline was cleared (the head was read)
 }
 
-func (p *prefixConn) Read(b []byte) (int, error) {
+func (p *prefix) read(b []byte, next io.Reader) (int, error) {
 	if len(p.pre) > 0 {
 		n := copy(b, p.pre)
 		p.pre = p.pre[n:]
 		return n, nil
 	}
-	return p.TCPConn.Read(b)
+	return next.Read(b)
 }
+
+// deadline is the read deadline to set in place of t.
+func (p *prefix) deadline(t time.Time) time.Time {
+	if t.IsZero() {
+		p.clamp = time.Time{}
+	} else if !p.clamp.IsZero() && p.clamp.Before(t) {
+		t = p.clamp
+	}
+	return t
+}
+
+// prefixConn is a cleartext connection handed to net/http.
+type prefixConn struct {
+	*net.TCPConn
+	prefix
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) { return p.read(b, p.TCPConn) }
 
 // PlainTCP returns the socket once what was read of it before is gone:
 // from then on its bytes are the socket's, which proxy.Splice relays in
@@ -898,12 +1133,7 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 func (p *prefixConn) PlainTCP() (*net.TCPConn, bool) { return p.TCPConn, len(p.pre) == 0 }
 
 func (p *prefixConn) SetReadDeadline(t time.Time) error {
-	if t.IsZero() {
-		p.clamp = time.Time{}
-	} else if !p.clamp.IsZero() && p.clamp.Before(t) {
-		t = p.clamp
-	}
-	return p.TCPConn.SetReadDeadline(t)
+	return p.TCPConn.SetReadDeadline(p.deadline(t))
 }
 
 func (p *prefixConn) SetDeadline(t time.Time) error {
@@ -911,6 +1141,27 @@ func (p *prefixConn) SetDeadline(t time.Time) error {
 		return err
 	}
 	return p.TCPConn.SetWriteDeadline(t)
+}
+
+// tlsPrefixConn is a TLS connection handed to net/http after its
+// handshake: its ConnectionState gives the requests net/http reads from
+// it their TLS state, and its CloseWrite sends the alert that ends it.
+type tlsPrefixConn struct {
+	*tls.Conn
+	prefix
+}
+
+func (p *tlsPrefixConn) Read(b []byte) (int, error) { return p.read(b, p.Conn) }
+
+func (p *tlsPrefixConn) SetReadDeadline(t time.Time) error {
+	return p.Conn.SetReadDeadline(p.deadline(t))
+}
+
+func (p *tlsPrefixConn) SetDeadline(t time.Time) error {
+	if err := p.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return p.Conn.SetWriteDeadline(t)
 }
 
 // handoff is the listener net/http's server accepts handed-off

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,9 +28,18 @@ import (
 // serveBoth starts a net/http server and the short way in front of
 // another, both with handler h, and returns their addresses.
 func serveBoth(t testing.TB, h http.Handler, set func(*http.Server)) (plain, short string) {
+	return serveBothOver(t, h, set, nil)
+}
+
+// serveBothOver is serveBoth over TLS with cfg (both servers serving it
+// as their TLSConfig), or cleartext when cfg is nil.
+func serveBothOver(t testing.TB, h http.Handler, set func(*http.Server), cfg *tls.Config) (plain, short string) {
 	t.Helper()
 	mk := func() *http.Server {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+		if cfg != nil {
+			hs.TLSConfig = cfg.Clone() // net/http's ServeTLS adds to it
+		}
 		if set != nil {
 			set(hs)
 		}
@@ -44,8 +55,13 @@ func serveBoth(t testing.TB, h http.Handler, set func(*http.Server)) (plain, sho
 	}
 	hs := mk()
 	s := h1.NewServer(mk())
-	go hs.Serve(ln1)
-	go s.Serve(ln2)
+	if cfg != nil {
+		go hs.ServeTLS(ln1, "", "")
+		go s.ServeTLS(ln2)
+	} else {
+		go hs.Serve(ln1)
+		go s.Serve(ln2)
+	}
 	t.Cleanup(func() {
 		hs.Close()
 		s.Close()
@@ -59,9 +75,13 @@ var dateLine = regexp.MustCompile(`(?m)^Date: [^\r]*\r$`)
 
 // exchange sends raw, half-closes, and returns everything the server
 // wrote before it closed, its Date headers made alike.
-func exchange(t testing.TB, addr, raw string) string {
+func exchange(t testing.TB, addr, raw string) string { return exchangeOver(t, addr, raw, nil) }
+
+// exchangeOver is exchange over TLS with cfg (HTTP/1.1 offered, the half
+// close a close_notify alert), or cleartext when cfg is nil.
+func exchangeOver(t testing.TB, addr, raw string, cfg *tls.Config) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := dialOver(addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +90,32 @@ func exchange(t testing.TB, addr, raw string) string {
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.(*net.TCPConn).CloseWrite()
+	_ = c.(interface{ CloseWrite() error }).CloseWrite()
 	b, _ := io.ReadAll(c)
 	return dateLine.ReplaceAllString(string(b), "Date: -\r")
+}
+
+// dialOver connects to addr, over TLS with cfg when it is not nil.
+func dialOver(addr string, cfg *tls.Config) (net.Conn, error) {
+	if cfg != nil {
+		return tls.Dial("tcp", addr, cfg)
+	}
+	return net.Dial("tcp", addr)
+}
+
+// testTLS returns a server's TLS config with a self-signed certificate,
+// and a client's that trusts it and offers HTTP/1.1.
+func testTLS(t testing.TB) (server, client *tls.Config) {
+	t.Helper()
+	certPEM, keyPEM := testtool.SelfSigned(t)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	return &tls.Config{Certificates: []tls.Certificate{cert}},
+		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}
 }
 
 // echo answers with what the handler saw of the request.
@@ -95,7 +138,16 @@ func echo(w http.ResponseWriter, r *http.Request) {
 // server does (Date aside): framing, sniffing, trailers, 1xx, HTTP/1.0,
 // pipelining, closing; and what it leaves to net/http is answered by
 // it, on the same connection.
-func TestServerAnswersAsNetHTTP(t *testing.T) {
+func TestServerAnswersAsNetHTTP(t *testing.T) { answersAsNetHTTP(t, nil, nil) }
+
+// The same over TLS: the short way's ServeTLS against net/http's, each
+// request sent over a TLS connection of its own.
+func TestServerAnswersAsNetHTTPOverTLS(t *testing.T) {
+	server, client := testTLS(t)
+	answersAsNetHTTP(t, server, client)
+}
+
+func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 	get := "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\n\r\n"
 	big := strings.Repeat("x", 5000)
 	cases := []struct {
@@ -255,10 +307,10 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			plain, short := serveBoth(t, tc.h, func(hs *http.Server) { hs.ErrorLog = discardLog })
-			want := exchange(t, plain, tc.req)
+			plain, short := serveBothOver(t, tc.h, func(hs *http.Server) { hs.ErrorLog = discardLog }, server)
+			want := exchangeOver(t, plain, tc.req, client)
 			start := time.Now()
-			got := exchange(t, short, tc.req)
+			got := exchangeOver(t, short, tc.req, client)
 			// The exchange half-closes: an answer that comes only with
 			// the idle timeout (5 s) is a connection that missed the end.
 			if d := time.Since(start); d > 2*time.Second {
@@ -274,8 +326,119 @@ func TestServerAnswersAsNetHTTP(t *testing.T) {
 	}
 }
 
+// Over TLS the short way serves HTTP/1.1 after the handshake, its
+// requests carrying the connection's TLS state, and so do those it hands
+// to net/http on the same connection; a connection that chose HTTP/2
+// goes to the server's TLSNextProto; a client that speaks plain HTTP gets
+// net/http's 400, and its failed handshake is logged as net/http logs
+// it; a client that never begins one is closed after the head timeout.
+func TestServerTLS(t *testing.T) {
+	server, client := testTLS(t)
+	o := over{server: server, client: client}
+	type seen struct {
+		short bool
+		tls   *tls.ConnectionState
+	}
+	got := make(chan seen, 10)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{h1.HeadBounded(r), r.TLS}
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})
+	var logged testtool.Buffer
+	_, addr, _ := o.start(t, &http.Server{Handler: h, ErrorLog: log.New(&logged, "", 0), ReadHeaderTimeout: 500 * time.Millisecond,
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){
+			"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+				io.WriteString(c, "h2 here")
+				c.Close()
+			},
+		}})
+
+	c, br := o.dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, br)
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	readAnswer(t, br)
+	for i, short := range []bool{rawio.Supported, false} {
+		s := <-got
+		if s.short != short {
+			t.Errorf("request %d served the short way: %v, want %v", i, s.short, short)
+		}
+		if s.tls == nil || !s.tls.HandshakeComplete || s.tls.NegotiatedProtocol != "http/1.1" || s.tls.Version != tls.VersionTLS13 {
+			t.Errorf("request %d: TLS state %+v, want the connection's", i, s.tls)
+		}
+	}
+
+	h2 := client.Clone()
+	h2.NextProtos = []string{"h2", "http/1.1"}
+	c2, err := tls.Dial("tcp", addr, h2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	_ = c2.SetDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(c2); string(b) != "h2 here" {
+		t.Errorf("a connection that chose h2 got %q, want TLSNextProto's answer", b)
+	}
+
+	plain, short := serveBothOver(t, h, func(hs *http.Server) { hs.ErrorLog = discardLog }, server)
+	req := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	want := exchange(t, plain, req)
+	if !strings.HasPrefix(want, "HTTP/1.0 400 Bad Request") {
+		t.Fatalf("net/http answered plain HTTP on TLS with %q", want)
+	}
+	if got := exchange(t, short, req); got != want {
+		t.Errorf("plain HTTP on TLS: %q, want net/http's %q", got, want)
+	}
+	if got := exchange(t, addr, req); got != want {
+		t.Errorf("plain HTTP on TLS: %q, want net/http's %q", got, want)
+	}
+	for wait := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l := logged.String()
+		if strings.Contains(l, "http: TLS handshake error from 127.0.0.1:") &&
+			strings.Contains(l, "client sent an HTTP request to an HTTPS server") {
+			break
+		}
+		if time.Now().After(wait) {
+			t.Errorf("log %q, want the failed handshake", l)
+			break
+		}
+	}
+
+	raw, rawR := over{}.dial(t, addr)
+	start := time.Now()
+	if d := waitClosed(t, raw, rawR, start); d < 400*time.Millisecond || d > 3*time.Second {
+		t.Errorf("a client that never began its handshake was closed after %v, want about 500ms", d)
+	}
+	select {
+	case s := <-got:
+		t.Errorf("a request too many: %+v", s)
+	default:
+	}
+}
+
 // startShort serves h the short way with hs's settings.
 func startShort(t *testing.T, hs *http.Server) (*h1.Server, string, chan error) {
+	return over{}.start(t, hs)
+}
+
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) { return over{}.dial(t, addr) }
+
+// over is what a test's connections go over: cleartext (the zero over)
+// or TLS.
+type over struct {
+	name           string
+	server, client *tls.Config // nil for cleartext
+}
+
+// overs runs a test over cleartext and over TLS.
+func overs(t *testing.T) []over {
+	server, client := testTLS(t)
+	return []over{{name: "cleartext"}, {name: "tls", server: server, client: client}}
+}
+
+// start serves h the short way with hs's settings, over o.
+func (o over) start(t *testing.T, hs *http.Server) (*h1.Server, string, chan error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -286,14 +449,20 @@ func startShort(t *testing.T, hs *http.Server) (*h1.Server, string, chan error) 
 	}
 	s := h1.NewServer(hs)
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
+	if o.server != nil {
+		hs.TLSConfig = o.server.Clone()
+		go func() { served <- s.ServeTLS(ln) }()
+	} else {
+		go func() { served <- s.Serve(ln) }()
+	}
 	t.Cleanup(func() { s.Close() })
 	return s, ln.Addr().String(), served
 }
 
-func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+// dial connects to addr over o.
+func (o over) dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := dialOver(addr, o.client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,125 +495,147 @@ func waitClosed(t *testing.T, c net.Conn, br *bufio.Reader, start time.Time) tim
 
 // A client that goes away while its request waits cancels the request's
 // context; one that stays, and sends its next request meanwhile, does
-// not, and that request is answered.
+// not, and that request is answered, as is one sent after the answer of
+// a request watched alone. Over cleartext and TLS.
 func TestServerClientGone(t *testing.T) {
-	cancelled := make(chan error, 1)
-	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/wait" {
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			cancelled := make(chan error, 1)
+			_, addr, _ := o.start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/wait" {
+					select {
+					case <-r.Context().Done():
+						cancelled <- r.Context().Err()
+						return
+					case <-time.After(5 * time.Second):
+					}
+				}
+				if r.URL.Path == "/slow" {
+					time.Sleep(400 * time.Millisecond)
+					if err := r.Context().Err(); err != nil {
+						t.Errorf("a client still there: context %v", err)
+					}
+				}
+				io.WriteString(w, r.URL.Path)
+			})})
+
+			c, br := o.dial(t, addr)
+			io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+			time.Sleep(300 * time.Millisecond) // the watch has begun
+			io.WriteString(c, "GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+			for _, want := range []string{"/slow", "/next"} {
+				if _, body := readAnswer(t, br); body != want {
+					t.Fatalf("answer %q, want %q", body, want)
+				}
+			}
+			// Watched with nothing sent meanwhile: the connection waits
+			// for its next request as before.
+			io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+			readAnswer(t, br)
+			io.WriteString(c, "GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+			if _, body := readAnswer(t, br); body != "/after" {
+				t.Fatalf("answer %q after a watched request, want /after", body)
+			}
+
+			c2, _ := o.dial(t, addr)
+			io.WriteString(c2, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n")
+			time.Sleep(50 * time.Millisecond)
+			c2.Close()
 			select {
-			case <-r.Context().Done():
-				cancelled <- r.Context().Err()
-				return
-			case <-time.After(5 * time.Second):
+			case err := <-cancelled:
+				if err != context.Canceled {
+					t.Fatalf("context ended with %v", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("the request's context was not cancelled when its client went away")
 			}
-		}
-		if r.URL.Path == "/slow" {
-			time.Sleep(400 * time.Millisecond)
-			if err := r.Context().Err(); err != nil {
-				t.Errorf("a client still there: context %v", err)
-			}
-		}
-		io.WriteString(w, r.URL.Path)
-	})})
-
-	c, br := dial(t, addr)
-	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(300 * time.Millisecond) // the watch has begun
-	io.WriteString(c, "GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
-	for _, want := range []string{"/slow", "/next"} {
-		if _, body := readAnswer(t, br); body != want {
-			t.Fatalf("answer %q, want %q", body, want)
-		}
-	}
-
-	c2, _ := dial(t, addr)
-	io.WriteString(c2, "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n")
-	time.Sleep(50 * time.Millisecond)
-	c2.Close()
-	select {
-	case err := <-cancelled:
-		if err != context.Canceled {
-			t.Fatalf("context ended with %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the request's context was not cancelled when its client went away")
+		})
 	}
 }
 
 // An idle connection is closed after the idle timeout; a head not whole
 // after the head timeout is too, and one handed to net/http (longer than
-// the buffer) keeps the deadline it had, not a new one.
+// the buffer) keeps the deadline it had, not a new one. Over cleartext
+// and TLS.
 func TestServerTimeouts(t *testing.T) {
-	_, addr, _ := startShort(t, &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		IdleTimeout:       200 * time.Millisecond,
-		ReadHeaderTimeout: 600 * time.Millisecond,
-	})
-	c, br := dial(t, addr)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	readAnswer(t, br)
-	if d := waitClosed(t, c, br, time.Now()); d < 200*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("idle connection closed after %v, want 200 to 300ms", d)
-	}
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			_, addr, _ := o.start(t, &http.Server{
+				Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+				IdleTimeout:       200 * time.Millisecond,
+				ReadHeaderTimeout: 600 * time.Millisecond,
+			})
+			c, br := o.dial(t, addr)
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			readAnswer(t, br)
+			if d := waitClosed(t, c, br, time.Now()); d < 200*time.Millisecond || d > 2*time.Second {
+				t.Fatalf("idle connection closed after %v, want 200 to 300ms", d)
+			}
 
-	c, br = dial(t, addr)
-	start := time.Now()
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
-	if d := waitClosed(t, c, br, start); d < 500*time.Millisecond || d > 3*time.Second {
-		t.Fatalf("a head never finished: closed after %v, want about 600ms", d)
-	}
+			c, br = o.dial(t, addr)
+			start := time.Now()
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
+			if d := waitClosed(t, c, br, start); d < 500*time.Millisecond || d > 3*time.Second {
+				t.Fatalf("a head never finished: closed after %v, want about 600ms", d)
+			}
 
-	c, br = dial(t, addr)
-	start = time.Now()
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
-	time.Sleep(400 * time.Millisecond)
-	io.WriteString(c, "X-Long: "+strings.Repeat("v", 5000)) // net/http's from here
-	d := waitClosed(t, c, br, start)
-	if d < 500*time.Millisecond || d > 900*time.Millisecond {
-		t.Fatalf("a long head never finished: closed after %v, want about 600ms from its first byte (1s: the deadline began again)", d)
+			c, br = o.dial(t, addr)
+			start = time.Now()
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n")
+			time.Sleep(400 * time.Millisecond)
+			io.WriteString(c, "X-Long: "+strings.Repeat("v", 5000)) // net/http's from here
+			d := waitClosed(t, c, br, start)
+			if d < 500*time.Millisecond || d > 900*time.Millisecond {
+				t.Fatalf("a long head never finished: closed after %v, want about 600ms from its first byte (1s: the deadline began again)", d)
+			}
+		})
 	}
 }
 
 // Shutdown closes idle connections at once, lets a request in flight
-// finish with Connection: close, and ends Serve.
+// finish with Connection: close, and ends Serve. Over cleartext and TLS.
 func TestServerShutdown(t *testing.T) {
-	release := make(chan struct{})
-	entered := make(chan struct{})
-	s, addr, served := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			close(entered)
-			<-release
-		}
-		io.WriteString(w, "ok")
-	})})
-	idle, idleR := dial(t, addr)
-	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	readAnswer(t, idleR)
-	busy, busyR := dial(t, addr)
-	io.WriteString(busy, "GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-entered
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			release := make(chan struct{})
+			entered := make(chan struct{})
+			s, addr, served := o.start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/hold" {
+					close(entered)
+					<-release
+				}
+				io.WriteString(w, "ok")
+			})})
+			idle, idleR := o.dial(t, addr)
+			io.WriteString(idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			readAnswer(t, idleR)
+			busy, busyR := o.dial(t, addr)
+			io.WriteString(busy, "GET /hold HTTP/1.1\r\nHost: a\r\n\r\n")
+			<-entered
 
-	done := make(chan error, 1)
-	go func() { done <- s.Shutdown(context.Background()) }()
-	waitClosed(t, idle, idleR, time.Now())
-	select {
-	case err := <-done:
-		t.Fatalf("Shutdown returned %v with a request in flight", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(release)
-	resp, body := readAnswer(t, busyR)
-	if body != "ok" || !resp.Close {
-		t.Fatalf("in-flight answer %q, close %v; want ok and Connection: close", body, resp.Close)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-served; err != http.ErrServerClosed {
-		t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
-	}
-	if _, err := net.Dial("tcp", addr); err == nil {
-		t.Fatal("still accepting after Shutdown")
+			done := make(chan error, 1)
+			go func() { done <- s.Shutdown(context.Background()) }()
+			waitClosed(t, idle, idleR, time.Now())
+			select {
+			case err := <-done:
+				t.Fatalf("Shutdown returned %v with a request in flight", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			close(release)
+			resp, body := readAnswer(t, busyR)
+			if body != "ok" || !resp.Close {
+				t.Fatalf("in-flight answer %q, close %v; want ok and Connection: close", body, resp.Close)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			if err := <-served; err != http.ErrServerClosed {
+				t.Fatalf("Serve returned %v, want http.ErrServerClosed", err)
+			}
+			if _, err := net.Dial("tcp", addr); err == nil {
+				t.Fatal("still accepting after Shutdown")
+			}
+		})
 	}
 }
 
