@@ -146,7 +146,7 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 			continue
 		}
 		if cfg != nil {
-			c.tls = tls.Server(tc, cfg)
+			c.tls = tls.Server(rawTCP{tc, &c.raw}, cfg)
 			c.out = tlsOut{c.tls}
 		}
 		go c.serve()
@@ -1075,6 +1075,17 @@ type connOut interface {
 	// Writev writes the buffers in order, as one Write of them all.
 	Writev(bufs [][]byte) (int, error)
 }
+
+// rawTCP is a TCP connection whose reads and writes go through its raw
+// descriptor (sock), as the cleartext short way's do: what crypto/tls
+// reads its records from and writes them to.
+type rawTCP struct {
+	*net.TCPConn
+	s *sock
+}
+
+func (r rawTCP) Read(p []byte) (int, error)  { return r.s.Read(p) }
+func (r rawTCP) Write(p []byte) (int, error) { return r.s.Write(p) }
 
 // tlsOut writes answers to a TLS connection.
 type tlsOut struct{ *tls.Conn }
