@@ -526,7 +526,13 @@ func HeadError(err, readErr error) error {
 func (c *conn) cutOnCancel(ctx context.Context) (stop func() bool) {
 	h := hookOf(ctx)
 	if h == nil || !h.cut.CompareAndSwap(nil, &c.cutFn) {
-		return context.AfterFunc(ctx, c.cutFn)
+		stop = context.AfterFunc(ctx, c.cutFn)
+		if ctx.Err() != nil {
+			// Done already: cut now, not once AfterFunc's goroutine
+			// runs, which may be after the request was sent and answered.
+			c.cut()
+		}
+		return stop
 	}
 	c.hook, c.hookCtx = h, ctx
 	if ctx.Err() != nil {
