@@ -18,7 +18,9 @@
 # PROXIES=0 skips the proxy paths; PATHS picks some of them (default
 # "http tcp forward h2"; "post" adds POSTs of 100-byte bodies through the
 # http listener; "redis" adds redis-benchmark SET and GET -c 50
-# through the tcp listener to a redis-server, which it then needs);
+# through the tcp listener to a redis-server, which it then needs;
+# "tls" adds HTTP/1.1 over TLS: wrk to the HTTP/2 listener, which serves
+# wrk HTTP/1.1 as it offers no ALPN);
 # LIB_ROUNDS (default ROUNDS) sets the library's
 # rounds. CORES=2 gives each rotor both cores (GOMAXPROCS=2), shared with
 # the load and the backends (wrk -t2, h2load -t2), as peers.sh's two-core
@@ -84,10 +86,12 @@ if [ "$PROXIES" = 1 ]; then
 		wait_port "$port"
 	done
 
-	# run SIDE PATH PORT [WRK ARGS]: one wrk run; prints "rps p99_ms requests".
+	# run SIDE PATH PORT [WRK ARGS]: one wrk run (over TLS for the tls
+	# path); prints "rps p99_ms requests".
 	run() {
-		local file="$out/wrk-$1-$2-$round.txt"
-		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "${@:4}" "http://127.0.0.1:$3/" > "$file"
+		local file="$out/wrk-$1-$2-$round.txt" scheme=http
+		[ "$2" = tls ] && scheme=https
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$DURATION" --latency "${@:4}" "$scheme://127.0.0.1:$3/" > "$file"
 		if grep -qE 'Non-2xx|Socket errors' "$file"; then
 			echo "$1 $2: errors in $file" >&2
 			grep -E 'Non-2xx|Socket errors' "$file" >&2
@@ -125,6 +129,7 @@ if [ "$PROXIES" = 1 ]; then
 				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
 				post) r=$(run "$side" "$path" $((18300 + off)) -s "$out/post.lua") ;;
 				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
+				tls) r=$(run "$side" "$path" $((18303 + off))) ;;
 				redis) r=$(run_redis "$side" $((18304 + off))) ;;
 				esac
 				read -r r_rps r_p99 r_n <<<"$r"

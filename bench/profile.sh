@@ -6,7 +6,8 @@
 # `--alloc-profile`, the bytes and objects allocated a request (sampled)
 # and the functions that allocate most.
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
-# TLS listener (self-signed certificate), HTTP/1.1 to the backends.
+# TLS listener (self-signed certificate), HTTP/1.1 to the backends;
+# PROTO=tls, HTTP/1.1 over TLS: wrk to the same listener.
 # STRACE=1 also counts rotor's system calls per request (strace);
 # PERF=1 counts its reads, writes, sends, receives, poller waits, futex
 # calls, sleeps and all its system calls a request with perf's
@@ -26,17 +27,19 @@ cd "$(dirname "$0")/.."
 . bench/setup.sh
 needs wrk taskset
 [ "${PROTO:-}" = h2 ] && needs h2load openssl
+[ "${PROTO:-}" = tls ] && needs openssl
 [ "${STRACE:-}" = 1 ] && needs strace
 [ "${PERF:-}" = 1 ] && needs perf
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 PROTO=${PROTO:-http1}
+case "$PROTO" in http1 | h2 | tls) ;; *) echo "PROTO must be http1, h2 or tls" >&2; exit 1 ;; esac
 pin_cores
 setup profile
 
 taskset -c $load "$out/upstream" 127.0.0.1:19201 127.0.0.1:19202 127.0.0.1:19203 & pids+=($!)
 tls="" scheme=http
-if [ "$PROTO" = h2 ]; then
+if [ "$PROTO" != http1 ]; then
 	selfsigned
 	tls=", tls: {cert: cert.pem, key: key.pem}" scheme=https
 fi
@@ -61,14 +64,14 @@ load() {
 	else
 		local d=$DURATION
 		[ -n "${1:-}" ] && d=3s
-		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency http://127.0.0.1:18200/ >"$out/load.txt"
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency "$scheme://127.0.0.1:18200/" >"$out/load.txt"
 		awk '/requests in/ {print $1}' "$out/load.txt"
 	fi
 }
 if [ "$PROTO" = h2 ]; then
 	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor ($CORES core(s)), $rev"
 else
-	echo "# wrk -t$CORES -c$CONNS -d$DURATION through rotor ($CORES core(s)), $rev"
+	echo "# wrk -t$CORES -c$CONNS -d$DURATION through rotor ($CORES core(s)), $scheme, $rev"
 fi
 n=$(load)
 served=$((served + n))
