@@ -146,7 +146,9 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 			continue
 		}
 		if cfg != nil {
-			c.tls = tls.Server(rawTCP{tc, &c.raw}, cfg)
+			// A sock of its own, not the connection's: a TLS connection
+			// handed on (HTTP/2) keeps nothing else of the short way's.
+			c.tls = tls.Server(rawTCP{tc, newSock(tc, c.rc)}, cfg)
 			c.out = tlsOut{c.tls}
 		}
 		go c.serve()
@@ -321,7 +323,7 @@ type clientConn struct {
 	s        *Server
 	tc       *net.TCPConn
 	rc       syscall.RawConn
-	raw      sock      // the socket's reads and writes, through rc
+	raw      sock      // the socket's reads and writes, through rc (cleartext: under TLS, a sock of its own)
 	tls      *tls.Conn // over tc, on a TLS listener; nil on a cleartext one
 	out      connOut   // what answers are written through: raw, or tls
 	remote   string
