@@ -29,13 +29,7 @@ func TestIdleKeepAlive(t *testing.T) {
 	conns := holdIdle(t, n, func() net.Conn {
 		c := rawConn(t, p.addr("web"))
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		getOn(t, c)
 		return c
 	})
 	rss, g, fds := p.rss(), p.metric("go_goroutines"), p.fds()
@@ -51,6 +45,18 @@ func TestIdleKeepAlive(t *testing.T) {
 	if fds-baseFD < n || fds-baseFD > n+20 {
 		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
 	}
+}
+
+// getOn sends a GET on c and reads its answer to the end, leaving c idle.
+func getOn(t *testing.T, c net.Conn) {
+	t.Helper()
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 }
 
 // holdIdle opens n connections with open, which leaves each idle after
@@ -253,72 +259,50 @@ pools:
 // goroutine waiting in the TLS connection's read, and no read buffer of
 // its own held meanwhile.
 func TestIdleHTTPS(t *testing.T) {
-	a := newBackend(t, "a")
-	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
-	cfg := strings.Replace(webConfig("", a), "pool: app,",
-		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
-	p := start(t, cfg, "GOGC=10")
-	open := func() net.Conn {
-		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return c
-	}
-	open().Close() // warm
-	time.Sleep(200 * time.Millisecond)
-	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	n := scale(500, 2000)
-	holdIdle(t, n, open)
-	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
-	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
-	figure(t, "idle HTTP/1.1 connections over TLS", "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
-		n, perRSS/1024, perHeap/1024, perG, fds-baseFD)
-	if fds-baseFD < n || fds-baseFD > n+20 {
-		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
-	}
-	if perG > 1.1 {
-		t.Fatalf("%.2f goroutines each, want the reading one alone", perG)
-	}
-	if perHeap > 16<<10 {
-		t.Fatalf("%.1f KB of heap each: a read buffer or a request's state kept while idle", perHeap/1024)
-	}
+	idleTLS(t, "idle HTTP/1.1 connections over TLS", "http/1.1", 16<<10, "a read buffer or a request's state",
+		func(c *tls.Conn, _ string) { getOn(t, c) })
 }
 
 // Idle HTTP/2 connections over TLS, each after one request: what each
 // costs rotor. One goroutine each (its reading one, waiting for a frame)
 // and one descriptor; no write buffer held while it waits.
 func TestIdleHTTP2(t *testing.T) {
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	idleTLS(t, "idle HTTP/2 connections", "h2", 24<<10, "a write buffer or a stream's state",
+		func(c *tls.Conn, addr string) {
+			cc, err := tr.NewClientConn(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+			resp, err := cc.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+}
+
+// idleTLS measures what idle connections to a TLS listener cost rotor,
+// rotor at GOGC=10: each offers proto alone, makes one request with ask
+// and is held. One goroutine each (its reading one) and one descriptor;
+// more than maxHeap bytes of heap each fails the test, as kept (what it
+// would be) while idle.
+func idleTLS(t *testing.T, what, proto string, maxHeap float64, kept string, ask func(c *tls.Conn, addr string)) {
+	t.Helper()
 	a := newBackend(t, "a")
 	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
 	cfg := strings.Replace(webConfig("", a), "pool: app,",
 		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
 	p := start(t, cfg, "GOGC=10")
-	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
 	open := func() net.Conn {
-		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cc, err := tr.NewClientConn(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, _ := http.NewRequest("GET", "https://"+p.addr("web")+"/", nil)
-		resp, err := cc.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		ask(c, p.addr("web"))
 		return c
 	}
 	open().Close() // warm
@@ -328,7 +312,7 @@ func TestIdleHTTP2(t *testing.T) {
 	holdIdle(t, n, open)
 	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
 	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
-	figure(t, "idle HTTP/2 connections", "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
+	figure(t, what, "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",
 		n, perRSS/1024, perHeap/1024, perG, fds-baseFD)
 	if fds-baseFD < n || fds-baseFD > n+20 {
 		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
@@ -336,7 +320,7 @@ func TestIdleHTTP2(t *testing.T) {
 	if perG > 1.1 {
 		t.Fatalf("%.2f goroutines each, want the reading one alone", perG)
 	}
-	if perHeap > 24<<10 {
-		t.Fatalf("%.1f KB of heap each: a write buffer or a stream's state kept while idle", perHeap/1024)
+	if perHeap > maxHeap {
+		t.Fatalf("%.1f KB of heap each: %s kept while idle", perHeap/1024, kept)
 	}
 }
