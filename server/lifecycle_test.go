@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -227,6 +228,46 @@ func wsRoundTrip(ctx context.Context, c *websocket.Conn, msg string) error {
 		return fmt.Errorf("echo %q, want %q", got, msg)
 	}
 	return nil
+}
+
+// A WebSocket over a TLS listener (wss://, coder/websocket's client):
+// the upgrade is net/http's, handed the TLS connection and the head the
+// short way read of it, and messages (one longer than a TLS record) go
+// both ways through it; the client's close ends it, and the listener
+// drains at once after.
+func TestWebSocketOverTLS(t *testing.T) {
+	be := wsEcho(t)
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	cfg := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: %q, key: %q}}
+pools:
+  - name: app
+    endpoints:
+      - {name: ws, url: %q}
+`, certFile, keyFile, be.URL)
+	r := startRotor(t, cfg, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	c, _, err := websocket.Dial(ctx, "wss://"+r.Addr("web").String()+"/ws", &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range []string{"one", strings.Repeat("x", 20<<10), "three"} {
+		if err := wsRoundTrip(ctx, c, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	start := time.Now()
+	if err := r.Shutdown(ctx); err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("drain after the WebSocket closed: %v after %v", err, time.Since(start))
+	}
 }
 
 // A SIGTERM lets an open WebSocket finish up to timeouts.shutdown, while
