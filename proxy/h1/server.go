@@ -344,6 +344,7 @@ type clientConn struct {
 
 	stepFn   func(fd uintptr) bool // c.step, made once
 	mustRead bool                  // step reads before it looks for a head
+	drained  bool                  // the last read left the socket empty (it filled less than the buffer)
 	end      int                   // why step ended the loop (endRead...)
 
 	served     int    // requests served
@@ -560,7 +561,9 @@ func (c *clientConn) step(fd uintptr) bool {
 		}
 		// Wait for the next request: the socket is read once it is
 		// readable, not before (the readiness of bytes that came since the
-		// last read was not reset).
+		// last read was not reset), unless the last read filled the
+		// buffer: the socket may hold more, whose readiness the wait
+		// before that read took, and it is read until it is found empty.
 		tick := c.s.tick.Load()
 		c.idleAt.Store(tick)
 		c.idleSince.Store(tick)
@@ -574,6 +577,9 @@ func (c *clientConn) step(fd uintptr) bool {
 			c.deadline = false
 		}
 		c.armed, c.mustRead = true, true
+		if !c.drained {
+			continue
+		}
 		return false
 	}
 }
@@ -593,11 +599,13 @@ func (c *clientConn) read(fd uintptr) bool {
 	var err error
 	if c.tls != nil {
 		n, err = c.readTLS()
+		c.drained = true // its reads wait for what they find missing
 	} else {
 		if c.buf == nil {
 			c.take()
 		}
 		n, err = rawio.Read(fd, c.buf[c.w:])
+		c.drained = n < bufSize-c.w
 	}
 	switch {
 	case err == syscall.EAGAIN:
