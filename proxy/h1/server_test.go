@@ -671,44 +671,49 @@ func TestServerShutdown(t *testing.T) {
 }
 
 // A connection waiting for its next request holds no read buffer; one
-// that has read part of a head holds one until the head is whole.
+// that has read part of a head holds one until the head is whole. Over
+// cleartext and TLS.
 func TestServerIdleHoldsNoBuffer(t *testing.T) {
-	testtool.NeedsRaw(t)
-	s, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok")
-	})})
-	const n = 20
-	var conns []net.Conn
-	for range n {
-		c, br := dial(t, addr)
-		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		readAnswer(t, br)
-		conns = append(conns, c)
-	}
-	// A connection takes a buffer for each read it tries and gives it
-	// back when the read finds nothing: wait for the count to settle.
-	settle := func(want int64) int64 {
-		deadline := time.Now().Add(5 * time.Second)
-		for s.Buffers() != want && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		return s.Buffers()
-	}
-	if got := settle(0); got != 0 {
-		t.Fatalf("%d buffers held by %d idle connections, want none", got, n)
-	}
-	for _, c := range conns {
-		io.WriteString(c, "GET / HTTP/1.1\r\n")
-	}
-	if got := settle(n); got != n {
-		t.Fatalf("%d buffers held by %d connections halfway through a head, want one each", got, n)
-	}
-	for _, c := range conns {
-		io.WriteString(c, "Host: a\r\n\r\n")
-		readAnswer(t, bufio.NewReader(c))
-	}
-	if got := settle(0); got != 0 {
-		t.Fatalf("%d buffers held after the heads were read, want none", got)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			testtool.NeedsRaw(t)
+			s, addr, _ := o.start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "ok")
+			})})
+			const n = 20
+			var conns []net.Conn
+			for range n {
+				c, br := o.dial(t, addr)
+				io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+				readAnswer(t, br)
+				conns = append(conns, c)
+			}
+			// A connection takes a buffer for each read it tries and gives it
+			// back when the read finds nothing: wait for the count to settle.
+			settle := func(want int64) int64 {
+				deadline := time.Now().Add(5 * time.Second)
+				for s.Buffers() != want && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				return s.Buffers()
+			}
+			if got := settle(0); got != 0 {
+				t.Fatalf("%d buffers held by %d idle connections, want none", got, n)
+			}
+			for _, c := range conns {
+				io.WriteString(c, "GET / HTTP/1.1\r\n")
+			}
+			if got := settle(n); got != n {
+				t.Fatalf("%d buffers held by %d connections halfway through a head, want one each", got, n)
+			}
+			for _, c := range conns {
+				io.WriteString(c, "Host: a\r\n\r\n")
+				readAnswer(t, bufio.NewReader(c))
+			}
+			if got := settle(0); got != 0 {
+				t.Fatalf("%d buffers held after the heads were read, want none", got)
+			}
+		})
 	}
 }
 
@@ -743,85 +748,93 @@ func FuzzServerAgainstNetHTTP(f *testing.F) {
 // poller's readiness is reset once, when it starts): no request may be
 // lost for it, however it comes. One connection, 1,200 requests: sent
 // after the last answer, two at once, the next sent while the handler
-// still runs, and a head in two writes.
+// still runs, and a head in two writes. Over cleartext and TLS.
 func TestServerNeverMissesARequest(t *testing.T) {
-	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			time.Sleep(time.Millisecond)
-		}
-		io.WriteString(w, r.URL.RawQuery)
-	})})
-	c, br := dial(t, addr)
-	want := func(q string) {
-		t.Helper()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, body := readAnswer(t, br); body != q {
-			t.Fatalf("answer %q, want %q", body, q)
-		}
-	}
-	for i := range 300 {
-		a, b := fmt.Sprint(2*i), fmt.Sprint(2*i+1)
-		switch i % 4 {
-		case 0: // one after the other
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", a)
-			want(a)
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
-		case 1: // pipelined, in one write
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\nGET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", a, b)
-			want(a)
-		case 2: // the next comes while the handler runs
-			fmt.Fprintf(c, "GET /slow?%s HTTP/1.1\r\nHost: a\r\n\r\n", a)
-			time.Sleep(200 * time.Microsecond)
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
-			want(a)
-		case 3: // a head in two writes
-			fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHo", a)
-			time.Sleep(100 * time.Microsecond)
-			fmt.Fprintf(c, "st: a\r\n\r\n")
-			want(a)
-			fmt.Fprintf(c, "GET /slow?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
-		}
-		want(b)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			_, addr, _ := o.start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/slow" {
+					time.Sleep(time.Millisecond)
+				}
+				io.WriteString(w, r.URL.RawQuery)
+			})})
+			c, br := o.dial(t, addr)
+			want := func(q string) {
+				t.Helper()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, body := readAnswer(t, br); body != q {
+					t.Fatalf("answer %q, want %q", body, q)
+				}
+			}
+			for i := range 300 {
+				a, b := fmt.Sprint(2*i), fmt.Sprint(2*i+1)
+				switch i % 4 {
+				case 0: // one after the other
+					fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", a)
+					want(a)
+					fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
+				case 1: // pipelined, in one write
+					fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\nGET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", a, b)
+					want(a)
+				case 2: // the next comes while the handler runs
+					fmt.Fprintf(c, "GET /slow?%s HTTP/1.1\r\nHost: a\r\n\r\n", a)
+					time.Sleep(200 * time.Microsecond)
+					fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
+					want(a)
+				case 3: // a head in two writes
+					fmt.Fprintf(c, "GET /?%s HTTP/1.1\r\nHo", a)
+					time.Sleep(100 * time.Microsecond)
+					fmt.Fprintf(c, "st: a\r\n\r\n")
+					want(a)
+					fmt.Fprintf(c, "GET /slow?%s HTTP/1.1\r\nHost: a\r\n\r\n", b)
+				}
+				want(b)
+			}
+		})
 	}
 }
 
 // Close cuts a connection whose handler still runs: it returns at once
 // (the handler holds the socket's read side, so the connection is shut
 // down, not closed under it), the request's context is cancelled, and
-// the client sees the connection end.
+// the client sees the connection end. Over cleartext and TLS.
 func TestServerCloseCutsBusyHandlers(t *testing.T) {
-	entered := make(chan struct{})
-	ended := make(chan error, 1)
-	s, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		select {
-		case <-r.Context().Done():
-			ended <- r.Context().Err()
-		case <-time.After(10 * time.Second):
-			ended <- nil
-		}
-	})})
-	c, br := dial(t, addr)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-entered
-	closed := make(chan struct{})
-	go func() {
-		s.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close waited for a busy handler")
-	}
-	if err := <-ended; err != context.Canceled {
-		t.Fatalf("the handler's context ended with %v, want it cancelled", err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if b, err := br.ReadByte(); err == nil {
-		t.Fatalf("read %q after Close, want the connection ended", b)
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatal("the connection is still open after Close")
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			entered := make(chan struct{})
+			ended := make(chan error, 1)
+			s, addr, _ := o.start(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				select {
+				case <-r.Context().Done():
+					ended <- r.Context().Err()
+				case <-time.After(10 * time.Second):
+					ended <- nil
+				}
+			})})
+			c, br := o.dial(t, addr)
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			<-entered
+			closed := make(chan struct{})
+			go func() {
+				s.Close()
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(2 * time.Second):
+				t.Fatal("Close waited for a busy handler")
+			}
+			if err := <-ended; err != context.Canceled {
+				t.Fatalf("the handler's context ended with %v, want it cancelled", err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if b, err := br.ReadByte(); err == nil {
+				t.Fatalf("read %q after Close, want the connection ended", b)
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the connection is still open after Close")
+			}
+		})
 	}
 }
 
