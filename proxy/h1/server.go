@@ -1012,8 +1012,10 @@ func (c *clientConn) startWatch() {
 
 func (c *clientConn) watch(done chan struct{}) {
 	defer close(done)
-	var rd watchReader = c.tls // no read of it runs while the handler does
-	if c.tls == nil {
+	var rd watchReader
+	if c.tls != nil {
+		rd = c.tls // no read of it runs while the handler does
+	} else {
 		// The connection's descriptor is held by its raw read, in which
 		// the handler runs: the watch reads the socket through a second
 		// one, in the poller on its own.
