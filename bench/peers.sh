@@ -22,9 +22,13 @@
 # load's core is the limit, the rates draw level and the CPU still tells
 # them apart.
 # TESTS picks some of the tests (default "get post tcp h2 bodies": those
-# the tables in docs/BENCHMARKS.md hold); WRITE=1 needs them all. One
-# more runs only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
-# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1).
+# the tables in docs/BENCHMARKS.md hold); WRITE=1 needs them all. Two
+# more run only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
+# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1);
+# "bound", HTTP/1.1 GETs to three backends that nginx answers from
+# memory: the Go backends of "get" leave the load's core the limit and
+# each proxy's core a quarter idle, these make the proxy's core the
+# limit, so that the rate and the tail are the proxy's own.
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -73,7 +77,7 @@ if [ "$FORWARDED" = 1 ]; then
 fi
 TESTS=${TESTS:-get post tcp h2 bodies}
 for t in $TESTS; do
-	case $t in get | post | tcp | h2 | tls | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bodies)" >&2; exit 1 ;; esac
+	case $t in get | post | tcp | h2 | tls | bound | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bound bodies)" >&2; exit 1 ;; esac
 done
 if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies get h2 post tcp" ]; then
 	echo "WRITE=1 writes the tables of docs/BENCHMARKS.md: it needs TESTS to be get post tcp h2 bodies" >&2
@@ -90,6 +94,24 @@ cat "$out/cert.pem" "$out/key.pem" > "$out/both.pem"
 
 start_redis "$load" 19379
 taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
+# The backends of "bound": nginx answering from memory, one worker on the
+# load's cores.
+cat > "$out/backends.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $PWD/$out/backends.pid;
+error_log $PWD/$out/backends.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  server {
+    listen 127.0.0.1:19311; listen 127.0.0.1:19312; listen 127.0.0.1:19313;
+    location / { default_type text/plain; return 200 "hello from upstream\n"; }
+  }
+}
+NGINX
+taskset -c $load nginx -c "$PWD/$out/backends.conf" -p "$PWD/$out" & pids+=($!)
 
 cat > "$out/rotor.yaml" <<YAML
 admin: {listen: "off"}
@@ -98,6 +120,7 @@ listeners:
   - {name: h2, kind: http, listen: "127.0.0.1:18443", pool: app, tls: {cert: cert.pem, key: key.pem}}
   - {name: web, kind: http, listen: "127.0.0.1:18180", pool: app}
   - {name: bodies, kind: http, listen: "127.0.0.1:18190", pool: one}
+  - {name: bound, kind: http, listen: "127.0.0.1:18170", pool: fast}
 pools:
   - {name: redis, endpoints: [{name: r, address: "127.0.0.1:19379"}]}
   - name: app
@@ -106,6 +129,11 @@ pools:
       - {name: b, url: "http://127.0.0.1:19302"}
       - {name: c, url: "http://127.0.0.1:19303"}
   - {name: one, endpoints: [{name: a, url: "http://127.0.0.1:19301"}], timeouts: {try: 10m, total: 10m}}
+  - name: fast
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:19311"}
+      - {name: b, url: "http://127.0.0.1:19312"}
+      - {name: c, url: "http://127.0.0.1:19313"}
 YAML
 GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 declare -A pid=([rotor]=$!)
@@ -124,10 +152,16 @@ http {
   access_log off;
   upstream app { server 127.0.0.1:19301; server 127.0.0.1:19302; server 127.0.0.1:19303; keepalive 128; }
   upstream one { server 127.0.0.1:19301; keepalive 16; }
+  upstream fast { server 127.0.0.1:19311; server 127.0.0.1:19312; server 127.0.0.1:19313; keepalive 128; }
   server {
     listen 127.0.0.1:18181;
     keepalive_requests 100000000;
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
+  }
+  server {
+    listen 127.0.0.1:18171;
+    keepalive_requests 100000000;
+    location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
   }
   server {
     listen 127.0.0.1:18191;
@@ -167,6 +201,18 @@ frontend web
   mode http
   bind 127.0.0.1:18182
   default_backend app
+frontend bound
+  mode http
+  bind 127.0.0.1:18172
+  default_backend fast
+backend fast
+  mode http
+  balance roundrobin
+  http-reuse always
+$haproxy_fwd
+  server a 127.0.0.1:19311
+  server b 127.0.0.1:19312
+  server c 127.0.0.1:19313
 frontend bodies
   mode http
   bind 127.0.0.1:18192
@@ -205,6 +251,12 @@ http://127.0.0.1:18183 {
 		$caddy_fwd
 	}
 }
+http://127.0.0.1:18173 {
+	reverse_proxy 127.0.0.1:19311 127.0.0.1:19312 127.0.0.1:19313 {
+		lb_policy round_robin
+		$caddy_fwd
+	}
+}
 http://127.0.0.1:18193 {
 	reverse_proxy 127.0.0.1:19301 {
 		$caddy_fwd
@@ -221,7 +273,7 @@ CADDY
 GOMAXPROCS=$CORES taskset -c $pin caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
 pid[caddy]=$!
 
-for port in 19379 19301 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18190 18191 18192 18193; do
+for port in 19379 19301 19311 18170 18171 18172 18173 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18190 18191 18192 18193; do
 	wait_port "$port"
 done
 results=$out/results.tsv
@@ -306,9 +358,10 @@ run_wrk() {
 	v[$kind-p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
 	v[$kind-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
-# paired "RATES" "HAPROXY'S" prints a target's rate over HAProxy's, each
-# round's against the same round's (the machine's swings fall on both
-# alike): the median and, over more than one round, the range.
+# paired "FIGURES" "HAPROXY'S" prints a target's figure (a rate, a p99)
+# over HAProxy's, each round's against the same round's (the machine's
+# swings fall on both alike): the median and, over more than one round,
+# the range.
 paired() {
 	local -a a b
 	local i ratios=""
@@ -321,16 +374,17 @@ paired() {
 		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
 }
 # wrk_table KIND TEST CPUTEST [LIST] prints KIND's medians for the
-# targets of LIST (default $h1) and records them for the chart as TEST
+# targets of LIST (default $h1), and each one's rate and p99 over
+# HAProxy's round by round, and records them for the chart as TEST
 # (requests/s) and CPUTEST (requests a CPU second).
 wrk_table() {
 	local target name r c
-	printf "%-10s %12s %10s %10s %12s %18s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req" "/HAProxy, rounds"
+	printf "%-10s %12s %10s %10s %12s %20s %20s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req" "rate/HAProxy's" "p99/HAProxy's"
 	for target in ${4:-$h1}; do
 		name=${target%=*}
 		r=$(median <<<"${v[$1-rps-$name]}") c=$(median <<<"${v[$1-cpu-$name]}")
-		printf "%-10s %12s %10s %10s %12s %18s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" \
-			"$(paired "${v[$1-rps-$name]}" "${v[$1-rps-haproxy]}")" "${v[$1-err-$name]}"
+		printf "%-10s %12s %10s %10s %12s %20s %20s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" \
+			"$(paired "${v[$1-rps-$name]}" "${v[$1-rps-haproxy]}")" "$(paired "${v[$1-p99-$name]}" "${v[$1-p99-haproxy]}")" "${v[$1-err-$name]}"
 		result "$2" "$name" "$r"
 		result "$3" "$name" "$(per_cpu_s "$c")"
 	done
@@ -388,6 +442,14 @@ tls="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
 run_tls() { run_wrk tls "$@"; }
 each "$tls" run_tls
 wrk_table tls "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s" "$tls"
+echo
+fi
+if want bound; then
+echo "## HTTP/1.1, the proxy the limit: wrk -t$CORES -c$CONNS -d$DURATION --latency, three nginx backends answering from memory, load on cores $load$of"
+bound="direct=19311 rotor=18170 nginx=18171 haproxy=18172 caddy=18173"
+run_bound() { run_wrk bound "$@"; }
+each "$bound" run_bound
+wrk_table bound "HTTP/1.1, proxy-bound" "HTTP/1.1, proxy-bound, per CPU s" "$bound"
 echo
 fi
 if want h2; then
