@@ -373,36 +373,36 @@ paired() {
 	tr ' ' '\n' <<<"$ratios" | { grep -E '^[0-9.]+$' || true; } | sort -g |
 		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
 }
-# wrk_table KIND TEST CPUTEST [LIST] prints KIND's medians for the
-# targets of LIST (default $h1), and each one's rate and p99 over
-# HAProxy's round by round, and records them for the chart as TEST
-# (requests/s) and CPUTEST (requests a CPU second).
-wrk_table() {
-	local target name r c
+# wrk_test KIND LIST TEST CPUTEST [WRK ARGS...] runs wrk through each
+# target of LIST (name=port), ROUNDS times taking turns, and prints
+# KIND's medians, and each target's rate and p99 over HAProxy's round by
+# round; it records them for the chart as TEST (requests/s) and CPUTEST
+# (requests a CPU second).
+wrk_test() {
+	local kind=$1 list=$2 test=$3 cputest=$4 target name r c
+	local -a args=("${@:5}")
+	run_kind() { run_wrk "$kind" "$@" "${args[@]}"; }
+	each "$list" run_kind
 	printf "%-10s %12s %10s %10s %12s %20s %20s\n" target "requests/s" "p50 ms" "p99 ms" "CPU us/req" "rate/HAProxy's" "p99/HAProxy's"
-	for target in ${4:-$h1}; do
+	for target in $list; do
 		name=${target%=*}
-		r=$(median <<<"${v[$1-rps-$name]}") c=$(median <<<"${v[$1-cpu-$name]}")
-		printf "%-10s %12s %10s %10s %12s %20s %20s %s\n" "$name" "$r" "$(median <<<"${v[$1-p50-$name]}")" "$(median <<<"${v[$1-p99-$name]}")" "$c" \
-			"$(paired "${v[$1-rps-$name]}" "${v[$1-rps-haproxy]}")" "$(paired "${v[$1-p99-$name]}" "${v[$1-p99-haproxy]}")" "${v[$1-err-$name]}"
-		result "$2" "$name" "$r"
-		result "$3" "$name" "$(per_cpu_s "$c")"
+		r=$(median <<<"${v[$kind-rps-$name]}") c=$(median <<<"${v[$kind-cpu-$name]}")
+		printf "%-10s %12s %10s %10s %12s %20s %20s %s\n" "$name" "$r" "$(median <<<"${v[$kind-p50-$name]}")" "$(median <<<"${v[$kind-p99-$name]}")" "$c" \
+			"$(paired "${v[$kind-rps-$name]}" "${v[$kind-rps-haproxy]}")" "$(paired "${v[$kind-p99-$name]}" "${v[$kind-p99-haproxy]}")" "${v[$kind-err-$name]}"
+		result "$test" "$name" "$r"
+		result "$cputest" "$name" "$(per_cpu_s "$c")"
 	done
 }
 h1="direct=19301 rotor=18180 nginx=18181 haproxy=18182 caddy=18183"
 wrk_scripts
-run_get() { run_wrk get "$@"; }
-run_post() { run_wrk post "$@" -s "$out/post.lua"; }
 if want get; then
 echo "## HTTP/1.1: wrk -t$CORES -c$CONNS -d$DURATION --latency, three backends, load on cores $load$of"
-each "$h1" run_get
-wrk_table get "HTTP/1.1" "HTTP/1.1 per CPU s"
+wrk_test get "$h1" "HTTP/1.1" "HTTP/1.1 per CPU s"
 echo
 fi
 if want post; then
 echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --latency -s post.lua, three backends, load on cores $load$of"
-each "$h1" run_post
-wrk_table post "HTTP/1.1 POST" "POST per CPU s"
+wrk_test post "$h1" "HTTP/1.1 POST" "POST per CPU s" -s "$out/post.lua"
 echo
 fi
 if want tcp; then
@@ -438,18 +438,12 @@ echo
 fi
 if want tls; then
 echo "## HTTP/1.1 over TLS: wrk -t$CORES -c$CONNS -d$DURATION --latency to each TLS listener, three backends, load on cores $load$of"
-tls="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
-run_tls() { run_wrk tls "$@"; }
-each "$tls" run_tls
-wrk_table tls "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s" "$tls"
+wrk_test tls "rotor=18443 nginx=18444 haproxy=18445 caddy=18446" "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s"
 echo
 fi
 if want bound; then
 echo "## HTTP/1.1, the proxy the limit: wrk -t$CORES -c$CONNS -d$DURATION --latency, three nginx backends answering from memory, load on cores $load$of"
-bound="direct=19311 rotor=18170 nginx=18171 haproxy=18172 caddy=18173"
-run_bound() { run_wrk bound "$@"; }
-each "$bound" run_bound
-wrk_table bound "HTTP/1.1, proxy-bound" "HTTP/1.1, proxy-bound, per CPU s" "$bound"
+wrk_test bound "direct=19311 rotor=18170 nginx=18171 haproxy=18172 caddy=18173" "HTTP/1.1, proxy-bound" "HTTP/1.1, proxy-bound, per CPU s"
 echo
 fi
 if want h2; then
