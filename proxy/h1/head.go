@@ -29,10 +29,12 @@ import (
 // no-cache mirrored in Cache-Control, Close set by the Connection header
 // and the version.
 //
-// base gives the request its context and client address. connection is
-// the request's first Connection value, "" when it has none. size is the
-// head's size as HeadSize counts it.
-func parseHead(head []byte, base *http.Request) (r *http.Request, connection string, size int) {
+// base gives the request its context and client address; a is where
+// the request and its URL are made (a zero block: the server takes them
+// from headBlocks). connection is the request's first
+// Connection value, "" when it has none. size is the head's size as
+// HeadSize counts it.
+func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, connection string, size int) {
 	// One string holds every name and value: a single allocation for all
 	// of them.
 	s := string(head)
@@ -44,13 +46,6 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 	if !ok {
 		return nil, "", 0
 	}
-	// The request and the array its values are taken from are made as
-	// one.
-	a := &struct {
-		r    http.Request
-		u    url.URL
-		vals [8]string
-	}{}
 	r = &a.r
 	*r = *base
 	r.Method, r.RequestURI, r.Proto, r.ProtoMajor, r.Body = method, target, proto, 1, http.NoBody
@@ -59,7 +54,10 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 	}
 	// Every LF of a head scanHead found ends a CRLF: counted as one byte,
 	// the lines are counted at IndexByte's pace.
-	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
+	// The values' array is the request's own, not the block's: a
+	// header sent on shares its values, and a transport may still be
+	// writing them once the block has gone to another request.
+	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, new([8]string)[:])
 	r.Header = h
 	hosts, length, hasConnection, pragma := 0, false, false, false
 	size = len(method) + len(target) + len(proto) + 4
@@ -121,6 +119,26 @@ func parseHead(head []byte, base *http.Request) (r *http.Request, connection str
 		r.Close = closes(r.ProtoMinor, nil)
 	}
 	return r, connection, size
+}
+
+// headBlock is a request the short way reads, made as one with its URL.
+// The server takes one for each head from headBlocks and gives it back,
+// zeroed, once the request's handler has returned and its answer is
+// finished, as it gives back the request's header map: a handler keeps
+// neither the request nor its URL past its answer (a request sent on is
+// a copy, with a URL of its own).
+type headBlock struct {
+	r http.Request
+	u url.URL
+}
+
+var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
+
+// putHeadBlock gives a back to headBlocks, zeroed so that it holds
+// nothing of its request.
+func putHeadBlock(a *headBlock) {
+	*a = headBlock{}
+	headBlocks.Put(a)
 }
 
 // plainTarget fills u with what url.ParseRequestURI makes of target when

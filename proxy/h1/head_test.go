@@ -173,7 +173,7 @@ func sameHeadSize(t *testing.T, raw []byte) {
 	if n <= 0 {
 		return
 	}
-	r, _, size := parseHead(raw[:n], &http.Request{})
+	r, _, size := parseHead(raw[:n], &http.Request{}, new(headBlock))
 	if r != nil && size != HeadSize(r) {
 		t.Errorf("for %q parseHead counted %d bytes, HeadSize %d", raw[:n], size, HeadSize(r))
 	}
@@ -192,7 +192,7 @@ func TestHeadSizeCounted(t *testing.T) {
 		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n",
 	} {
 		n, _ := scanHead([]byte(raw), 0)
-		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}); r == nil {
+		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}, new(headBlock)); r == nil {
 			t.Fatalf("%q not taken", raw)
 		}
 		sameHeadSize(t, []byte(raw))

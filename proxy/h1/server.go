@@ -332,6 +332,7 @@ type clientConn struct {
 	cancel   context.CancelFunc
 	hook     CancelHook    // the short way's transport cuts its exchange through it
 	base     *http.Request // what every request on it starts from: its context and client
+	block    *headBlock    // the request being served, given back once it is answered
 	headBy   time.Time     // when the head being read must be whole
 	headOpen bool          // a head began and headBy is still to work out (boundHead)
 	armed    bool          // the connection's read deadline is the one its next read needs
@@ -675,9 +676,15 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 		// A whole head: the short way's, or (a body that did not come
 		// with it, chunked, say) net/http's.
 		var size int
-		r, c.connection, size = parseHead(c.buf[c.r:c.r+n], c.base)
+		a := headBlocks.Get().(*headBlock)
+		r, c.connection, size = parseHead(c.buf[c.r:c.r+n], c.base, a)
 		if max := c.s.HTTP.MaxHeaderBytes; r != nil && max > 0 && size > max {
 			r = nil // net/http's, and the handler's to refuse (HeadBounded)
+		}
+		if r == nil {
+			putHeadBlock(a)
+		} else {
+			c.block = a
 		}
 		if r != nil && r.ContentLength > 0 {
 			end := c.r + n + int(r.ContentLength)
@@ -799,13 +806,18 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	if !c.state.CompareAndSwap(stateHandler, stateHead) {
 		c.stopWatch()
 	}
+	block := c.block
+	c.block = nil
 	if aborted {
-		// What the handler started may still hold the answer: it is not
-		// given to another request.
+		// What the handler started may still hold the answer, and the
+		// request: neither is given to another request.
 		w.putWriter()
 		return endClose
 	}
-	defer w.release()
+	defer func() {
+		w.release()
+		putHeadBlock(block)
+	}()
 	if c.ctx.Err() != nil {
 		w.putWriter()
 		return endClose

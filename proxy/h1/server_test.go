@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -996,3 +997,63 @@ func TestPassHeader(t *testing.T) {
 type unwrapper struct{ http.ResponseWriter }
 
 func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestServerGivesRequestsBack: a request served the short way goes back
+// to be used again, zeroed, once its answer is finished (a later request
+// may be made in it), and a handler that panicked keeps its own; the values of its header are the
+// request's own, not the block's, so that a header sent on with them
+// (which a transport may still be writing) is never overwritten.
+func TestServerGivesRequestsBack(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		kept  []*http.Request
+		vals  [][]string
+		abort = "/abort"
+	)
+	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		kept = append(kept, r)
+		vals = append(vals, r.Header["X-Kept"])
+		mu.Unlock()
+		if r.URL.Path == abort {
+			panic(http.ErrAbortHandler)
+		}
+		io.WriteString(w, r.URL.Path)
+	})})
+	c, br := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	// Four requests; the first three are looked at, each given back
+	// before the next reached the handler (the fourth's is not ordered
+	// before anything the test does).
+	for i := range 4 {
+		fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: a\r\nX-Kept: value %d\r\n\r\n", i, i)
+		if _, body := readAnswer(t, br); body != fmt.Sprintf("/%d", i) {
+			t.Fatalf("answer %d: %q", i, body)
+		}
+	}
+	c2, br2 := dial(t, addr)
+	_ = c2.SetDeadline(time.Now().Add(3 * time.Second))
+	fmt.Fprintf(c2, "GET %s HTTP/1.1\r\nHost: a\r\nX-Kept: value 4\r\n\r\n", abort)
+	if _, err := br2.ReadByte(); err == nil {
+		t.Fatal("an aborted answer was answered")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != 5 {
+		t.Fatalf("%d requests reached the handler, want 5", len(kept))
+	}
+	for i, r := range kept[:3] {
+		// Given back: zeroed, or already another request's.
+		if r.URL != nil && r.URL.Path == fmt.Sprintf("/%d", i) {
+			t.Errorf("request %d after its answer: %q %v %v, want it given back", i, r.Method, r.URL, r.Header)
+		}
+	}
+	if r := kept[4]; r.Method != http.MethodGet || r.URL == nil || r.URL.Path != abort {
+		t.Errorf("the aborted request after its end: %q %v, want it kept whole", r.Method, r.URL)
+	}
+	for i, v := range vals {
+		if want := fmt.Sprintf("value %d", i); len(v) != 1 || v[0] != want {
+			t.Errorf("request %d's X-Kept after the others: %q, want %q", i, v, want)
+		}
+	}
+}
