@@ -29,11 +29,10 @@ import (
 // no-cache mirrored in Cache-Control, Close set by the Connection header
 // and the version.
 //
-// base gives the request its context and client address; a is where
-// the request and its URL are made (a zero block: the server takes them
-// from headBlocks). connection is the request's first
-// Connection value, "" when it has none. size is the head's size as
-// HeadSize counts it.
+// base gives the request its context and client address; a, a zeroed
+// block from headBlocks, is where the request and its URL are made.
+// connection is the request's first Connection value, "" when it has
+// none. size is the head's size as HeadSize counts it.
 func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, connection string, size int) {
 	// One string holds every name and value: a single allocation for all
 	// of them.

@@ -681,14 +681,10 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 		if max := c.s.HTTP.MaxHeaderBytes; r != nil && max > 0 && size > max {
 			r = nil // net/http's, and the handler's to refuse (HeadBounded)
 		}
-		if r == nil {
-			putHeadBlock(a)
-		} else {
-			c.block = a
-		}
 		if r != nil && r.ContentLength > 0 {
 			end := c.r + n + int(r.ContentLength)
 			if end > c.w {
+				putHeadBlock(a)
 				return nil, 0, true
 			}
 			// A copy: a transport may still read a request's body after
@@ -696,6 +692,11 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			// request's by then.
 			r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
 			n = end - c.r
+		}
+		if r == nil {
+			putHeadBlock(a)
+		} else {
+			c.block = a // serveRequest gives it back
 		}
 		return r, n, r == nil
 	}
