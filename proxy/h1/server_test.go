@@ -1004,6 +1004,7 @@ func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 // request's own, not the block's, so that a header sent on with them
 // (which a transport may still be writing) is never overwritten.
 func TestServerGivesRequestsBack(t *testing.T) {
+	testtool.NeedsRaw(t)
 	var (
 		mu    sync.Mutex
 		kept  []*http.Request
