@@ -682,23 +682,22 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			r = nil // net/http's, and the handler's to refuse (HeadBounded)
 		}
 		if r != nil && r.ContentLength > 0 {
-			end := c.r + n + int(r.ContentLength)
-			if end > c.w {
-				putHeadBlock(a)
-				return nil, 0, true
+			if end := c.r + n + int(r.ContentLength); end > c.w {
+				r = nil // its body is not all here: net/http's
+			} else {
+				// A copy: a transport may still read a request's body
+				// after the handler has returned, and the buffer is the
+				// next request's by then.
+				r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
+				n = end - c.r
 			}
-			// A copy: a transport may still read a request's body after
-			// the handler has returned, and the buffer is the next
-			// request's by then.
-			r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
-			n = end - c.r
 		}
 		if r == nil {
 			putHeadBlock(a)
-		} else {
-			c.block = a // serveRequest gives it back
+			return nil, 0, true
 		}
-		return r, n, r == nil
+		c.block = a // serveRequest gives it back
+		return r, n, false
 	}
 	// Not a head the strict reader takes, or longer than the buffer.
 	theirs = n < 0 || c.r == 0 && c.w == bufSize
@@ -1155,6 +1154,18 @@ func (p *prefix) deadline(t time.Time) time.Time {
 	return t
 }
 
+// setDeadline sets both of c's deadlines to t, as SetDeadline does, the
+// read one bounded as deadline says.
+func (p *prefix) setDeadline(c interface {
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}, t time.Time) error {
+	if err := c.SetReadDeadline(p.deadline(t)); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
 // prefixConn is a cleartext connection handed to net/http.
 type prefixConn struct {
 	*net.TCPConn
@@ -1172,12 +1183,7 @@ func (p *prefixConn) SetReadDeadline(t time.Time) error {
 	return p.TCPConn.SetReadDeadline(p.deadline(t))
 }
 
-func (p *prefixConn) SetDeadline(t time.Time) error {
-	if err := p.SetReadDeadline(t); err != nil {
-		return err
-	}
-	return p.TCPConn.SetWriteDeadline(t)
-}
+func (p *prefixConn) SetDeadline(t time.Time) error { return p.setDeadline(p.TCPConn, t) }
 
 // tlsPrefixConn is a TLS connection handed to net/http after its
 // handshake: its ConnectionState gives the requests net/http reads from
@@ -1193,12 +1199,7 @@ func (p *tlsPrefixConn) SetReadDeadline(t time.Time) error {
 	return p.Conn.SetReadDeadline(p.deadline(t))
 }
 
-func (p *tlsPrefixConn) SetDeadline(t time.Time) error {
-	if err := p.SetReadDeadline(t); err != nil {
-		return err
-	}
-	return p.Conn.SetWriteDeadline(t)
-}
+func (p *tlsPrefixConn) SetDeadline(t time.Time) error { return p.setDeadline(p.Conn, t) }
 
 // handoff is the listener net/http's server accepts handed-off
 // connections from.
