@@ -153,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer resp.Body.Close()
 	h1.RemoveHopByHopOf(resp)
-	h1.PassHeader(rec, resp.Header)
+	h1.PassAnswer(rec, resp)
 	rec.WriteHeader(resp.StatusCode)
 	record.Status = resp.StatusCode
 	rerr, werr := proxy.CopyAnswer(flushWriter{rec}, resp.Body)

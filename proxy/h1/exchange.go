@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -115,7 +116,7 @@ func watched(t *httptrace.ClientTrace) bool {
 //
 // hopFree: the head was read the strict way and had no hop-by-hop field
 // (isHopByHop), so none is to be looked for (RemoveHopByHopOf).
-func readResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, hopFree bool, err error) {
+func readResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, a *answerBlock, hopFree bool, err error) {
 	if _, err := br.Peek(1); err != nil {
 		// What ReadResponse returns when its first read fails: that
 		// error (a reset, a timeout), the end of the stream as unexpected.
@@ -124,27 +125,27 @@ func readResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, hopFr
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	if resp, n, hopFree := strictResponse(br, r); resp != nil {
+	if a, n, hopFree := strictResponse(br, r); a != nil {
 		br.Discard(n)
-		return resp, hopFree, nil
+		return &a.resp, a, hopFree, nil
 	}
 	resp, err = http.ReadResponse(br, r)
-	return resp, false, err
+	return resp, nil, false, err
 }
 
 // strictResponse is parseResponse over the head br holds, and the head's
 // length; nil when the head is not whole in it or not taken. It reads
 // nothing.
-func strictResponse(br *bufio.Reader, r *http.Request) (resp *http.Response, n int, hopFree bool) {
+func strictResponse(br *bufio.Reader, r *http.Request) (a *answerBlock, n int, hopFree bool) {
 	b, _ := br.Peek(br.Buffered())
 	n, lines := headEnd(b)
 	if n == 0 {
 		return nil, 0, false
 	}
-	resp, hopFree = parseResponse(b[:n], lines-1, br, r)
-	return resp, n, hopFree
+	a, hopFree = parseResponse(b[:n], lines-1, br, r)
+	return a, n, hopFree
 }
 
 // headEnd walks b's lines to the first empty one ("\r\n") and returns the
@@ -182,8 +183,9 @@ func headEnd(b []byte) (n, lines int) {
 // "close" deleted from an HTTP/1.1 answer's header, as ReadResponse does),
 // Pragma: no-cache mirrored in Cache-Control, a body that ends with io.EOF
 // on its last byte and with io.ErrUnexpectedEOF when the connection ends
-// before it. hopFree: the head had no hop-by-hop field.
-func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (resp *http.Response, hopFree bool) {
+// before it. The response is a.resp. hopFree: the head had no hop-by-hop
+// field.
+func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (a *answerBlock, hopFree bool) {
 	s := string(head) // one allocation for every name and value
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
@@ -193,15 +195,9 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 	if !ok {
 		return nil, false
 	}
-	// The response, its body and the array its values are taken from
-	// are made as one.
-	a := &struct {
-		resp http.Response
-		body fixedBody
-		vals [8]string
-	}{}
+	a = answerBlocks.Get().(*answerBlock)
 	lines, h := newHeaderLines(s, eol, fields, a.vals[:])
-	resp = &a.resp
+	resp := &a.resp
 	*resp = http.Response{
 		Status: s[len("HTTP/1.1 "):eol], StatusCode: code,
 		Proto: s[:len("HTTP/1.1")], ProtoMajor: 1, ProtoMinor: minor,
@@ -215,13 +211,13 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 		}
 		switch name {
 		case "Transfer-Encoding":
-			return nil, false
+			return a.drop(h), false
 		case "Content-Length":
 			if length >= 0 {
-				return nil, false
+				return a.drop(h), false
 			}
 			if length = digits(value); length < 0 {
-				return nil, false
+				return a.drop(h), false
 			}
 		case "Connection":
 			connection = true
@@ -232,7 +228,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 		lines.add(resp.Header, name, value)
 	}
 	if lines.bad {
-		return nil, false
+		return a.drop(h), false
 	}
 	switch {
 	case r.Method == http.MethodHead:
@@ -240,12 +236,12 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 	case code == http.StatusNoContent || code == http.StatusNotModified:
 		resp.ContentLength = 0
 	case length < 0:
-		return nil, false // to the close: ReadResponse's
+		return a.drop(h), false // to the close: ReadResponse's
 	default:
 		resp.ContentLength = length
 		if length > 0 {
-			a.body = fixedBody{br: br, left: length}
-			resp.Body = &a.body
+			a.fixed = fixedBody{br: br, left: length}
+			resp.Body = &a.fixed
 		}
 	}
 	if pragma {
@@ -259,7 +255,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 	if resp.Close && minor == 1 {
 		resp.Header.Del("Connection")
 	}
-	return resp, !hop
+	return a, !hop
 }
 
 // statusLine checks "HTTP/1.x NNN reason" for a final status and returns
@@ -329,6 +325,59 @@ func closes(minor int, connection []string) bool {
 // fixedBody is a body of a known length, read from the connection's
 // buffered reader as net/http's would be: io.EOF with its last bytes,
 // io.ErrUnexpectedEOF if the connection ends before them.
+// An answerBlock is where the short way makes a backend's answer: the
+// response, its body, the body's wrapper and the array its header's
+// values are taken from, as one, from answerBlocks. It goes back once the
+// client's answer it was passed to is finished (PassAnswer): an answer
+// that went elsewhere is left to the collector.
+type answerBlock struct {
+	resp  http.Response
+	fixed fixedBody
+	body  body
+	vals  [8]string
+}
+
+var answerBlocks = sync.Pool{New: func() any { return new(answerBlock) }}
+
+// drop gives back a block whose head was not taken, and h, the map made
+// for it; it returns nil.
+func (a *answerBlock) drop(h http.Header) *answerBlock {
+	PutHeaderMap(h)
+	putAnswerBlock(a)
+	return nil
+}
+
+// putAnswerBlock gives a back, zeroed: nothing it held is reachable
+// through it any longer.
+func putAnswerBlock(a *answerBlock) {
+	*a = answerBlock{}
+	answerBlocks.Put(a)
+}
+
+// answerOf returns the block res was made in; nil when it was not made
+// in one.
+func answerOf(res *http.Response) *answerBlock {
+	if b := shortBody(res.Body); b != nil && b.block != nil && &b.block.resp == res {
+		return b.block
+	}
+	return nil
+}
+
+// shortBody returns the short way's wrapper of an answer's body, when rc
+// is one or wraps one (through an Unwrap() io.ReadCloser); nil otherwise.
+func shortBody(rc io.ReadCloser) *body {
+	for {
+		switch b := rc.(type) {
+		case *body:
+			return b
+		case interface{ Unwrap() io.ReadCloser }:
+			rc = b.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
 type fixedBody struct {
 	br   *bufio.Reader
 	left int64

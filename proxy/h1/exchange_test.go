@@ -60,13 +60,13 @@ func readWith(raw []byte, method string, parse func(*bufio.Reader, *http.Request
 func taken(raw []byte, method string) bool {
 	br := bufio.NewReader(bytes.NewReader(raw))
 	br.Peek(1) // one read, as readResponse makes
-	resp, _, _ := strictResponse(br, &http.Request{Method: method})
-	return resp != nil
+	a, _, _ := strictResponse(br, &http.Request{Method: method})
+	return a != nil
 }
 
 // readStrict is readResponse with ReadResponse's results.
 func readStrict(br *bufio.Reader, r *http.Request) (*http.Response, error) {
-	resp, _, err := readResponse(br, r)
+	resp, _, _, err := readResponse(br, r)
 	return resp, err
 }
 
@@ -91,7 +91,7 @@ func TestReadResponseHopFree(t *testing.T) {
 	} {
 		raw := "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + tc.field + "\r\n\r\n"
 		br := bufio.NewReader(strings.NewReader(raw))
-		_, free, err := readResponse(br, &http.Request{Method: "GET"})
+		_, _, free, err := readResponse(br, &http.Request{Method: "GET"})
 		if err != nil {
 			t.Fatalf("%q: %v", raw, err)
 		}

@@ -135,18 +135,40 @@ type HeaderTaker interface {
 // fields. Any other writer gets src's fields added to its own
 // (CopyHeader). src is w's from then on.
 func PassHeader(w http.ResponseWriter, src http.Header) {
+	if t := takerOf(w); t != nil && src != nil && t.TakeHeader(src) {
+		return
+	}
+	CopyHeader(w.Header(), src)
+}
+
+// PassAnswer is PassHeader with res's header, res being the answer to
+// w's request from a backend. When the Transport read res the short way
+// and w is the short way's server's answer, w takes res's block too (the
+// response, its body's wrappers and the array its header's values are
+// in) and gives it back once it is finished: the handler keeps nothing
+// of res past its return.
+func PassAnswer(w http.ResponseWriter, res *http.Response) {
+	t := takerOf(w)
+	if sw, ok := t.(*response); ok && sw.answer == nil {
+		sw.answer = answerOf(res)
+	}
+	if t != nil && res.Header != nil && t.TakeHeader(res.Header) {
+		return
+	}
+	CopyHeader(w.Header(), res.Header)
+}
+
+// takerOf returns the HeaderTaker w is or unwraps to; nil when there is
+// none.
+func takerOf(w http.ResponseWriter) HeaderTaker {
 	for u := w; ; {
 		if t, ok := u.(HeaderTaker); ok {
-			if src != nil && t.TakeHeader(src) {
-				return
-			}
-			break
+			return t
 		}
 		uw, ok := u.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
-			break
+			return nil
 		}
 		u = uw.Unwrap()
 	}
-	CopyHeader(w.Header(), src)
 }

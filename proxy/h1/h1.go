@@ -694,9 +694,10 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 	bw.Reset(nil)
 	writers.Put(bw)
 	var resp *http.Response
+	var a *answerBlock
 	hopFree := false
 	for err == nil {
-		resp, hopFree, err = readResponse(c.br, r)
+		resp, a, hopFree, err = readResponse(c.br, r)
 		if err != nil || resp.StatusCode >= 200 {
 			break
 		}
@@ -740,7 +741,14 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 			c.cut()
 		}
 	}
-	resp.Body = &body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close, hopFree: hopFree}
+	var b *body
+	if a != nil {
+		b = &a.body
+	} else {
+		b = new(body)
+	}
+	*b = body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close, hopFree: hopFree, block: a}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -814,7 +822,8 @@ type body struct {
 	stop    func() bool // nil: the request could not be cancelled
 	reuse   bool
 	done    bool
-	hopFree bool // the answer's head had no hop-by-hop field (readResponse)
+	hopFree bool         // the answer's head had no hop-by-hop field (readResponse)
+	block   *answerBlock // the block the answer was made in, if it was (answerOf)
 }
 
 func (b *body) Read(p []byte) (int, error) {

@@ -76,7 +76,7 @@ func Outgoing(in http.Header, drop []string, into http.Header) http.Header {
 // Transport returned (RemoveHopByHop): none is looked for when the strict
 // reader read its head and met none, as with most answers.
 func RemoveHopByHopOf(res *http.Response) {
-	if b, ok := res.Body.(*body); ok && b.hopFree {
+	if b := shortBody(res.Body); b != nil && b.hopFree {
 		return
 	}
 	RemoveHopByHop(res.Header)

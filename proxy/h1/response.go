@@ -25,6 +25,7 @@ type response struct {
 	header http.Header
 	own    http.Header   // the pooled answer's own map, header unless it took a backend's (PassHeader)
 	taken  bool          // header is a backend's, taken by PassHeader
+	answer *answerBlock  // the backend's answer passed on (PassAnswer), given back with the answer
 	bw     *bufio.Writer // nil until the first byte is written
 
 	status  int

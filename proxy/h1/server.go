@@ -838,8 +838,9 @@ var responses = sync.Pool{New: func() any { return &response{own: make(http.Head
 
 // release gives the answer back once the handler has returned and the
 // answer is finished: its header map is emptied, so that it holds
-// nothing of the request, and a backend's map it took and the request's
-// own go back to the maps the short way reads heads into (HeaderMap).
+// nothing of the request, a backend's map it took and the request's own
+// go back to the maps the short way reads heads into (HeaderMap), and the
+// backend's answer it was passed (PassAnswer) to answerBlocks.
 func (w *response) release() {
 	own := w.own
 	if len(own) > 16 {
@@ -851,6 +852,9 @@ func (w *response) release() {
 		PutHeaderMap(w.header)
 	}
 	PutHeaderMap(w.req.Header)
+	if w.answer != nil {
+		putAnswerBlock(w.answer) // after the maps that hold its values
+	}
 	*w = response{own: own}
 	responses.Put(w)
 }

@@ -1063,3 +1063,96 @@ func TestServerGivesRequestsBack(t *testing.T) {
 		}
 	}
 }
+
+// A backend's answer read the short way and passed on whole (PassAnswer)
+// goes back once the client's answer is finished, each client having had
+// its own backend's fields (the head written as the handler writes, and
+// as the answer finishes); an answer whose handler aborted is kept; one
+// not read the short way is left alone.
+func TestServerGivesAnswersBack(t *testing.T) {
+	testtool.NeedsRaw(t)
+	backend := testtool.Serve(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			id := req.URL.Path[1:]
+			if id == "chunked" {
+				// Left to ReadResponse: not made in a block.
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Id: chunked\r\n\r\n7\r\nchunked\r\n0\r\n\r\n")
+				continue
+			}
+			body := id
+			if id == "empty" {
+				body = "" // the head waits for the answer's end
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Id: %s\r\nContent-Length: %d\r\n\r\n%s", id, len(body), body)
+		}
+	})
+	tr := h1.New(&http.Transport{DialContext: (&net.Dialer{}).DialContext, ResponseHeaderTimeout: 3 * time.Second})
+	t.Cleanup(tr.Close)
+	var (
+		mu   sync.Mutex
+		kept = map[string]*http.Response{}
+		sent = map[string]*http.Request{}
+	)
+	srv, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+backend+r.URL.Path, nil)
+		res, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		kept[r.URL.Path], sent[r.URL.Path] = res, req
+		mu.Unlock()
+		h1.PassAnswer(w, res)
+		w.WriteHeader(res.StatusCode)
+		io.Copy(w, res.Body)
+		res.Body.Close()
+		if r.URL.Path == "/abort" {
+			panic(http.ErrAbortHandler)
+		}
+	})})
+	c, br := dial(t, addr)
+	for _, id := range []string{"a", "empty", "b", "chunked", "c"} {
+		fmt.Fprintf(c, "GET /%s HTTP/1.1\r\nHost: a\r\n\r\n", id)
+		resp, body := readAnswer(t, br)
+		if got := resp.Header.Get("X-Id"); got != id || body != strings.TrimPrefix(id, "empty") {
+			t.Errorf("answer %s: X-Id %q, body %q", id, got, body)
+		}
+	}
+	c2, br2 := dial(t, addr)
+	io.WriteString(c2, "GET /abort HTTP/1.1\r\nHost: a\r\n\r\n")
+	if _, err := br2.ReadByte(); err == nil {
+		t.Fatal("an aborted answer was answered")
+	}
+	// All the server did with the answers comes before what is looked at.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Given back: zeroed, or already another answer's. (The header map
+	// goes back either way, as a map taken does: PassHeader.)
+	whole := func(id string) bool {
+		res := kept["/"+id]
+		return res.Request == sent["/"+id] && res.StatusCode == http.StatusOK && res.Proto == "HTTP/1.1"
+	}
+	for _, id := range []string{"a", "empty", "b", "c"} {
+		if whole(id) {
+			t.Errorf("answer %s after it was finished: still whole, want it given back", id)
+		}
+	}
+	if !whole("chunked") {
+		t.Errorf("an answer read by net/http after it was finished: %+v, want it left whole", kept["/chunked"])
+	}
+	if !whole("abort") || kept["/abort"].Header.Get("X-Id") != "abort" {
+		t.Errorf("an aborted answer after its end: %+v, want it kept whole", kept["/abort"])
+	}
+}

@@ -79,7 +79,7 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 	}
 	h1.RemoveHopByHopOf(res)
 	h.setCookie(res, info)
-	h1.PassHeader(w, res.Header)
+	h1.PassAnswer(w, res)
 	dst := w.Header()
 	// The answer's Trailer field was dropped with the hop-by-hop ones: the
 	// trailers the backend announced are announced again.

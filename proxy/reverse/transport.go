@@ -21,6 +21,9 @@ type cancelBody struct {
 	cancel context.CancelFunc
 }
 
+// Unwrap returns the body it wraps, for h1's look through it.
+func (b *cancelBody) Unwrap() io.ReadCloser { return b.ReadCloser }
+
 func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
