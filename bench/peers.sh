@@ -96,22 +96,7 @@ start_redis "$load" 19379
 taskset -c $load "$out/upstream" 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 & pids+=($!)
 # The backends of "bound": nginx answering from memory, one worker on the
 # load's cores.
-cat > "$out/backends.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $PWD/$out/backends.pid;
-error_log $PWD/$out/backends.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  server {
-    listen 127.0.0.1:19311; listen 127.0.0.1:19312; listen 127.0.0.1:19313;
-    location / { default_type text/plain; return 200 "hello from upstream\n"; }
-  }
-}
-NGINX
-taskset -c $load nginx -c "$PWD/$out/backends.conf" -p "$PWD/$out" & pids+=($!)
+nginx_backends "$load" 19311 19312 19313
 
 cat > "$out/rotor.yaml" <<YAML
 admin: {listen: "off"}
@@ -293,14 +278,6 @@ else
 	echo "# rotor sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip; the peers, bare, none (FORWARDED=0)"
 fi
 echo
-# turn LIST ROUND prints LIST's words rotated by ROUND-1: each target
-# takes another place in each round.
-turn() {
-	local -a w
-	read -ra w <<<"$1"
-	local k=$((($2 - 1) % ${#w[@]}))
-	echo "${w[@]:k}" "${w[@]:0:k}"
-}
 # ticks NAME prints the CPU time, in clock ticks, the proxy NAME has used
 # (nginx's workers included); 0 for the backend direct.
 ticks() {
@@ -357,21 +334,6 @@ run_wrk() {
 	v[$kind-p50-$name]+="$(ms "$(awk '$1 == "50%" {print $2}' "$f")") "
 	v[$kind-p99-$name]+="$(ms "$(awk '$1 == "99%" {print $2}' "$f")") "
 	v[$kind-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
-}
-# paired "FIGURES" "HAPROXY'S" prints a target's figure (a rate, a p99)
-# over HAProxy's, each round's against the same round's (the machine's
-# swings fall on both alike): the median and, over more than one round,
-# the range.
-paired() {
-	local -a a b
-	local i ratios=""
-	read -ra a <<<"$1"
-	read -ra b <<<"$2"
-	for i in "${!a[@]}"; do
-		ratios+="$(awk -v x="${a[i]}" -v y="${b[i]:-0}" 'BEGIN {if (x > 0 && y > 0) printf "%.4f", x / y}') "
-	done
-	tr ' ' '\n' <<<"$ratios" | { grep -E '^[0-9.]+$' || true; } | sort -g |
-		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
 }
 # wrk_test KIND LIST TEST CPUTEST [WRK ARGS...] runs wrk through each
 # target of LIST (name=port), ROUNDS times taking turns, and prints

@@ -165,3 +165,55 @@ wrk.path = "http://127.0.0.1:19301/"
 wrk.headers["Host"] = "127.0.0.1:19301"
 LUA
 }
+
+# nginx_backends CORES PORT... starts nginx (one worker, on CORES) as
+# backends that answer every request from memory, 200 and a line of
+# text, on 127.0.0.1:PORT for each PORT: backends that leave the proxy's
+# core the limit. It is killed when the script exits.
+nginx_backends() {
+	local cores=$1 listen="" port
+	shift
+	for port in "$@"; do listen+="listen 127.0.0.1:$port; "; done
+	cat > "$out/backends.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $PWD/$out/backends.pid;
+error_log $PWD/$out/backends.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  server {
+    $listen
+    location / { default_type text/plain; return 200 "hello from upstream\n"; }
+  }
+}
+NGINX
+	taskset -c "$cores" nginx -c "$PWD/$out/backends.conf" -p "$PWD/$out" &
+	pids+=($!)
+}
+
+# turn LIST ROUND prints LIST's words rotated by ROUND-1: each target
+# takes another place in each round.
+turn() {
+	local -a w
+	read -ra w <<<"$1"
+	local k=$((($2 - 1) % ${#w[@]}))
+	echo "${w[@]:k}" "${w[@]:0:k}"
+}
+
+# paired "FIGURES" "HAPROXY'S" prints a target's figure (a rate, a p99)
+# over HAProxy's, each round's against the same round's (the machine's
+# swings fall on both alike): the median and, over more than one round,
+# the range.
+paired() {
+	local -a a b
+	local i ratios=""
+	read -ra a <<<"$1"
+	read -ra b <<<"$2"
+	for i in "${!a[@]}"; do
+		ratios+="$(awk -v x="${a[i]}" -v y="${b[i]:-0}" 'BEGIN {if (x > 0 && y > 0) printf "%.4f", x / y}') "
+	done
+	tr ' ' '\n' <<<"$ratios" | { grep -E '^[0-9.]+$' || true; } | sort -g |
+		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
+}

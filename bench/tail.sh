@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# HTTP/1.1's tail with the proxy's core the limit: rotor (the working
+# tree, and the git revision BASE too when given), HAProxy and nginx,
+# each on core 0 (one thread or worker, GOMAXPROCS=1), proxying GETs to
+# three backends nginx answers from memory on core 1, under wrk -t1 on
+# core 1, at each connection count of CONNS (default "10 50"), ROUNDS
+# rounds (default 5) with the targets taking turns. For each target it
+# prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
+# of the CPU a request and, for rotor, of the requests between two
+# collections (GODEBUG=gctrace=1); and its rate and p99 over HAProxy's,
+# round by round (the median, and the range). Go backends (bench/peers.sh's
+# "get") leave the load's core the limit and the proxy's a quarter idle;
+# here the proxy's own work sets the rate and the tail.
+# Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
+# wrk util-linux git).
+# Usage: bash bench/tail.sh [BASE]
+#        CONNS="10 50 200" ROUNDS=7 DURATION=10s bash bench/tail.sh 8b4e74c
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/setup.sh
+needs nginx haproxy wrk taskset git
+BASE=${1:-}
+CONNS=${CONNS:-10 50}
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}
+setup tail
+pin=0 load=1
+
+nginx_backends "$load" 19311 19312 19313
+cat > "$out/fast.yaml" <<YAML
+admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:18170", pool: fast}]
+pools:
+  - name: fast
+    endpoints:
+      - {name: a, url: "http://127.0.0.1:19311"}
+      - {name: b, url: "http://127.0.0.1:19312"}
+      - {name: c, url: "http://127.0.0.1:19313"}
+YAML
+declare -A pid
+# start_rotor NAME BINARY PORT runs a rotor on core 0 on PORT, its
+# collections traced to $out/NAME.log.
+start_rotor() {
+	sed "s/18170/$3/" "$out/fast.yaml" > "$out/$1.yaml"
+	GOMAXPROCS=1 GODEBUG=gctrace=1 taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
+	pids+=($!)
+	pid[$1]=$!
+}
+start_rotor rotor "$out/rotor" 18170
+targets="rotor=18170"
+if [ -n "$BASE" ]; then
+	base_tree=$(mktemp -d)
+	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
+	git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
+	(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
+	start_rotor base "$out/rotor-base" 18174
+	targets+=" base=18174"
+fi
+
+cat > "$out/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $PWD/$out/nginx.pid;
+error_log $PWD/$out/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream fast { server 127.0.0.1:19311; server 127.0.0.1:19312; server 127.0.0.1:19313; keepalive 128; }
+  server {
+    listen 127.0.0.1:18171;
+    keepalive_requests 100000000;
+    location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGINX
+taskset -c $pin nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
+pid[nginx]=$!
+
+cat > "$out/haproxy.cfg" <<HAPROXY
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+frontend web
+  bind 127.0.0.1:18172
+  default_backend fast
+backend fast
+  balance roundrobin
+  http-reuse always
+  server a 127.0.0.1:19311
+  server b 127.0.0.1:19312
+  server c 127.0.0.1:19313
+HAPROXY
+taskset -c $pin haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+pid[haproxy]=$!
+targets+=" haproxy=18172 nginx=18171"
+for port in 19311 18170 18171 18172 ${BASE:+18174}; do wait_port "$port"; done
+
+# wrk's own percentiles, in ms, one "pct P MS" line each.
+cat > "$out/pct.lua" <<'LUA'
+done = function(summary, latency, requests)
+  for _, p in ipairs({50, 75, 90, 99, 99.9}) do
+    io.write(string.format("pct %g %.3f\n", p, latency:percentile(p) / 1000))
+  end
+end
+LUA
+# ticks NAME: the CPU time NAME's processes have used, in clock ticks.
+ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+# cycles NAME: the collections a rotor has run so far ("-" for a peer).
+cycles() {
+	case $1 in
+	rotor | base) grep -c '^gc ' "$out/$1.log" || true ;;
+	*) echo - ;;
+	esac
+}
+hz=$(getconf CLK_TCK)
+declare -A v
+# run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
+run() {
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1
+	t0=$(ticks "$name") g0=$(cycles "$name")
+	taskset -c $load wrk -t1 -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
+	n=$(awk '/requests in/ {print $1}' "$f")
+	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
+	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
+	for p in 50 75 90 99 99.9; do v[$c-p$p-$name]+="$(awk -v p="$p" '$1 == "pct" && $2 == p {print $3}' "$f") "; done
+	g1=$(cycles "$name")
+	if [ "$g1" != - ] && [ "$g1" -gt "$g0" ]; then
+		v[$c-gc-$name]+="$((n / (g1 - g0))) "
+	fi
+	v[$c-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
+}
+# settle waits, up to 10 s, until the proxies are idle (a Go server's
+# collector and scavenger go on after a load).
+settle() {
+	local a b name
+	for _ in $(seq 50); do
+		a=0
+		for name in "${!pid[@]}"; do a=$((a + $(ticks "$name"))); done
+		[ "$a" = "${b:-}" ] && return
+		b=$a
+		sleep 0.2
+	done
+}
+
+echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION and three nginx backends (from memory) on core 1, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
+echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
+for c in $CONNS; do
+	for round in $(seq "$ROUNDS"); do
+		for target in $(turn "$targets" "$round"); do
+			settle
+			run "$c" "${target%=*}" "${target#*=}" "$round"
+		done
+	done
+	echo
+	echo "## -c$c"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	for target in $targets; do
+		name=${target%=*}
+		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
+		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
+		printf " %8s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
+	done
+done
