@@ -83,7 +83,10 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 			u.RawQuery = target.RawQuery + "&" + info.query
 		}
 		req.URL = u
-		if try == 0 && !pool.Transport.Short(req) {
+		if !pool.Transport.Short(req) {
+			// net/http's transport may go on writing the request after
+			// its answer came: a later try's copy too shares the
+			// header (info.header) and the trace (info.trace).
 			info.held = true
 		}
 		// The first try's start is the request's, a few microseconds of
