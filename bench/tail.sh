@@ -11,6 +11,8 @@
 # round by round (the median, and the range). Go backends (bench/peers.sh's
 # "get") leave the load's core the limit and the proxy's a quarter idle;
 # here the proxy's own work sets the rate and the tail.
+# BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
+# with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
 # wrk util-linux git).
 # Usage: bash bench/tail.sh [BASE]
@@ -38,11 +40,12 @@ pools:
       - {name: c, url: "http://127.0.0.1:19313"}
 YAML
 declare -A pid
-# start_rotor NAME BINARY PORT runs a rotor on core 0 on PORT, its
-# collections traced to $out/NAME.log.
+# start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
+# PORT, with the variables given, its collections traced to
+# $out/NAME.log.
 start_rotor() {
 	sed "s/18170/$3/" "$out/fast.yaml" > "$out/$1.yaml"
-	GOMAXPROCS=1 GODEBUG=gctrace=1 taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
+	env GOMAXPROCS=1 GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
 	pids+=($!)
 	pid[$1]=$!
 }
@@ -53,7 +56,8 @@ if [ -n "$BASE" ]; then
 	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
 	git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
 	(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
-	start_rotor base "$out/rotor-base" 18174
+	read -ra base_env <<<"${BASE_ENV:-}"
+	start_rotor base "$out/rotor-base" 18174 "${base_env[@]}"
 	targets+=" base=18174"
 fi
 
@@ -147,7 +151,7 @@ settle() {
 }
 
 echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION and three nginx backends (from memory) on core 1, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
-echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
+echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 for c in $CONNS; do
 	for round in $(seq "$ROUNDS"); do
 		for target in $(turn "$targets" "$round"); do
