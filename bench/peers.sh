@@ -21,14 +21,14 @@
 # too (from /proc), and charted as requests per CPU second: when the
 # load's core is the limit, the rates draw level and the CPU still tells
 # them apart.
-# TESTS picks some of the tests (default "get post tcp h2 bodies": those
-# the tables in docs/BENCHMARKS.md hold); WRITE=1 needs them all. Two
-# more run only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
-# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1);
-# "bound", HTTP/1.1 GETs to three backends that nginx answers from
+# TESTS picks some of the tests (default "get post bound tcp h2 bodies":
+# those the tables in docs/BENCHMARKS.md hold); WRITE=1 needs them all.
+# "bound" is HTTP/1.1 GETs to three backends that nginx answers from
 # memory: the Go backends of "get" leave the load's core the limit and
 # each proxy's core a quarter idle, these make the proxy's core the
-# limit, so that the rate and the tail are the proxy's own.
+# limit, so that the rate and the tail are the proxy's own. One more
+# runs only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
+# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1).
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -75,12 +75,12 @@ if [ "$FORWARDED" = 1 ]; then
   http-request set-header X-Real-IP %[src]'
 	caddy_fwd='header_up X-Real-IP {remote_host}'
 fi
-TESTS=${TESTS:-get post tcp h2 bodies}
+TESTS=${TESTS:-get post bound tcp h2 bodies}
 for t in $TESTS; do
 	case $t in get | post | tcp | h2 | tls | bound | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bound bodies)" >&2; exit 1 ;; esac
 done
-if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies get h2 post tcp" ]; then
-	echo "WRITE=1 writes the tables of docs/BENCHMARKS.md: it needs TESTS to be get post tcp h2 bodies" >&2
+if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies bound get h2 post tcp" ]; then
+	echo "WRITE=1 writes the tables of docs/BENCHMARKS.md: it needs TESTS to be get post bound tcp h2 bodies" >&2
 	exit 1
 fi
 # want TEST: TEST is among those picked.
@@ -367,6 +367,11 @@ echo "## HTTP/1.1 POST, 100-byte bodies: wrk -t$CORES -c$CONNS -d$DURATION --lat
 wrk_test post "$h1" "HTTP/1.1 POST" "POST per CPU s" -s "$out/post.lua"
 echo
 fi
+if want bound; then
+echo "## HTTP/1.1, the proxy the limit: wrk -t$CORES -c$CONNS -d$DURATION --latency, three nginx backends answering from memory, load on cores $load$of"
+wrk_test bound "direct=19311 rotor=18170 nginx=18171 haproxy=18172 caddy=18173" "HTTP/1.1, proxy-bound" "HTTP/1.1, proxy-bound, per CPU s"
+echo
+fi
 if want tcp; then
 echo "## TCP: redis-benchmark -n $REQUESTS -c 50 -t set,get (requests/s; CPU us a request, SET and GET), load on cores $load$of"
 printf "%-10s %12s %12s %14s %14s %12s %12s\n" target SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
@@ -401,11 +406,6 @@ fi
 if want tls; then
 echo "## HTTP/1.1 over TLS: wrk -t$CORES -c$CONNS -d$DURATION --latency to each TLS listener, three backends, load on cores $load$of"
 wrk_test tls "rotor=18443 nginx=18444 haproxy=18445 caddy=18446" "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s"
-echo
-fi
-if want bound; then
-echo "## HTTP/1.1, the proxy the limit: wrk -t$CORES -c$CONNS -d$DURATION --latency, three nginx backends answering from memory, load on cores $load$of"
-wrk_test bound "direct=19311 rotor=18170 nginx=18171 haproxy=18172 caddy=18173" "HTTP/1.1, proxy-bound" "HTTP/1.1, proxy-bound, per CPU s"
 echo
 fi
 if want h2; then
