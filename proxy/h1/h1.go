@@ -254,8 +254,11 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 	// anew), so a connection the server has closed meanwhile is not used
 	// for it.
 	once := r.ContentLength > 0
+	// The second time, a new connection: a server that timed one idle
+	// connection out has most often timed out those idle longer too.
+	fresh := false
 	for again := !once; ; again = false {
-		c, reused, err := t.get(r.Context(), addr)
+		c, reused, err := t.get(r.Context(), addr, fresh)
 		if err != nil {
 			return nil, err
 		}
@@ -269,6 +272,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			// idle, before it closes it (net/http's Transport drops such
 			// an answer): the request did not reach it. Go again.
 			resp.Body.Close()
+			fresh = true
 			continue
 		}
 		if err == nil {
@@ -279,6 +283,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 		if !reused || !again || c.read > 0 || r.Context().Err() != nil || isTimeout(err) {
 			return nil, err
 		}
+		fresh = true
 	}
 }
 
@@ -303,10 +308,10 @@ func isTimeout(err error) bool {
 }
 
 // get takes the most recently used idle connection to host (host:port),
-// or dials one.
-func (t *Transport) get(ctx context.Context, host string) (c *conn, reused bool, err error) {
+// or dials one; fresh: it dials one.
+func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, reused bool, err error) {
 	t.mu.Lock()
-	if l := t.idle[host]; l != nil {
+	if l := t.idle[host]; l != nil && !fresh {
 		n := len(l.conns)
 		c = l.conns[n-1]
 		l.conns[n-1] = nil

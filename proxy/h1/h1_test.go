@@ -231,13 +231,13 @@ func TestIdleListKeptAside(t *testing.T) {
 		return c, nil
 	}})
 	ctx := context.Background()
-	c, _, err := tr.get(ctx, "a.test:80")
+	c, _, err := tr.get(ctx, "a.test:80", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.put(c)
 	allocs := testing.AllocsPerRun(100, func() {
-		got, reused, err := tr.get(ctx, "a.test:80")
+		got, reused, err := tr.get(ctx, "a.test:80", false)
 		if err != nil || !reused || got != c {
 			t.Fatalf("get: %p reused %v, %v; want the idle %p", got, reused, err, c)
 		}
@@ -271,6 +271,42 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 		t.Errorf("%d connections, want 3", n)
 	}
 
+	// A server that closes every idle connection at once, as one whose
+	// idle timeout runs out on them together: the request goes again on
+	// a new connection, not on the next idle one, closed too.
+	closeAll := make(chan struct{})
+	var conns atomic.Int32
+	together := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		if conns.Add(1) <= 3 {
+			go func() { <-closeAll; c.Close() }()
+		}
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	var held []*http.Response
+	for range 3 { // three at once: three connections, then idle
+		req, _ := http.NewRequest(http.MethodGet, together.url(), nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, resp)
+	}
+	for _, resp := range held {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if n := tr.Idle(); n != 3 {
+		t.Fatalf("%d idle connections, want 3", n)
+	}
+	close(closeAll)
+	time.Sleep(20 * time.Millisecond) // the backend's closes arrive
+	req, _ := http.NewRequest(http.MethodGet, together.url(), nil)
+	if _, body := fetch(t, tr, req); body != "ok" {
+		t.Fatalf("after every idle connection was closed: body %q", body)
+	}
+
 	// A server that says 408 on the idle connection before closing it:
 	// the next request goes again on a new one, and gets the answer.
 	timedOut := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
@@ -286,7 +322,7 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlater")
 		}
 	})
-	req, _ := http.NewRequest(http.MethodGet, timedOut.url(), nil)
+	req, _ = http.NewRequest(http.MethodGet, timedOut.url(), nil)
 	for _, want := range []string{"first", "first"} {
 		if resp, body := fetch(t, tr, req); resp.StatusCode != 200 || body != want {
 			t.Fatalf("after a 408 on an idle connection: %d %q, want 200 %q", resp.StatusCode, body, want)
