@@ -158,6 +158,17 @@ func PassAnswer(w http.ResponseWriter, res *http.Response) {
 	CopyHeader(w.Header(), res.Header)
 }
 
+// HeaderDone tells the short way's server, when w is (or unwraps to) its
+// answer, that once the handler has returned nothing holds the request's
+// header values any longer: no transport may still be writing a header
+// sent on, which shares them. The server then reads the next request's
+// values into the same array. Without it each request's are its own.
+func HeaderDone(w http.ResponseWriter) {
+	if sw, ok := takerOf(w).(*response); ok {
+		sw.headerDone = true
+	}
+}
+
 // takerOf returns the HeaderTaker w is or unwraps to; nil when there is
 // none.
 func takerOf(w http.ResponseWriter) HeaderTaker {

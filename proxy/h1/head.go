@@ -53,10 +53,12 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	}
 	// Every LF of a head scanHead found ends a CRLF: counted as one byte,
 	// the lines are counted at IndexByte's pace.
-	// The values' array is the request's own, not the block's: a
-	// header sent on shares its values, and a transport may still be
-	// writing them once the block has gone to another request.
-	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, new([8]string)[:])
+	// The values' array: the block's last one when its handler said
+	// nothing held it any longer (HeaderDone), else a new one.
+	if a.vals == nil {
+		a.vals = new([8]string)
+	}
+	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
 	r.Header = h
 	hosts, length, hasConnection, pragma := 0, false, false, false
 	size = len(method) + len(target) + len(proto) + 4
@@ -125,18 +127,28 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 // zeroed, once the request's handler has returned and its answer is
 // finished, as it gives back the request's header map: a handler keeps
 // neither the request nor its URL past its answer (a request sent on is
-// a copy, with a URL of its own).
+// a copy, with a URL of its own). The array the header's values are
+// taken from goes back with it only when the handler said nothing held
+// them any longer (HeaderDone): a header sent on shares them, and
+// net/http's transport may still be writing it after the answer came.
 type headBlock struct {
-	r http.Request
-	u url.URL
+	r    http.Request
+	u    url.URL
+	vals *[8]string
 }
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
 
 // putHeadBlock gives a back to headBlocks, zeroed so that it holds
-// nothing of its request.
-func putHeadBlock(a *headBlock) {
+// nothing of its request; the values' array, emptied, with it when
+// valsFree, else left to whatever holds it.
+func putHeadBlock(a *headBlock, valsFree bool) {
+	vals := a.vals
 	*a = headBlock{}
+	if valsFree && vals != nil {
+		*vals = [8]string{}
+		a.vals = vals
+	}
 	headBlocks.Put(a)
 }
 

@@ -238,3 +238,29 @@ func TestSortFieldsAsStrings(t *testing.T) {
 		}
 	}
 }
+
+// A block given back keeps its values' array for the next head only when
+// nothing holds the values any longer (HeaderDone): else the values a
+// header sent on shares stay as they were.
+func TestHeadBlockValues(t *testing.T) {
+	a := new(headBlock)
+	read := func(v string) []string {
+		t.Helper()
+		r, _, _ := parseHead([]byte("GET / HTTP/1.1\r\nHost: a\r\nX-A: "+v+"\r\n\r\n"), &http.Request{}, a)
+		if r == nil {
+			t.Fatalf("head with X-A %q not taken", v)
+		}
+		return r.Header["X-A"]
+	}
+	held := read("1")
+	putHeadBlock(a, false)
+	done := read("2")
+	putHeadBlock(a, true)
+	read("3")
+	if held[0] != "1" {
+		t.Errorf("values held past their request: %q after later heads, want [1]", held)
+	}
+	if done[0] != "3" {
+		t.Errorf("values given back: %q after the next head, want its [3] (the array read into again)", done)
+	}
+}

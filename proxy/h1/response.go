@@ -20,13 +20,14 @@ import (
 // (sorted, names that are not tokens left out, line breaks in values made
 // spaces).
 type response struct {
-	c      *clientConn
-	req    *http.Request
-	header http.Header
-	own    http.Header   // the pooled answer's own map, header unless it took a backend's (PassHeader)
-	taken  bool          // header is a backend's, taken by PassHeader
-	answer *answerBlock  // the backend's answer passed on (PassAnswer), given back with the answer
-	bw     *bufio.Writer // nil until the first byte is written
+	c          *clientConn
+	req        *http.Request
+	header     http.Header
+	own        http.Header   // the pooled answer's own map, header unless it took a backend's (PassHeader)
+	taken      bool          // header is a backend's, taken by PassHeader
+	answer     *answerBlock  // the backend's answer passed on (PassAnswer), given back with the answer
+	headerDone bool          // nothing holds the request's header values past the handler (HeaderDone)
+	bw         *bufio.Writer // nil until the first byte is written
 
 	status  int
 	sent    http.Header // the header as it was at WriteHeader, when the head waits for the body

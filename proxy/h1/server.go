@@ -693,7 +693,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			}
 		}
 		if r == nil {
-			putHeadBlock(a)
+			putHeadBlock(a, true) // net/http reads the head again: nothing holds this reading
 			return nil, 0, true
 		}
 		c.block = a // serveRequest gives it back
@@ -815,8 +815,9 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 		return endClose
 	}
 	defer func() {
+		valsFree := w.headerDone
 		w.release()
-		putHeadBlock(block)
+		putHeadBlock(block, valsFree)
 	}()
 	if c.ctx.Err() != nil {
 		w.putWriter()

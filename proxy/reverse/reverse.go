@@ -252,6 +252,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.finish(record, rec, info.body)
 	if !info.held {
+		// No transport holds the header sent on, which shares the
+		// client's values: the server may read the next request's
+		// into their array.
+		h1.HeaderDone(w)
 		infos.Put(info)
 	}
 	if aborted {
