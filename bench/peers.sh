@@ -305,19 +305,6 @@ each() {
 		done
 	done
 }
-# settle waits, up to 10 s, until the proxies are idle: a Go server goes
-# on working for a while after a load (its collector, returning memory),
-# on the core the next target is measured on.
-settle() {
-	local a b name
-	for _ in $(seq 50); do
-		a=0
-		for name in "${!pid[@]}"; do a=$((a + $(ticks "$name"))); done
-		[ "$a" = "${b:-}" ] && return
-		b=$a
-		sleep 0.2
-	done
-}
 of=""
 [ "$ROUNDS" -gt 1 ] && of=", median of $ROUNDS rounds taking turns"
 declare -A v

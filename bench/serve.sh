@@ -19,42 +19,8 @@ taskset -c 1 "$out/upstream" 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 & p
 web_config "$out/rotor.yaml" 127.0.0.1:18100 19101 19102 19103
 GOMAXPROCS=1 taskset -c 0 "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 
-cat > "$out/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $PWD/$out/nginx.pid;
-error_log $PWD/$out/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream app { server 127.0.0.1:19101; server 127.0.0.1:19102; server 127.0.0.1:19103; keepalive 128; }
-  server {
-    listen 127.0.0.1:18101;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-NGINX
-taskset -c 0 nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
-
-cat > "$out/haproxy.cfg" <<HAPROXY
-global
-  nbthread 1
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 30s
-  timeout server 30s
-  http-reuse always
-frontend web
-  bind 127.0.0.1:18102
-  default_backend app
-backend app
-  balance roundrobin
-  server a 127.0.0.1:19101
-  server b 127.0.0.1:19102
-  server c 127.0.0.1:19103
-HAPROXY
-taskset -c 0 haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+nginx_proxy 0 18101 19101 19102 19103
+haproxy_proxy 0 18102 19101 19102 19103
 
 cat > "$out/Caddyfile" <<CADDY
 {

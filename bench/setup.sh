@@ -217,3 +217,77 @@ paired() {
 	tr ' ' '\n' <<<"$ratios" | { grep -E '^[0-9.]+$' || true; } | sort -g |
 		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
 }
+
+# nginx_proxy CORES PORT BACKEND_PORT... starts nginx (one worker, on
+# CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
+# backends on 127.0.0.1, its connections to them kept alive as rotor's
+# and HAProxy's are, and a client's served without a cap on its
+# requests. Its files are $out/nginx-PORT.*; it is killed when the
+# script exits ($! is its pid).
+nginx_proxy() {
+	local cores=$1 port=$2 servers="" b
+	shift 2
+	for b in "$@"; do servers+="server 127.0.0.1:$b; "; done
+	cat > "$out/nginx-$port.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $PWD/$out/nginx-$port.pid;
+error_log $PWD/$out/nginx-$port.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { $servers keepalive 128; }
+  server {
+    listen 127.0.0.1:$port;
+    keepalive_requests 100000000;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+NGINX
+	taskset -c "$cores" nginx -c "$PWD/$out/nginx-$port.conf" -p "$PWD/$out" &
+	pids+=($!)
+}
+
+# haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (one thread, on
+# CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
+# backends on 127.0.0.1, reusing its connections to them. Its config is
+# $out/haproxy-PORT.cfg; it is killed when the script exits ($! is its
+# pid).
+haproxy_proxy() {
+	local cores=$1 port=$2 servers="" b
+	shift 2
+	for b in "$@"; do servers+="  server s$b 127.0.0.1:$b"$'\n'; done
+	cat > "$out/haproxy-$port.cfg" <<HAPROXY
+global
+  nbthread 1
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 30s
+  timeout server 30s
+  http-reuse always
+frontend web
+  bind 127.0.0.1:$port
+  default_backend app
+backend app
+  balance roundrobin
+$servers
+HAPROXY
+	taskset -c "$cores" haproxy -f "$out/haproxy-$port.cfg" -db >"$out/haproxy-$port.log" 2>&1 &
+	pids+=($!)
+}
+
+# settle waits, up to 10 s, until the proxies are idle: a Go server goes
+# on working for a while after a load (its collector, returning memory),
+# on the core the next target is measured on. It sums ticks NAME (the
+# caller's) over the names of the caller's pid array.
+settle() {
+	local a b name
+	for _ in $(seq 50); do
+		a=0
+		for name in "${!pid[@]}"; do a=$((a + $(ticks "$name"))); done
+		[ "$a" = "${b:-}" ] && return
+		b=$a
+		sleep 0.2
+	done
+}

@@ -61,44 +61,9 @@ if [ -n "$BASE" ]; then
 	targets+=" base=18174"
 fi
 
-cat > "$out/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $PWD/$out/nginx.pid;
-error_log $PWD/$out/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream fast { server 127.0.0.1:19311; server 127.0.0.1:19312; server 127.0.0.1:19313; keepalive 128; }
-  server {
-    listen 127.0.0.1:18171;
-    keepalive_requests 100000000;
-    location / { proxy_pass http://fast; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-NGINX
-taskset -c $pin nginx -c "$PWD/$out/nginx.conf" -p "$PWD/$out" & pids+=($!)
+nginx_proxy $pin 18171 19311 19312 19313
 pid[nginx]=$!
-
-cat > "$out/haproxy.cfg" <<HAPROXY
-global
-  nbthread 1
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 30s
-  timeout server 30s
-frontend web
-  bind 127.0.0.1:18172
-  default_backend fast
-backend fast
-  balance roundrobin
-  http-reuse always
-  server a 127.0.0.1:19311
-  server b 127.0.0.1:19312
-  server c 127.0.0.1:19313
-HAPROXY
-taskset -c $pin haproxy -f "$out/haproxy.cfg" -db >"$out/haproxy.log" 2>&1 & pids+=($!)
+haproxy_proxy $pin 18172 19311 19312 19313
 pid[haproxy]=$!
 targets+=" haproxy=18172 nginx=18171"
 for port in 19311 18170 18171 18172 ${BASE:+18174}; do wait_port "$port"; done
@@ -136,18 +101,6 @@ run() {
 		v[$c-gc-$name]+="$((n / (g1 - g0))) "
 	fi
 	v[$c-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
-}
-# settle waits, up to 10 s, until the proxies are idle (a Go server's
-# collector and scavenger go on after a load).
-settle() {
-	local a b name
-	for _ in $(seq 50); do
-		a=0
-		for name in "${!pid[@]}"; do a=$((a + $(ticks "$name"))); done
-		[ "$a" = "${b:-}" ] && return
-		b=$a
-		sleep 0.2
-	done
 }
 
 echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION and three nginx backends (from memory) on core 1, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
