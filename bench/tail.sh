@@ -29,22 +29,12 @@ setup tail
 pin=0 load=1
 
 nginx_backends "$load" 19311 19312 19313
-cat > "$out/fast.yaml" <<YAML
-admin: {listen: "off"}
-listeners: [{name: web, kind: http, listen: "127.0.0.1:18170", pool: fast}]
-pools:
-  - name: fast
-    endpoints:
-      - {name: a, url: "http://127.0.0.1:19311"}
-      - {name: b, url: "http://127.0.0.1:19312"}
-      - {name: c, url: "http://127.0.0.1:19313"}
-YAML
 declare -A pid
 # start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
 # PORT, with the variables given, its collections traced to
 # $out/NAME.log.
 start_rotor() {
-	sed "s/18170/$3/" "$out/fast.yaml" > "$out/$1.yaml"
+	web_config "$out/$1.yaml" "127.0.0.1:$3" 19311 19312 19313
 	env GOMAXPROCS=1 GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
 	pids+=($!)
 	pid[$1]=$!

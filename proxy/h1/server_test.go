@@ -1029,20 +1029,10 @@ func TestServerGivesRequestsBack(t *testing.T) {
 			t.Fatalf("answer %d: %q", i, body)
 		}
 	}
-	c2, br2 := dial(t, addr)
-	_ = c2.SetDeadline(time.Now().Add(3 * time.Second))
-	fmt.Fprintf(c2, "GET %s HTTP/1.1\r\nHost: a\r\nX-Kept: value 3\r\n\r\n", abort)
-	if _, err := br2.ReadByte(); err == nil {
-		t.Fatal("an aborted answer was answered")
-	}
-	// The connections' ends, and so all the server did with the
-	// requests, come before what is looked at below (a block given back
-	// may be every later request's too).
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// Then all the server did with the requests comes before what is
+	// looked at below (a block given back may be every later request's
+	// too).
+	abortThenShutDown(t, srv, addr, "GET "+abort+" HTTP/1.1\r\nHost: a\r\nX-Kept: value 3\r\n\r\n")
 	mu.Lock()
 	defer mu.Unlock()
 	if len(kept) != 4 {
@@ -1125,17 +1115,7 @@ func TestServerGivesAnswersBack(t *testing.T) {
 			t.Errorf("answer %s: X-Id %q, body %q", id, got, body)
 		}
 	}
-	c2, br2 := dial(t, addr)
-	io.WriteString(c2, "GET /abort HTTP/1.1\r\nHost: a\r\n\r\n")
-	if _, err := br2.ReadByte(); err == nil {
-		t.Fatal("an aborted answer was answered")
-	}
-	// All the server did with the answers comes before what is looked at.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
+	abortThenShutDown(t, srv, addr, "GET /abort HTTP/1.1\r\nHost: a\r\n\r\n")
 	mu.Lock()
 	defer mu.Unlock()
 	// Given back: zeroed, or already another answer's. (The header map
@@ -1154,5 +1134,23 @@ func TestServerGivesAnswersBack(t *testing.T) {
 	}
 	if !whole("abort") || kept["/abort"].Header.Get("X-Id") != "abort" {
 		t.Errorf("an aborted answer after its end: %+v, want it kept whole", kept["/abort"])
+	}
+}
+
+// abortThenShutDown sends req, whose handler aborts, on a connection of
+// its own, checks that it goes unanswered, and shuts srv down: all srv
+// did with the requests before comes before what the test looks at next.
+func abortThenShutDown(t *testing.T, srv *h1.Server, addr, req string) {
+	t.Helper()
+	c, br := dial(t, addr)
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	io.WriteString(c, req)
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("an aborted answer was answered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
