@@ -322,9 +322,6 @@ func closes(minor int, connection []string) bool {
 	return minor == 0 && !httpguts.HeaderValuesContainsToken(connection, "keep-alive")
 }
 
-// fixedBody is a body of a known length, read from the connection's
-// buffered reader as net/http's would be: io.EOF with its last bytes,
-// io.ErrUnexpectedEOF if the connection ends before them.
 // An answerBlock is where the short way makes a backend's answer: the
 // response, its body, the body's wrapper and the array its header's
 // values are taken from, as one, from answerBlocks. It goes back once the
@@ -378,6 +375,9 @@ func shortBody(rc io.ReadCloser) *body {
 	}
 }
 
+// fixedBody is a body of a known length, read from the connection's
+// buffered reader as net/http's would be: io.EOF with its last bytes,
+// io.ErrUnexpectedEOF if the connection ends before them.
 type fixedBody struct {
 	br   *bufio.Reader
 	left int64
