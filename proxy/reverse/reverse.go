@@ -207,6 +207,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(rec, "no route for this request", http.StatusNotFound)
 		record.Reason = "no_route"
 		h.finish(record, rec, nil)
+		h1.HeaderDone(w) // nothing was sent on
+		infos.Put(info)
 		return
 	}
 	record.Pool = pool.Name
