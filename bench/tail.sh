@@ -6,10 +6,11 @@
 # core 1, at each connection count of CONNS (default "10 50"), ROUNDS
 # rounds (default 5) with the targets taking turns. For each target it
 # prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
-# of the CPU a request and, for rotor, of the requests between two
-# collections (GODEBUG=gctrace=1); and its rate and p99 over HAProxy's,
-# round by round (the median, and the range). Go backends (bench/peers.sh's
-# "get") leave the load's core the limit and the proxy's a quarter idle;
+# of the CPU a request, of how busy core 0 was (near 100: the proxy is
+# the limit, as this script means it to be) and, for rotor, of the
+# requests between two collections (GODEBUG=gctrace=1); and its rate and
+# p99 over HAProxy's, round by round (the median, and the range). Go
+# backends (bench/peers.sh's "get") leave the load's core the limit and the proxy's a quarter idle;
 # here the proxy's own work sets the rate and the tail.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
@@ -79,9 +80,10 @@ hz=$(getconf CLK_TCK)
 declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
-	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1
-	t0=$(ticks "$name") g0=$(cycles "$name")
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1 k0
+	t0=$(ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
 	taskset -c $load wrk -t1 -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
+	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
@@ -104,12 +106,12 @@ for c in $CONNS; do
 	done
 	echo
 	echo "## -c$c"
-	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
 	for target in $targets; do
 		name=${target%=*}
 		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
 		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
-		printf " %8s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+		printf " %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
 done
