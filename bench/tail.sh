@@ -10,8 +10,9 @@
 # the limit, as this script means it to be) and, for rotor, of the
 # requests between two collections (GODEBUG=gctrace=1); and its rate and
 # p99 over HAProxy's, round by round (the median, and the range). Go
-# backends (bench/peers.sh's "get") leave the load's core the limit and the proxy's a quarter idle;
-# here the proxy's own work sets the rate and the tail.
+# backends (bench/peers.sh's "get") leave the load's core the limit and
+# the proxy's a quarter idle; here the proxy's own work sets the rate and
+# the tail.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
