@@ -87,29 +87,19 @@ pools: [{name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%
 // bound, the client gets 502, under it the answer.
 func TestBackendHeadBound(t *testing.T) {
 	const over, under = 1100, 900 // lines of 1 KB: over and under the 1 MiB bound
-	addr := testtool.Serve(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			io.Copy(io.Discard, req.Body)
-			lines := under
-			if strings.HasSuffix(req.URL.Path, "/over") {
-				lines = over
-			}
-			bw := bufio.NewWriter(c)
-			bw.WriteString("HTTP/1.1 200 OK\r\n")
-			for range lines {
-				bw.WriteString("X-Filler: " + strings.Repeat("a", 1012) + "\r\n")
-			}
-			bw.WriteString("Content-Length: 2\r\n\r\nok")
-			if bw.Flush() != nil {
-				return
-			}
+	addr := testtool.ServeRequests(t, func(c net.Conn, req *http.Request) bool {
+		io.Copy(io.Discard, req.Body)
+		lines := under
+		if strings.HasSuffix(req.URL.Path, "/over") {
+			lines = over
 		}
+		bw := bufio.NewWriter(c)
+		bw.WriteString("HTTP/1.1 200 OK\r\n")
+		for range lines {
+			bw.WriteString("X-Filler: " + strings.Repeat("a", 1012) + "\r\n")
+		}
+		bw.WriteString("Content-Length: 2\r\n\r\nok")
+		return bw.Flush() == nil
 	})
 	cfg := fmt.Sprintf(`admin: {listen: "off"}
 listeners:

@@ -1,9 +1,11 @@
 package testtool
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +101,25 @@ func Serve(t testing.TB, handle func(net.Conn)) string {
 	t.Cleanup(func() { ln.Close() })
 	go acceptLoop(ln, handle)
 	return ln.Addr().String()
+}
+
+// ServeRequests is Serve for a raw HTTP/1.1 backend: it reads each
+// connection's requests in turn and hands each to answer, which writes
+// what it will to c (the request's body is answer's to read) and returns
+// false to close the connection; a connection also closes at its end or
+// at a request that does not parse.
+func ServeRequests(t testing.TB, answer func(c net.Conn, req *http.Request) bool) string {
+	t.Helper()
+	return Serve(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil || !answer(c, req) {
+				return
+			}
+		}
+	})
 }
 
 func acceptLoop(ln net.Listener, handle func(net.Conn)) {

@@ -881,15 +881,9 @@ func TestServerServesBodiesWithTheirHead(t *testing.T) {
 // cancelled before the exchange began on a pooled connection (which the
 // hook, set after the cancel fired, never hears of).
 func TestServerCancelCutsTheTransport(t *testing.T) {
-	answers := testtool.Serve(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			if _, err := http.ReadRequest(br); err != nil {
-				return
-			}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		}
+	answers := testtool.ServeRequests(t, func(c net.Conn, _ *http.Request) bool {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		return true
 	})
 	hangs := testtool.Serve(t, func(c net.Conn) {
 		defer c.Close()
@@ -1000,9 +994,10 @@ func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 
 // TestServerGivesRequestsBack: a request served the short way goes back
 // to be used again, zeroed, once its answer is finished (a later request
-// may be made in it), and a handler that panicked keeps its own; the values of its header are the
-// request's own, not the block's, so that a header sent on with them
-// (which a transport may still be writing) is never overwritten.
+// may be made in it), and a handler that panicked keeps its own; the
+// values of its header are the request's own, not the block's, so that
+// a header sent on with them (which a transport may still be writing) is
+// never overwritten.
 func TestServerGivesRequestsBack(t *testing.T) {
 	testtool.NeedsRaw(t)
 	var (
@@ -1061,26 +1056,19 @@ func TestServerGivesRequestsBack(t *testing.T) {
 // not read the short way is left alone.
 func TestServerGivesAnswersBack(t *testing.T) {
 	testtool.NeedsRaw(t)
-	backend := testtool.Serve(t, func(c net.Conn) {
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			id := req.URL.Path[1:]
-			if id == "chunked" {
-				// Left to ReadResponse: not made in a block.
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Id: chunked\r\n\r\n7\r\nchunked\r\n0\r\n\r\n")
-				continue
-			}
-			body := id
-			if id == "empty" {
-				body = "" // the head waits for the answer's end
-			}
-			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Id: %s\r\nContent-Length: %d\r\n\r\n%s", id, len(body), body)
+	backend := testtool.ServeRequests(t, func(c net.Conn, req *http.Request) bool {
+		id := req.URL.Path[1:]
+		if id == "chunked" {
+			// Left to ReadResponse: not made in a block.
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Id: chunked\r\n\r\n7\r\nchunked\r\n0\r\n\r\n")
+			return true
 		}
+		body := id
+		if id == "empty" {
+			body = "" // the head waits for the answer's end
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-Id: %s\r\nContent-Length: %d\r\n\r\n%s", id, len(body), body)
+		return true
 	})
 	tr := h1.New(&http.Transport{DialContext: (&net.Dialer{}).DialContext, ResponseHeaderTimeout: 3 * time.Second})
 	t.Cleanup(tr.Close)
