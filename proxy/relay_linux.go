@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
@@ -52,14 +51,9 @@ import (
 // more than that one (a loop is started for them if none runs), so a
 // loop's load spreads once one core is not enough for it, and only then.
 
-const (
-	// relayBudget is the reads a direction gets before the loop turns
-	// to other connections' events (and comes back to it after them).
-	relayBudget = 16
-	// edge is EPOLLET as the uint32 the events are (syscall's constant
-	// is a negative int).
-	edge = uint32(1) << 31
-)
+// relayBudget is the reads a direction gets before the loop turns to
+// other connections' events (and comes back to it after them).
+const relayBudget = 16
 
 // Per-descriptor readiness, as the events said and reads and writes
 // found it.
@@ -134,18 +128,10 @@ type loop struct {
 	moved atomic.Uint64
 
 	mu     sync.Mutex
-	ep     *epollSet // while running; guarded by mu
-	relays []*relay  // by slot; guarded by mu
-	free   []int32   // free slots; guarded by mu
-	live   int       // relays not finished; guarded by mu
-}
-
-// An epollSet is a running loop's epoll descriptor, as a file Go's poller
-// waits on.
-type epollSet struct {
-	fd   int
-	file *os.File
-	raw  syscall.RawConn
+	ep     *rawio.Epoll // while running; guarded by mu
+	relays []*relay     // by slot; guarded by mu
+	free   []int32      // free slots; guarded by mu
+	live   int          // relays not finished; guarded by mu
 }
 
 // A relay is two sockets relayed both ways by a loop.
@@ -322,26 +308,6 @@ func dupConn(c *net.TCPConn) (int, error) {
 	return fd, dupErr
 }
 
-// newEpollSet makes an epoll set and hands it to Go's poller.
-func newEpollSet() (*epollSet, error) {
-	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
-	}
-	// Non-blocking, so that os.NewFile hands it to Go's poller.
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		syscall.Close(fd)
-		return nil, os.NewSyscallError("fcntl", err)
-	}
-	f := os.NewFile(uintptr(fd), "epoll")
-	raw, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &epollSet{fd: fd, file: f, raw: raw}, nil
-}
-
 // add gives r a slot and its sockets to epoll, and starts the loop's
 // goroutine if it is not running. An error means the loop did not take r
 // (and r is over).
@@ -359,7 +325,7 @@ func (l *loop) add(r *relay) error {
 // is then true: the loop's goroutine is to be started); l.mu is held.
 func (l *loop) take(r *relay) (start bool, err error) {
 	if start = l.ep == nil; start {
-		if l.ep, err = newEpollSet(); err != nil {
+		if l.ep, err = rawio.NewEpoll(); err != nil {
 			return false, err
 		}
 	}
@@ -388,17 +354,17 @@ func (l *loop) watch(r *relay, start bool) error {
 	l.mu.Unlock()
 	for side, fd := range fds {
 		ev := syscall.EpollEvent{
-			Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | edge,
+			Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | rawio.EdgeTriggered,
 			Fd:     slot,
 			Pad:    gen<<1 | int32(side),
 		}
-		if err := syscall.EpollCtl(ep.fd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		if err := syscall.EpollCtl(ep.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			if side == 0 { // nothing is the loop's yet: Splice copies another way
 				l.mu.Lock()
 				l.release(r)
 				if start && l.live == 0 { // no goroutine runs the set, and no relay needs one
 					l.ep, start = nil, false
-					ep.file.Close()
+					ep.File.Close()
 				}
 				l.mu.Unlock()
 				if start { // another relay joined the set meanwhile
@@ -464,7 +430,7 @@ func (l *loop) spread(to *loop) {
 	}
 	for _, r := range move {
 		for _, fd := range r.fd {
-			_ = syscall.EpollCtl(ep.fd, syscall.EPOLL_CTL_DEL, fd, nil)
+			_ = syscall.EpollCtl(ep.FD, syscall.EPOLL_CTL_DEL, fd, nil)
 		}
 		first.mu.Lock()
 		second.mu.Lock()
@@ -528,7 +494,7 @@ func (r *relay) lockLoop() *loop {
 	}
 }
 
-func (l *loop) run(ep *epollSet) {
+func (l *loop) run(ep *rawio.Epoll) {
 	events := make([]syscall.EpollEvent, 128)
 	batch := make([]*relay, 0, 128)
 	// Relays whose reads ran out of budget: again holds those of this
@@ -538,8 +504,8 @@ func (l *loop) run(ep *epollSet) {
 	for {
 		n := 0
 		stop := false
-		err := ep.raw.Read(func(uintptr) bool {
-			n, _ = pollNow(ep.fd, events)
+		err := ep.Raw.Read(func(uintptr) bool {
+			n, _ = rawio.PollNow(ep.FD, events)
 			if n > 0 || len(again) > 0 {
 				return true
 			}
@@ -555,7 +521,7 @@ func (l *loop) run(ep *epollSet) {
 		})
 		if stop || err != nil {
 			l.full.Store(false)
-			ep.file.Close()
+			ep.File.Close()
 			return
 		}
 		var to *loop
@@ -744,19 +710,4 @@ func (r *relay) end() {
 	} else {
 		close(r.done)
 	}
-}
-
-// The loop's system calls never block (its sockets are non-blocking, its
-// waits have no timeout), so they are made raw, without telling the
-// scheduler, which on a message's path costs about what the call does:
-// rawio's reads and sends, and pollNow.
-
-// pollNow returns the events pending on the epoll set ep, without
-// waiting.
-func pollNow(ep int, events []syscall.EpollEvent) (int, error) {
-	return rawio.Again(func() (uintptr, syscall.Errno) {
-		n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(ep),
-			uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
-		return n, errno
-	})
 }
