@@ -164,7 +164,7 @@ func (t *Transport) closeIdle(final bool) {
 	t.mu.Unlock()
 	for _, l := range idle {
 		for _, c := range l.conns {
-			c.conn.Close()
+			c.close()
 		}
 	}
 	t.HTTP.CloseIdleConnections()
@@ -263,7 +263,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			return nil, err
 		}
 		if once && reused && c.gone() {
-			c.conn.Close()
+			c.close()
 			continue
 		}
 		resp, err := c.roundTrip(r, trace)
@@ -340,6 +340,8 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 		}
 	}
 	c.last = lastWrite{c: c}
+	c.ready.init()
+	c.pokeFn = c.ready.poke
 	c.sendFn = c.sendStep
 	c.cutFn = c.cut
 	c.unhookFn = c.unhook
@@ -354,7 +356,7 @@ func (t *Transport) put(c *conn) {
 	l := t.idle[c.host]
 	if t.closed || l != nil && len(l.conns) >= t.maxIdle {
 		t.mu.Unlock()
-		c.conn.Close()
+		c.close()
 		return
 	}
 	var evicted *conn
@@ -377,7 +379,7 @@ func (t *Transport) put(c *conn) {
 	}
 	t.mu.Unlock()
 	if evicted != nil {
-		evicted.conn.Close()
+		evicted.close()
 	}
 }
 
@@ -441,7 +443,7 @@ func (t *Transport) sweepIdle() {
 	}
 	t.mu.Unlock()
 	for _, c := range stale {
-		c.conn.Close()
+		c.close()
 	}
 }
 
@@ -476,6 +478,18 @@ type conn struct {
 	read     int64 // bytes read since the request was written
 	readErr  error // the last read's failure since the request was written
 	idleAt   time.Time
+	// Its place in readySockets, where it waits for an answer, and what
+	// ends the wait when the try's time is up.
+	ready    waiter
+	tryTimer *time.Timer
+	pokeFn   func() // ready.poke, made once
+}
+
+// close closes the connection, out of readySockets first (its descriptor
+// is valid until it closes).
+func (c *conn) close() {
+	readySockets.remove(&c.ready, c.rc)
+	c.conn.Close()
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -559,8 +573,11 @@ func (c *conn) unhook() bool {
 }
 
 // cut makes the request's reads and writes on c fail at once: its
-// context is done.
-func (c *conn) cut() { c.conn.SetDeadline(aLongTimeAgo) }
+// context is done. A wait for the answer in readySockets ends too.
+func (c *conn) cut() {
+	c.conn.SetDeadline(aLongTimeAgo)
+	c.ready.poke()
+}
 
 // gone reports whether the server has closed c, or sent something
 // unasked, while it sat idle: a look at the socket that takes nothing
@@ -641,7 +658,11 @@ func (c *conn) sendThenWait(p []byte) (int, error) {
 }
 
 // sendStep is sendThenWait's part inside the raw read: it writes what is
-// left, then waits (false) until it is called again, readable.
+// left, then waits until the socket is readable: in readySockets, which
+// wakes the connections in the order their answers came, or (false)
+// until the poller calls it again. The wait in the queue ends at the
+// try's deadline or a cut too, and the read that follows, in the poller,
+// reports them.
 func (c *conn) sendStep(fd uintptr) bool {
 	if c.sendErr != nil || c.sendN == len(c.sendP) {
 		return true // readable, or a write failed
@@ -652,7 +673,21 @@ func (c *conn) sendStep(fd uintptr) bool {
 		c.sendErr = err
 		return true
 	}
-	return false
+	if c.sendN < len(c.sendP) || !c.ready.queued() {
+		return false
+	}
+	if try := c.t.try; try > 0 {
+		if c.tryTimer == nil {
+			c.tryTimer = time.AfterFunc(try, c.pokeFn)
+		} else {
+			c.tryTimer.Reset(try)
+		}
+	}
+	waited := readySockets.wait(&c.ready, fd)
+	if c.tryTimer != nil {
+		c.tryTimer.Stop()
+	}
+	return waited
 }
 
 // roundTrip writes r and reads the answer's head; the body streams from
@@ -673,7 +708,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		n, err := io.ReadFull(r.Body, b[:r.ContentLength])
 		r.Body.Close()
 		if err != nil {
-			c.conn.Close()
+			c.close()
 			return nil, fmt.Errorf("reading the request body: %w", err)
 		}
 		reqBody = b[:n]
@@ -725,7 +760,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		if stop != nil {
 			stop()
 		}
-		c.conn.Close()
+		c.close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -763,9 +798,11 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 // when the request's context ends (the caller owns it now).
 func (c *conn) switched(ctx context.Context, resp *http.Response, stop func() bool) (*http.Response, error) {
 	if stop != nil && !stop() {
-		c.conn.Close()
+		c.close()
 		return nil, ctx.Err()
 	}
+	// The connection is the caller's now: out of the ready queue.
+	readySockets.remove(&c.ready, c.rc)
 	c.conn.SetDeadline(time.Time{})
 	sw := &Switched{Conn: c.conn}
 	if n := c.br.Buffered(); n > 0 {
@@ -856,5 +893,5 @@ func (b *body) release(whole bool) {
 		b.c.t.put(b.c)
 		return
 	}
-	b.c.conn.Close()
+	b.c.close()
 }

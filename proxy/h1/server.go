@@ -228,6 +228,9 @@ func (s *Server) closeIdle() bool {
 				if c.tls != nil {
 					c.endTLSWait()
 				} else {
+					// Its wait in readySockets ends first: Close waits
+					// for the raw read it waits in.
+					c.ready.poke()
 					c.tc.Close()
 				}
 			}
@@ -363,6 +366,8 @@ type clientConn struct {
 	watchDone chan struct{} // closed when the watch ends
 	watchByte [1]byte       // a byte the watch read: the next request's
 	watchN    int
+
+	ready waiter // its place in readySockets, where it waits for its next request
 }
 
 func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
@@ -375,6 +380,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
 	c.raw.init(tc, rc)
+	c.ready.init()
 	c.out = &c.raw
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)
@@ -431,8 +437,11 @@ func (c *clientConn) serve() {
 		// next read does.
 		for !c.step(0) {
 		}
-	} else if err := c.rc.Read(c.stepFn); c.end == endNone && err != nil {
-		c.end = endRead // the deadline, or the connection closed by the shutdown
+	} else {
+		if err := c.rc.Read(c.stepFn); c.end == endNone && err != nil {
+			c.end = endRead // the deadline, or the connection closed by the shutdown
+		}
+		readySockets.remove(&c.ready, c.rc)
 	}
 	switch c.end {
 	case endRead:
@@ -581,8 +590,34 @@ func (c *clientConn) step(fd uintptr) bool {
 		if !c.drained {
 			continue
 		}
-		return false
+		if c.tls != nil {
+			return false // its next read waits
+		}
+		if !c.awaitRequest(fd) {
+			return c.end != endNone // endNone: wait in Go's poller
+		}
 	}
+}
+
+// awaitRequest waits for the next request of an idle cleartext connection
+// in readySockets, which wakes connections in the order their requests
+// came, and reads it; false: the connection is done (c.end set), or the
+// queue could not take it and it is to wait in Go's poller.
+func (c *clientConn) awaitRequest(fd uintptr) bool {
+	for readySockets.wait(&c.ready, fd) {
+		if c.state.Load() == stateClosed {
+			c.end = endClose // closed by the shutdown while it waited
+			return false
+		}
+		if c.read(fd) {
+			return true
+		}
+		if c.end != endNone {
+			return false
+		}
+		// A token of bytes an earlier read took: wait again.
+	}
+	return false
 }
 
 // read reads what the socket has into the buffer, a buffer taken only

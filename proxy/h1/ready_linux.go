@@ -1,0 +1,223 @@
+//go:build !norawio
+
+package h1
+
+import (
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
+)
+
+// Go's poller hands the goroutines a wait made ready to the scheduler
+// newest first: it pushes each event's goroutine onto the front of a list
+// and runs the list from the front. When a proxy's core is the limit,
+// one turn of the poller carries many connections' requests, and the one
+// that came first is served last: what HAProxy's and nginx's event loops
+// serve first waits for the whole turn. (Built with a runtime that kept
+// epoll's order, rotor's p99 at wrk -c50 over nginx backends fell from
+// 1.59x HAProxy's to 1.26x; docs/BENCHMARKS.md.)
+//
+// So a cleartext connection of the short way waits for its next request
+// in a ready queue of rotor's own: an epoll set of its sockets, which a
+// goroutine waits on in Go's poller (an epoll set is readable while an
+// event is pending), and which wakes the connections in the order epoll
+// found them ready. A goroutine made ready by another goes to the
+// scheduler's next slot, pushing the one there to the back of its queue:
+// the queue wakes the oldest last, so that it runs first and the others
+// after it, in their order.
+//
+// A socket stays in the set from its first wait to its connection's end,
+// edge-triggered: each arrival is a token for its connection, kept until
+// it waits again. The set and its goroutine live while any socket is in
+// it, as the TCP relays' loops do.
+
+// readyQueue is an epoll set of sockets whose connections wait to read,
+// and the goroutine that wakes them.
+type readyQueue struct {
+	mu    sync.Mutex
+	set   *readySet // nil while no socket is in it; guarded by mu
+	slots []*waiter // by slot; guarded by mu
+	free  []int32   // guarded by mu
+	live  int       // sockets in the set; guarded by mu
+}
+
+// readySet is the epoll descriptor of a running queue, as a file Go's
+// poller waits on, and what its goroutine alone uses.
+type readySet struct {
+	*rawio.Epoll
+	q      *readyQueue
+	events [128]syscall.EpollEvent
+	woken  []*waiter
+	turnFn func(uintptr) bool
+}
+
+// A waiter is a connection's place in the queue.
+type waiter struct {
+	ch   chan struct{} // a token: the socket was found readable since the last wait
+	slot int32
+	gen  int32 // the slot's generation: an event of its last socket is not this one's
+	// in the set, or never to be; the connection's goroutine alone
+	// touches them.
+	in, off bool
+}
+
+// readyMaxProcs is the most Ps at which a connection's socket goes to
+// the queue. With two, Go's poller spreads a turn's goroutines over both
+// Ps, where the queue's one goroutine wakes them all on its own: on two
+// cores shared with the load that cost more than the order saved (about
+// 0.94x the rate at 1.1x the CPU a request, docs/BENCHMARKS.md), so
+// there connections wait in Go's poller. Tests set it higher, to run the
+// queue on any machine.
+var readyMaxProcs = 1
+
+// queued reports whether w's waits are the queue's, deciding it at the
+// first: only while GOMAXPROCS is at most readyMaxProcs.
+func (w *waiter) queued() bool {
+	if !w.in && !w.off && runtime.GOMAXPROCS(0) > readyMaxProcs {
+		w.off = true
+	}
+	return !w.off
+}
+
+// readySockets is the queue of the short way's cleartext connections.
+var readySockets readyQueue
+
+// wait waits for a token: the socket fd (valid throughout: the caller is
+// in a raw read of it) was found readable, or the waiter was poked. The
+// first wait puts the socket in the set, which reports it at once if
+// bytes are there already. false: the queue cannot take it (the caller
+// waits in Go's poller instead).
+func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
+	if !w.queued() {
+		return false
+	}
+	if !w.in {
+		if !q.add(w, int(fd)) {
+			w.off = true
+			return false
+		}
+		w.in = true
+	}
+	<-w.ch
+	return true
+}
+
+// init makes w's token, before anything may poke it.
+func (w *waiter) init() { w.ch = make(chan struct{}, 1) }
+
+// poke gives w a token, if it has none: its wait ends.
+func (w *waiter) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// add gives w a slot and its socket to the set, starting the set's
+// goroutine if none runs.
+func (q *readyQueue) add(w *waiter, fd int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	start := q.set == nil
+	if start {
+		ep, err := rawio.NewEpoll()
+		if err != nil {
+			return false
+		}
+		q.set = &readySet{Epoll: ep, q: q}
+		q.set.turnFn = q.set.turn
+	}
+	if n := len(q.free); n > 0 {
+		w.slot = q.free[n-1]
+		q.free = q.free[:n-1]
+		w.gen = q.slots[w.slot].gen + 1
+	} else {
+		w.slot, w.gen = int32(len(q.slots)), 0
+		q.slots = append(q.slots, nil)
+	}
+	q.slots[w.slot] = w
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | rawio.EdgeTriggered, Fd: w.slot, Pad: w.gen}
+	if err := syscall.EpollCtl(q.set.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		q.release(w)
+		if start {
+			q.set.File.Close() // no goroutine runs it yet
+			q.set = nil
+		}
+		return false
+	}
+	q.live++
+	if start {
+		go q.set.run()
+	}
+	return true
+}
+
+// remove takes w's socket out of the set, through rc (the socket's own
+// descriptor, so that a number another socket took since is never the
+// one removed: a closed socket left the set with its last descriptor),
+// and the set's goroutine ends with its last socket.
+func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {
+	if !w.in {
+		return
+	}
+	w.in = false
+	q.mu.Lock()
+	s := q.set
+	_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(s.FD, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+	q.release(w)
+	if q.live--; q.live > 0 {
+		s = nil
+	} else {
+		q.set = nil // the next socket starts another
+	}
+	q.mu.Unlock()
+	if s != nil {
+		// Wakes its goroutine, which ends; after the lock, as Close waits
+		// for a turn that runs, which takes it.
+		s.File.Close()
+	}
+}
+
+// release frees w's slot; q.mu is held.
+func (q *readyQueue) release(w *waiter) {
+	q.slots[w.slot] = &waiter{gen: w.gen} // holds the generation, for the slot's next
+	q.free = append(q.free, w.slot)
+}
+
+// run wakes the connections of the set's events, in turns, until the set
+// is closed.
+func (s *readySet) run() {
+	for s.Raw.Read(s.turnFn) == nil {
+	}
+}
+
+// turn takes the events pending and wakes their connections, the oldest
+// last; false: wait in Go's poller until more are pending.
+func (s *readySet) turn(uintptr) bool {
+	for {
+		n, err := rawio.PollNow(s.FD, s.events[:])
+		if err != nil || n <= 0 {
+			return false
+		}
+		s.woken = s.woken[:0]
+		s.q.mu.Lock()
+		for _, ev := range s.events[:n] {
+			if w := s.q.slots[ev.Fd]; w.gen == ev.Pad && w.ch != nil {
+				s.woken = append(s.woken, w)
+			}
+		}
+		s.q.mu.Unlock()
+		if len(s.woken) > 0 {
+			for _, w := range s.woken[1:] {
+				w.poke()
+			}
+			s.woken[0].poke()
+		}
+		clear(s.woken)
+		if n < len(s.events) {
+			return false // drained: the set is readable again with its next event
+		}
+	}
+}

@@ -1,0 +1,23 @@
+//go:build !linux || norawio
+
+package h1
+
+import "syscall"
+
+// Outside Linux a connection waits for its next request, and for its
+// backend's answer, in Go's poller: there is no ready queue
+// (ready_linux.go).
+type readyQueue struct{}
+
+type waiter struct{}
+
+var readySockets readyQueue
+
+// readyMaxProcs is ready_linux.go's; here nothing reads it.
+var readyMaxProcs = 1
+
+func (q *readyQueue) wait(w *waiter, fd uintptr) bool      { return false }
+func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {}
+func (w *waiter) init()                                    {}
+func (w *waiter) queued() bool                             { return false }
+func (w *waiter) poke()                                    {}
