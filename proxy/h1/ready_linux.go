@@ -19,8 +19,10 @@ import (
 // epoll's order, rotor's p99 at wrk -c50 over nginx backends fell from
 // 1.59x HAProxy's to 1.26x; docs/BENCHMARKS.md.)
 //
-// So a cleartext connection of the short way waits for its next request
-// in a ready queue of rotor's own: an epoll set of its sockets, which a
+// So a cleartext client connection of the short way waits for its next
+// request, and a backend connection for its answer, in a ready queue of
+// rotor's own (while GOMAXPROCS is 1: readyMaxProcs): an epoll set of
+// their sockets, which a
 // goroutine waits on in Go's poller (an epoll set is readable while an
 // event is pending), and which wakes the connections in the order epoll
 // found them ready. A goroutine made ready by another goes to the
