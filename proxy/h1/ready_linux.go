@@ -83,7 +83,8 @@ func (w *waiter) queued() bool {
 	return !w.off
 }
 
-// readySockets is the queue of the short way's cleartext connections.
+// readySockets is the queue of the short way's connections, clients'
+// (cleartext) and backends' alike.
 var readySockets readyQueue
 
 // wait waits for a token: the socket fd (valid throughout: the caller is
