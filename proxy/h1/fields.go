@@ -134,8 +134,11 @@ type HeaderTaker interface {
 // head unwritten: a proxy's answer then costs no copy of the backend's
 // fields. Any other writer gets src's fields added to its own
 // (CopyHeader). src is w's from then on.
-func PassHeader(w http.ResponseWriter, src http.Header) {
-	if t := takerOf(w); t != nil && src != nil && t.TakeHeader(src) {
+func PassHeader(w http.ResponseWriter, src http.Header) { passHeader(w, takerOf(w), src) }
+
+// passHeader is PassHeader with t, w's HeaderTaker (nil: none).
+func passHeader(w http.ResponseWriter, t HeaderTaker, src http.Header) {
+	if t != nil && src != nil && t.TakeHeader(src) {
 		return
 	}
 	CopyHeader(w.Header(), src)
@@ -152,10 +155,7 @@ func PassAnswer(w http.ResponseWriter, res *http.Response) {
 	if sw, ok := t.(*response); ok && sw.answer == nil {
 		sw.answer = answerOf(res)
 	}
-	if t != nil && res.Header != nil && t.TakeHeader(res.Header) {
-		return
-	}
-	CopyHeader(w.Header(), res.Header)
+	passHeader(w, t, res.Header)
 }
 
 // HeaderDone tells the short way's server, when w is (or unwraps to) its

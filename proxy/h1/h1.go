@@ -341,7 +341,6 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 	}
 	c.last = lastWrite{c: c}
 	c.ready.init()
-	c.pokeFn = c.ready.poke
 	c.sendFn = c.sendStep
 	c.cutFn = c.cut
 	c.unhookFn = c.unhook
@@ -482,7 +481,6 @@ type conn struct {
 	// ends the wait when the try's time is up.
 	ready    waiter
 	tryTimer *time.Timer
-	pokeFn   func() // ready.poke, made once
 }
 
 // close closes the connection, out of readySockets first (its descriptor
@@ -678,7 +676,7 @@ func (c *conn) sendStep(fd uintptr) bool {
 	}
 	if try := c.t.try; try > 0 {
 		if c.tryTimer == nil {
-			c.tryTimer = time.AfterFunc(try, c.pokeFn)
+			c.tryTimer = time.AfterFunc(try, c.ready.poke)
 		} else {
 			c.tryTimer.Reset(try)
 		}

@@ -40,7 +40,8 @@ import (
 type readyQueue struct {
 	mu    sync.Mutex
 	set   *readySet // nil while no socket is in it; guarded by mu
-	slots []*waiter // by slot; guarded by mu
+	slots []*waiter // by slot, nil when free; guarded by mu
+	gens  []int32   // by slot, its generation: an event of its last socket is not its next one's; guarded by mu
 	free  []int32   // guarded by mu
 	live  int       // sockets in the set; guarded by mu
 }
@@ -59,7 +60,6 @@ type readySet struct {
 type waiter struct {
 	ch   chan struct{} // a token: the socket was found readable since the last wait
 	slot int32
-	gen  int32 // the slot's generation: an event of its last socket is not this one's
 	// in the set, or never to be; the connection's goroutine alone
 	// touches them.
 	in, off bool
@@ -135,13 +135,13 @@ func (q *readyQueue) add(w *waiter, fd int) bool {
 	if n := len(q.free); n > 0 {
 		w.slot = q.free[n-1]
 		q.free = q.free[:n-1]
-		w.gen = q.slots[w.slot].gen + 1
+		q.gens[w.slot]++
 	} else {
-		w.slot, w.gen = int32(len(q.slots)), 0
-		q.slots = append(q.slots, nil)
+		w.slot = int32(len(q.slots))
+		q.slots, q.gens = append(q.slots, nil), append(q.gens, 0)
 	}
 	q.slots[w.slot] = w
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | rawio.EdgeTriggered, Fd: w.slot, Pad: w.gen}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | rawio.EdgeTriggered, Fd: w.slot, Pad: q.gens[w.slot]}
 	if err := syscall.EpollCtl(q.set.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		q.release(w)
 		if start {
@@ -185,7 +185,7 @@ func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {
 
 // release frees w's slot; q.mu is held.
 func (q *readyQueue) release(w *waiter) {
-	q.slots[w.slot] = &waiter{gen: w.gen} // holds the generation, for the slot's next
+	q.slots[w.slot] = nil
 	q.free = append(q.free, w.slot)
 }
 
@@ -207,7 +207,7 @@ func (s *readySet) turn(uintptr) bool {
 		s.woken = s.woken[:0]
 		s.q.mu.Lock()
 		for _, ev := range s.events[:n] {
-			if w := s.q.slots[ev.Fd]; w.gen == ev.Pad && w.ch != nil {
+			if w := s.q.slots[ev.Fd]; w != nil && s.q.gens[ev.Fd] == ev.Pad {
 				s.woken = append(s.woken, w)
 			}
 		}
