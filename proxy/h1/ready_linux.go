@@ -68,10 +68,10 @@ type waiter struct {
 // readyMaxProcs is the most Ps at which a connection's socket goes to
 // the queue. With two, Go's poller spreads a turn's goroutines over both
 // Ps, where the queue's one goroutine wakes them all on its own: on two
-// cores shared with the load that cost more than the order saved (about
-// 0.94x the rate at 1.1x the CPU a request, docs/BENCHMARKS.md), so
-// there connections wait in Go's poller. Tests set it higher, to run the
-// queue on any machine.
+// cores shared with the load that cost more than the order saved (0.88x
+// to 1.02x the rate at up to 1.11x the CPU a request,
+// docs/BENCHMARKS.md), so there connections wait in Go's poller. Tests
+// set it higher, to run the queue on any machine.
 var readyMaxProcs = 1
 
 // queued reports whether w's waits are the queue's, deciding it at the
