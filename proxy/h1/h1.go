@@ -47,8 +47,10 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -477,10 +479,11 @@ type conn struct {
 	read     int64 // bytes read since the request was written
 	readErr  error // the last read's failure since the request was written
 	idleAt   time.Time
-	// Its place in readySockets, where it waits for an answer, and what
-	// ends the wait when the try's time is up.
-	ready    waiter
+	ready    waiter // its place in readySockets, where it waits for an answer
+	// The try's bound: a timer that cuts the exchange when the try's time
+	// is up (beginTry), and expired, set once its cut is done.
 	tryTimer *time.Timer
+	expired  atomic.Bool
 }
 
 // close closes the connection, out of readySockets first (its descriptor
@@ -571,10 +574,46 @@ func (c *conn) unhook() bool {
 }
 
 // cut makes the request's reads and writes on c fail at once: its
-// context is done. A wait for the answer in readySockets ends too.
+// context is done, or its try's time is up. A wait for the answer in
+// readySockets ends too.
 func (c *conn) cut() {
 	c.conn.SetDeadline(aLongTimeAgo)
 	c.ready.poke()
+}
+
+// beginTry bounds the exchange by the try: once try has passed, a timer
+// cuts it, and a read or write then fails as at a deadline. One timer
+// made once a connection, reset at each request, costs a third of a
+// deadline set and cleared (the poller keeps one timer for the reads
+// and another for the writes, and the queue's wait would need one of
+// its own besides).
+func (c *conn) beginTry(try time.Duration) {
+	if c.tryTimer == nil {
+		c.tryTimer = time.AfterFunc(try, c.expire)
+	} else {
+		c.tryTimer.Reset(try)
+	}
+}
+
+func (c *conn) expire() {
+	c.cut()
+	c.expired.Store(true)
+}
+
+// endTry stops the try's timer once the answer's head is in. When it
+// fired already (the head came as the try ran out), it waits for its cut
+// to be done and lifts it, for the body and the next request (lifted: a
+// cancellation's cut, if any, went with it).
+func (c *conn) endTry() (lifted bool) {
+	if c.tryTimer.Stop() {
+		return false
+	}
+	for !c.expired.Load() {
+		runtime.Gosched() // the cut is two calls away
+	}
+	c.expired.Store(false)
+	c.conn.SetDeadline(time.Time{})
+	return true
 }
 
 // gone reports whether the server has closed c, or sent something
@@ -674,18 +713,7 @@ func (c *conn) sendStep(fd uintptr) bool {
 	if c.sendN < len(c.sendP) || !c.ready.queued() {
 		return false
 	}
-	if try := c.t.try; try > 0 {
-		if c.tryTimer == nil {
-			c.tryTimer = time.AfterFunc(try, c.ready.poke)
-		} else {
-			c.tryTimer.Reset(try)
-		}
-	}
-	waited := readySockets.wait(&c.ready, fd)
-	if c.tryTimer != nil {
-		c.tryTimer.Stop()
-	}
-	return waited
+	return readySockets.wait(&c.ready, fd)
 }
 
 // roundTrip writes r and reads the answer's head; the body streams from
@@ -712,10 +740,10 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		reqBody = b[:n]
 	}
 	if try > 0 {
-		c.conn.SetDeadline(time.Now().Add(try))
+		c.beginTry(try)
 	}
-	// After the try's deadline is set, so that a cancellation always has
-	// the last word.
+	// After the try began, so that a cancellation always has the last
+	// word.
 	var stop func() bool
 	if _, hooked := ctx.(HookedContext); hooked || ctx.Done() != nil {
 		stop = c.cutOnCancel(ctx)
@@ -755,6 +783,9 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		}
 	}
 	if err != nil {
+		if try > 0 {
+			c.tryTimer.Stop()
+		}
 		if stop != nil {
 			stop()
 		}
@@ -765,19 +796,15 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		return nil, HeadError(err, c.readErr)
 	}
 	c.limit = -1
+	// The try ends with the head: the body streams unbounded, as it does
+	// through net/http's Transport, and an upgraded connection is the
+	// caller's. A cancellation still ends the body: cut again when the
+	// try's own cut was lifted, and a cancellation's with it.
+	if try > 0 && c.endTry() && ctx.Err() != nil {
+		c.cut()
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return c.switched(ctx, resp, stop)
-	}
-	whole := resp.Body == http.NoBody || resp.ContentLength >= 0 && int64(c.br.Buffered()) >= resp.ContentLength
-	if try > 0 && !whole {
-		// The body streams unbounded, as it does through net/http's
-		// Transport; a cancellation meanwhile still ends it. A body that
-		// came whole with the head needs no more reads, and the next
-		// request sets the deadline anew: it is left.
-		c.conn.SetDeadline(time.Time{})
-		if ctx.Err() != nil {
-			c.cut()
-		}
 	}
 	var b *body
 	if a != nil {
@@ -799,9 +826,9 @@ func (c *conn) switched(ctx context.Context, resp *http.Response, stop func() bo
 		c.close()
 		return nil, ctx.Err()
 	}
-	// The connection is the caller's now: out of the ready queue.
+	// The connection is the caller's now, with no deadline (the try's
+	// ended): out of the ready queue.
 	readySockets.remove(&c.ready, c.rc)
-	c.conn.SetDeadline(time.Time{})
 	sw := &Switched{Conn: c.conn}
 	if n := c.br.Buffered(); n > 0 {
 		sw.pre = make([]byte, n)

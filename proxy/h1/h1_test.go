@@ -417,6 +417,48 @@ func TestShortWayTimeoutAndCancel(t *testing.T) {
 	}
 }
 
+// The try bounds a request up to its answer's head: a body that streams
+// past it is read whole, and a connection idle past it serves the next
+// request. A try that ran out just as the head came is lifted, for the
+// body and the next request.
+func TestShortWayTryEndsWithTheHead(t *testing.T) {
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+			time.Sleep(150 * time.Millisecond)
+			io.WriteString(c, "cd")
+		}
+	})
+	tr := newTestTransport(t, 50*time.Millisecond)
+	get := func() {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+		if _, body := fetch(t, tr, req); body != "abcd" {
+			t.Errorf("body %q, want abcd", body)
+		}
+	}
+	get()
+	time.Sleep(100 * time.Millisecond) // idle past the try
+	get()
+
+	c, reused, err := tr.get(context.Background(), b.addr, false)
+	if err != nil || !reused {
+		t.Fatalf("the idle connection: reused %v, %v", reused, err)
+	}
+	c.beginTry(time.Nanosecond)
+	for !c.expired.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if !c.endTry() {
+		t.Error("endTry after the try ran out: not lifted")
+	}
+	tr.put(c)
+	get()
+	if n := b.accepted.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
 func TestShortWayFraming(t *testing.T) {
 	tests := []struct {
 		name, answer, body string
