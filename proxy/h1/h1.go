@@ -697,9 +697,9 @@ func (c *conn) sendThenWait(p []byte) (int, error) {
 // sendStep is sendThenWait's part inside the raw read: it writes what is
 // left, then waits until the socket is readable: in readySockets, which
 // wakes the connections in the order their answers came, or (false)
-// until the poller calls it again. The wait in the queue ends at the
-// try's deadline or a cut too, and the read that follows, in the poller,
-// reports them.
+// until the poller calls it again. The wait in the queue ends at a cut
+// too (the try's end is one), and the read that follows, in the poller,
+// reports it.
 func (c *conn) sendStep(fd uintptr) bool {
 	if c.sendErr != nil || c.sendN == len(c.sendP) {
 		return true // readable, or a write failed
