@@ -5,7 +5,9 @@ package h1
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
@@ -34,17 +36,46 @@ import (
 // edge-triggered: each arrival is a token for its connection, kept until
 // it waits again. The set and its goroutine live while any socket is in
 // it, as the TCP relays' loops do.
+//
+// The order is worth keeping only while the core is full: with time to
+// spare a turn carries a connection or two, and the queue's wake and its
+// look at the set cost 4-8% more CPU a request for nothing
+// (docs/BENCHMARKS.md). So a wait now and then (every) looks at how
+// busy rotor was since the last look, and below openAt the queue stands
+// aside: the connections waiting in it are poked out, each socket leaves
+// the set at its connection's next wait, and waits are Go's poller's,
+// until a look finds rotor busy enough again.
 
 // readyQueue is an epoll set of sockets whose connections wait to read,
 // and the goroutine that wakes them.
 type readyQueue struct {
+	// The share of rotor's CPU (GOMAXPROCS cores) at or above which the
+	// queue is used, looked at a wait at most every every (0: always
+	// used).
+	openAt float64
+	every  time.Duration
+
+	gate   atomic.Int64 // bit 0: the queue stands aside; the rest, twice the waits in it
+	lookAt atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
+
 	mu    sync.Mutex
-	set   *readySet // nil while no socket is in it; guarded by mu
-	slots []*waiter // by slot, nil when free; guarded by mu
-	gens  []int32   // by slot, its generation: an event of its last socket is not its next one's; guarded by mu
-	free  []int32   // guarded by mu
-	live  int       // sockets in the set; guarded by mu
+	set   *readySet     // nil while no socket is in it; guarded by mu
+	slots []*waiter     // by slot, nil when free; guarded by mu
+	gens  []int32       // by slot, its generation: an event of its last socket is not its next one's; guarded by mu
+	free  []int32       // guarded by mu
+	live  int           // sockets in the set; guarded by mu
+	cpu   time.Duration // rotor's CPU time at the last look; guarded by mu
 }
+
+const (
+	aside      = 1
+	oneWaiting = 2
+	// How far under openAt rotor's CPU falls before the queue stands
+	// aside: the queue's own cost is not enough to take it back across.
+	readyHysteresis = 0.05
+)
+
+var readyEpoch = time.Now()
 
 // readySet is the epoll descriptor of a running queue, as a file Go's
 // poller waits on, and what its goroutine alone uses.
@@ -60,9 +91,9 @@ type readySet struct {
 type waiter struct {
 	ch   chan struct{} // a token: the socket was found readable since the last wait
 	slot int32
-	// in the set, or never to be; the connection's goroutine alone
-	// touches them.
-	in, off bool
+	// in the set; never to be; whether it may be was decided: the
+	// connection's goroutine alone touches them.
+	in, off, decided bool
 }
 
 // readyMaxProcs is the most Ps at which a connection's socket goes to
@@ -74,18 +105,21 @@ type waiter struct {
 // set it higher, to run the queue on any machine.
 var readyMaxProcs = 1
 
-// queued reports whether w's waits are the queue's, deciding it at the
-// first: only while GOMAXPROCS is at most readyMaxProcs.
+// queued reports whether w's waits may be the queue's, deciding it at
+// the first: only while GOMAXPROCS is at most readyMaxProcs.
 func (w *waiter) queued() bool {
-	if !w.in && !w.off && runtime.GOMAXPROCS(0) > readyMaxProcs {
-		w.off = true
+	if !w.decided {
+		w.decided = true
+		w.off = w.off || runtime.GOMAXPROCS(0) > readyMaxProcs
 	}
 	return !w.off
 }
 
 // readySockets is the queue of the short way's connections, clients'
-// (cleartext) and backends' alike.
-var readySockets readyQueue
+// (cleartext) and backends' alike: used while rotor is 90% busy or more
+// (the tail it keeps was measured with the core full, 96-98% busy; with
+// time to spare it is 68-78% busy), looked at ten times a second.
+var readySockets = readyQueue{openAt: 0.9, every: 100 * time.Millisecond}
 
 // wait waits for a token: the socket fd (valid throughout: the caller is
 // in a raw read of it) was found readable, or the waiter was poked. The
@@ -96,15 +130,81 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 	if !w.queued() {
 		return false
 	}
+	if q.every > 0 {
+		now := max(int64(time.Since(readyEpoch)), 1)
+		if last := q.lookAt.Load(); (last == 0 || now-last >= int64(q.every)) && q.lookAt.CompareAndSwap(last, now) {
+			q.look(last == 0, time.Duration(now-last))
+		}
+	}
+	if !q.enter() {
+		if w.in {
+			w.in = false
+			q.drop(w, func(set int) { _ = syscall.EpollCtl(set, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+		}
+		return false
+	}
 	if !w.in {
 		if !q.add(w, int(fd)) {
+			q.gate.Add(-oneWaiting)
 			w.off = true
 			return false
 		}
 		w.in = true
 	}
 	<-w.ch
+	q.gate.Add(-oneWaiting)
 	return true
+}
+
+// enter counts a wait in, unless the queue stands aside (false).
+func (q *readyQueue) enter() bool {
+	for {
+		g := q.gate.Load()
+		if g&aside != 0 {
+			return false
+		}
+		if q.gate.CompareAndSwap(g, g+oneWaiting) {
+			return true
+		}
+	}
+}
+
+// look has the queue stand aside, or step in again, by how busy rotor
+// was over the time since the last look (first: there was none; only
+// note rotor's CPU time).
+func (q *readyQueue) look(first bool, since time.Duration) {
+	cpu := cpuTime()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	used := cpu - q.cpu
+	q.cpu = cpu
+	if first {
+		return
+	}
+	busy := float64(used) / float64(since) / float64(runtime.GOMAXPROCS(0))
+	standing := q.gate.Load()&aside != 0
+	switch {
+	case standing && busy >= q.openAt:
+		q.gate.And(^int64(aside))
+	case !standing && busy < q.openAt-readyHysteresis:
+		q.gate.Or(aside)
+		// Out of the queue, to leave the set and wait in Go's poller (a
+		// poke to one not waiting is a read more at its next wait).
+		for _, w := range q.slots {
+			if w != nil {
+				w.poke()
+			}
+		}
+	}
+}
+
+// cpuTime is the CPU time rotor has used, its own and the kernel's for it.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // init makes w's token, before anything may poke it.
@@ -166,9 +266,17 @@ func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {
 		return
 	}
 	w.in = false
+	q.drop(w, func(set int) {
+		_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(set, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+	})
+}
+
+// drop takes w's socket out of the set, which del does given the set's
+// descriptor, frees its slot, and ends the set with its last socket.
+func (q *readyQueue) drop(w *waiter, del func(set int)) {
 	q.mu.Lock()
 	s := q.set
-	_ = rc.Control(func(fd uintptr) { _ = syscall.EpollCtl(s.FD, syscall.EPOLL_CTL_DEL, int(fd), nil) })
+	del(s.FD)
 	q.release(w)
 	if q.live--; q.live > 0 {
 		s = nil

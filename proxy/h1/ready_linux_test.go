@@ -7,12 +7,19 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
+
+func init() {
+	// The queue in use however busy the tests keep the machine, so that
+	// every test of the short way runs through it.
+	readySockets.openAt = 0
+}
 
 // Connections waiting in a ready queue run in the order their sockets
 // became readable, the first first, where Go's poller runs a turn's
@@ -82,6 +89,149 @@ func TestReadyQueueWakesInOrder(t *testing.T) {
 	if !slices.Equal(order, want) {
 		t.Fatalf("woken in the order %v, want %v", order, want)
 	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.live != 0 || q.set != nil {
+		t.Fatalf("%d sockets left in the queue (set %v), want none and no set", q.live, q.set != nil)
+	}
+}
+
+// A queue that finds rotor less busy than it asks for stands aside: the
+// connections waiting in it are poked out, their sockets leave the set,
+// and they wait in Go's poller, where their bytes still reach them; once
+// busy enough it steps in again, and the connections' next waits are its
+// once more. Four connections read a byte a round; before each round's
+// bytes go, the time for a look has passed, so that the waits after it
+// look.
+func TestReadyQueueStandsAside(t *testing.T) {
+	const n, rounds = 4, 6
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	q := &readyQueue{openAt: 2, every: 5 * time.Millisecond} // never that busy
+	var (
+		clients []net.Conn
+		got     [n]atomic.Int32
+		wg      sync.WaitGroup
+		stop    atomic.Bool // a test failed: out, before the sockets close
+	)
+	waiters := make([]waiter, n)
+	for i := range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		clients = append(clients, c)
+		src, _ := s.(*net.TCPConn).SyscallConn()
+		waiters[i].init()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var b [1]byte
+			for got[i].Load() < rounds && !stop.Load() {
+				err := src.Read(func(fd uintptr) bool {
+					for !stop.Load() {
+						m, err := rawio.Read(fd, b[:])
+						if m == 1 {
+							got[i].Add(1)
+							return true
+						}
+						if err != syscall.EAGAIN {
+							t.Errorf("connection %d: read %d, %v", i, m, err)
+							return true
+						}
+						if !q.wait(&waiters[i], fd) {
+							return false // in Go's poller
+						}
+					}
+					return true
+				})
+				if err != nil {
+					t.Errorf("connection %d: %v", i, err)
+					return
+				}
+			}
+			q.remove(&waiters[i], src)
+		}()
+	}
+	defer func() {
+		// First of the deferred calls: a socket's Close waits for the
+		// raw read its connection waits in.
+		stop.Store(true)
+		for i := range waiters {
+			waiters[i].poke()
+		}
+		wg.Wait()
+	}()
+	// until waits for the queue to hold gate and live sockets.
+	until := func(what string, gate int64, live int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			q.mu.Lock()
+			l := q.live
+			q.mu.Unlock()
+			if q.gate.Load() == gate && l == live {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: gate %b and %d sockets, want %b and %d", what, q.gate.Load(), l, gate, live)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	send := func(round int32) {
+		t.Helper()
+		time.Sleep(2 * q.every) // the next waits look
+		for _, c := range clients {
+			if _, err := c.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			done := 0
+			for i := range got {
+				if got[i].Load() == round {
+					done++
+				}
+			}
+			if done == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d connections got their byte", round, done, n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	setOpenAt := func(v float64) {
+		q.mu.Lock()
+		q.openAt = v
+		q.mu.Unlock()
+	}
+
+	until("every connection waiting in the queue", n*oneWaiting, n)
+	send(1) // through the queue; the waits after it stand it aside
+	until("aside, every socket out of the set", aside, 0)
+	send(2) // through Go's poller
+
+	setOpenAt(0) // busy enough now
+	send(3)      // through Go's poller; the waits after it step in
+	until("every connection waiting in the queue again", n*oneWaiting, n)
+	send(4) // through the queue, a set of its own again
+
+	setOpenAt(2)
+	send(5)
+	until("aside again", aside, 0)
+	send(6)
+	wg.Wait()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.live != 0 || q.set != nil {
