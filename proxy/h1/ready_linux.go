@@ -50,8 +50,8 @@ import (
 // and the goroutine that wakes them.
 type readyQueue struct {
 	// The share of rotor's CPU (GOMAXPROCS cores) at or above which the
-	// queue is used, looked at a wait at most every every (0: always
-	// used).
+	// queue is used, and how often a wait looks (openAt 0: used however
+	// busy; every 0: no look, used throughout).
 	openAt float64
 	every  time.Duration
 
