@@ -32,53 +32,29 @@ func init() {
 func TestReadyQueueWakesInOrder(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const n = 16
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var q readyQueue
 	var (
-		mu      sync.Mutex
-		order   []int
-		wg      sync.WaitGroup
-		clients []syscall.RawConn
+		mu    sync.Mutex
+		order []int
 	)
-	waiters := make([]waiter, n)
-	for i := range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		crc, _ := c.(*net.TCPConn).SyscallConn()
-		clients = append(clients, crc)
-		src, _ := s.(*net.TCPConn).SyscallConn()
-		waiters[i].init()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			src.Read(func(fd uintptr) bool {
-				if !q.wait(&waiters[i], fd) {
-					t.Error("the queue did not take the socket")
-				}
-				mu.Lock()
-				order = append(order, i)
-				mu.Unlock()
-				return true
-			})
-			q.remove(&waiters[i], src)
-		}()
-	}
+	clients, servers := socketPairs(t, n)
+	_, wg := waitEach(servers, func(i int, src syscall.RawConn, w *waiter) {
+		src.Read(func(fd uintptr) bool {
+			if !q.wait(w, fd) {
+				t.Error("the queue did not take the socket")
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return true
+		})
+		q.remove(w, src)
+	})
 	time.Sleep(100 * time.Millisecond) // all sixteen wait
-	for _, rc := range clients {
+	for _, c := range clients {
 		// Raw: a write through Go's would tell the scheduler, which
 		// might run another goroutine before the last byte is sent.
+		rc, _ := c.SyscallConn()
 		rc.Control(func(fd uintptr) { rawio.Write(fd, []byte{1}) })
 	}
 	wg.Wait()
@@ -105,66 +81,42 @@ func TestReadyQueueWakesInOrder(t *testing.T) {
 // look.
 func TestReadyQueueStandsAside(t *testing.T) {
 	const n, rounds = 4, 6
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	q := &readyQueue{openAt: 2, every: 5 * time.Millisecond} // never that busy
 	var (
-		clients []net.Conn
-		got     [n]atomic.Int32
-		wg      sync.WaitGroup
-		stop    atomic.Bool // a test failed: out, before the sockets close
+		got  [n]atomic.Int32
+		stop atomic.Bool // a test failed: out, before the sockets close
 	)
-	waiters := make([]waiter, n)
-	for i := range n {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		clients = append(clients, c)
-		src, _ := s.(*net.TCPConn).SyscallConn()
-		waiters[i].init()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var b [1]byte
-			for got[i].Load() < rounds && !stop.Load() {
-				err := src.Read(func(fd uintptr) bool {
-					for !stop.Load() {
-						m, err := rawio.Read(fd, b[:])
-						if m == 1 {
-							got[i].Add(1)
-							return true
-						}
-						if err != syscall.EAGAIN {
-							t.Errorf("connection %d: read %d, %v", i, m, err)
-							return true
-						}
-						if !q.wait(&waiters[i], fd) {
-							return false // in Go's poller
-						}
+	clients, servers := socketPairs(t, n)
+	waiters, wg := waitEach(servers, func(i int, src syscall.RawConn, w *waiter) {
+		var b [1]byte
+		for got[i].Load() < rounds && !stop.Load() {
+			err := src.Read(func(fd uintptr) bool {
+				for !stop.Load() {
+					m, err := rawio.Read(fd, b[:])
+					if m == 1 {
+						got[i].Add(1)
+						return true
 					}
-					return true
-				})
-				if err != nil {
-					t.Errorf("connection %d: %v", i, err)
-					return
+					if err != syscall.EAGAIN {
+						t.Errorf("connection %d: read %d, %v", i, m, err)
+						return true
+					}
+					if !q.wait(w, fd) {
+						return false // in Go's poller
+					}
 				}
+				return true
+			})
+			if err != nil {
+				t.Errorf("connection %d: %v", i, err)
+				return
 			}
-			q.remove(&waiters[i], src)
-		}()
-	}
+		}
+		q.remove(w, src)
+	})
 	defer func() {
-		// First of the deferred calls: a socket's Close waits for the
-		// raw read its connection waits in.
+		// Before the sockets close (the test's cleanup): a socket's
+		// Close waits for the raw read its connection waits in.
 		stop.Store(true)
 		for i := range waiters {
 			waiters[i].poke()
@@ -237,4 +189,47 @@ func TestReadyQueueStandsAside(t *testing.T) {
 	if q.live != 0 || q.set != nil {
 		t.Fatalf("%d sockets left in the queue (set %v), want none and no set", q.live, q.set != nil)
 	}
+}
+
+// socketPairs connects n pairs of sockets on loopback: the dialled ends,
+// and the accepted ends' raw connections. They close when the test ends.
+func socketPairs(t *testing.T, n int) (clients []*net.TCPConn, servers []syscall.RawConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		rc, _ := s.(*net.TCPConn).SyscallConn()
+		clients, servers = append(clients, c.(*net.TCPConn)), append(servers, rc)
+	}
+	return clients, servers
+}
+
+// waitEach runs wait for each of servers in a goroutine of its own, with
+// a waiter of its own, and returns the waiters and what the goroutines
+// are done with.
+func waitEach(servers []syscall.RawConn, wait func(i int, src syscall.RawConn, w *waiter)) ([]waiter, *sync.WaitGroup) {
+	waiters := make([]waiter, len(servers))
+	wg := new(sync.WaitGroup)
+	for i, src := range servers {
+		waiters[i].init()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait(i, src, &waiters[i])
+		}()
+	}
+	return waiters, wg
 }
