@@ -76,20 +76,22 @@ func TestReadyQueueWakesInOrder(t *testing.T) {
 // connections waiting in it are poked out, their sockets leave the set,
 // and they wait in Go's poller, where their bytes still reach them; once
 // busy enough it steps in again, and the connections' next waits are its
-// once more. Four connections read a byte a round; before each round's
-// bytes go, the time for a look has passed, so that the waits after it
-// look.
+// once more. Four connections read bytes; before each send the time for
+// a look has passed, so that the next wait looks. Where the look is to
+// change the queue's state, one connection alone gets a byte: the
+// others, waiting, must be poked out (or find the queue in use again at
+// their next wait).
 func TestReadyQueueStandsAside(t *testing.T) {
-	const n, rounds = 4, 6
+	const n = 4
 	q := &readyQueue{openAt: 2, every: 5 * time.Millisecond} // never that busy
 	var (
 		got  [n]atomic.Int32
-		stop atomic.Bool // a test failed: out, before the sockets close
+		stop atomic.Bool // the test is over: out at the next byte or poke
 	)
 	clients, servers := socketPairs(t, n)
 	waiters, wg := waitEach(servers, func(i int, src syscall.RawConn, w *waiter) {
 		var b [1]byte
-		for got[i].Load() < rounds && !stop.Load() {
+		for !stop.Load() {
 			err := src.Read(func(fd uintptr) bool {
 				for !stop.Load() {
 					m, err := rawio.Read(fd, b[:])
@@ -114,15 +116,20 @@ func TestReadyQueueStandsAside(t *testing.T) {
 		}
 		q.remove(w, src)
 	})
-	defer func() {
-		// Before the sockets close (the test's cleanup): a socket's
-		// Close waits for the raw read its connection waits in.
-		stop.Store(true)
-		for i := range waiters {
-			waiters[i].poke()
-		}
-		wg.Wait()
-	}()
+	var once sync.Once
+	finish := func() {
+		once.Do(func() {
+			stop.Store(true)
+			for i := range waiters {
+				waiters[i].poke()
+			}
+			for _, c := range clients {
+				c.Write([]byte{1}) // to those in Go's poller
+			}
+			wg.Wait()
+		})
+	}
+	defer finish() // before the sockets close: Close waits for a raw read
 	// until waits for the queue to hold gate and live sockets.
 	until := func(what string, gate int64, live int) {
 		t.Helper()
@@ -139,26 +146,33 @@ func TestReadyQueueStandsAside(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	send := func(round int32) {
+	// send sends a byte to each connection of to (all when none) and
+	// waits until each has read it.
+	send := func(to ...int) {
 		t.Helper()
-		time.Sleep(2 * q.every) // the next waits look
-		for _, c := range clients {
-			if _, err := c.Write([]byte{1}); err != nil {
+		if len(to) == 0 {
+			to = []int{0, 1, 2, 3}
+		}
+		time.Sleep(2 * q.every) // the next wait looks
+		var want [n]int32
+		for _, i := range to {
+			want[i] = got[i].Load() + 1
+			if _, err := clients[i].Write([]byte{1}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			done := 0
-			for i := range got {
-				if got[i].Load() == round {
+			for _, i := range to {
+				if got[i].Load() == want[i] {
 					done++
 				}
 			}
-			if done == n {
+			if done == len(to) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d connections got their byte", round, done, n)
+				t.Fatalf("%d of %d connections got their byte", done, len(to))
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -170,20 +184,21 @@ func TestReadyQueueStandsAside(t *testing.T) {
 	}
 
 	until("every connection waiting in the queue", n*oneWaiting, n)
-	send(1) // through the queue; the waits after it stand it aside
+	send(0) // through the queue; the wait after it stands it aside
 	until("aside, every socket out of the set", aside, 0)
-	send(2) // through Go's poller
+	send() // through Go's poller
 
 	setOpenAt(0) // busy enough now
-	send(3)      // through Go's poller; the waits after it step in
+	send(0)      // through Go's poller; the wait after it steps in
+	send()       // through Go's poller; each wait after it is the queue's
 	until("every connection waiting in the queue again", n*oneWaiting, n)
-	send(4) // through the queue, a set of its own again
+	send() // through the queue, a set of its own again
 
 	setOpenAt(2)
-	send(5)
+	send(1)
 	until("aside again", aside, 0)
-	send(6)
-	wg.Wait()
+	send()
+	finish()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.live != 0 || q.set != nil {
