@@ -583,10 +583,10 @@ func (c *conn) cut() {
 
 // beginTry bounds the exchange by the try: once try has passed, a timer
 // cuts it, and a read or write then fails as at a deadline. One timer
-// made once a connection, reset at each request, costs a third of a
-// deadline set and cleared (the poller keeps one timer for the reads
-// and another for the writes, and the queue's wait would need one of
-// its own besides).
+// made once a connection, reset at each request, where a deadline would
+// set two of the poller's (the reads' and the writes') and the wait in
+// readySockets would need one of its own besides: 1.6% fewer
+// instructions a request (docs/BENCHMARKS.md, "The try, one timer").
 func (c *conn) beginTry(try time.Duration) {
 	if c.tryTimer == nil {
 		c.tryTimer = time.AfterFunc(try, c.expire)
