@@ -55,7 +55,7 @@ type readyQueue struct {
 	openAt float64
 	every  time.Duration
 
-	gate   atomic.Int64 // bit 0: the queue stands aside; the rest, twice the waits in it
+	aside  atomic.Bool  // the queue stands aside: waits are Go's poller's
 	lookAt atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
 
 	mu    sync.Mutex
@@ -67,13 +67,9 @@ type readyQueue struct {
 	cpu   time.Duration // rotor's CPU time at the last look; guarded by mu
 }
 
-const (
-	aside      = 1
-	oneWaiting = 2
-	// How far under openAt rotor's CPU falls before the queue stands
-	// aside: the queue's own cost is not enough to take it back across.
-	readyHysteresis = 0.05
-)
+// How far under openAt rotor's CPU falls before the queue stands aside:
+// the queue's own cost is not enough to take it back across.
+const readyHysteresis = 0.05
 
 var readyEpoch = time.Now()
 
@@ -136,7 +132,7 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 			q.look(last == 0, time.Duration(now-last))
 		}
 	}
-	if !q.enter() {
+	if q.aside.Load() {
 		if w.in {
 			w.in = false
 			q.drop(w, func(set int) { _ = syscall.EpollCtl(set, syscall.EPOLL_CTL_DEL, int(fd), nil) })
@@ -145,28 +141,13 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 	}
 	if !w.in {
 		if !q.add(w, int(fd)) {
-			q.gate.Add(-oneWaiting)
 			w.off = true
 			return false
 		}
 		w.in = true
 	}
 	<-w.ch
-	q.gate.Add(-oneWaiting)
 	return true
-}
-
-// enter counts a wait in, unless the queue stands aside (false).
-func (q *readyQueue) enter() bool {
-	for {
-		g := q.gate.Load()
-		if g&aside != 0 {
-			return false
-		}
-		if q.gate.CompareAndSwap(g, g+oneWaiting) {
-			return true
-		}
-	}
 }
 
 // look has the queue stand aside, or step in again, by how busy rotor
@@ -182,12 +163,12 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 		return
 	}
 	busy := float64(used) / float64(since) / float64(runtime.GOMAXPROCS(0))
-	standing := q.gate.Load()&aside != 0
+	standing := q.aside.Load()
 	switch {
 	case standing && busy >= q.openAt:
-		q.gate.And(^int64(aside))
+		q.aside.Store(false)
 	case !standing && busy < q.openAt-readyHysteresis:
-		q.gate.Or(aside)
+		q.aside.Store(true)
 		// Out of the queue, to leave the set and wait in Go's poller (a
 		// poke to one not waiting is a read more at its next wait).
 		for _, w := range q.slots {

@@ -130,18 +130,19 @@ func TestReadyQueueStandsAside(t *testing.T) {
 		})
 	}
 	defer finish() // before the sockets close: Close waits for a raw read
-	// until waits for the queue to hold gate and live sockets.
-	until := func(what string, gate int64, live int) {
+	// until waits for the queue to stand aside or not, with live
+	// sockets in its set.
+	until := func(what string, aside bool, live int) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			q.mu.Lock()
 			l := q.live
 			q.mu.Unlock()
-			if q.gate.Load() == gate && l == live {
+			if q.aside.Load() == aside && l == live {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: gate %b and %d sockets, want %b and %d", what, q.gate.Load(), l, gate, live)
+				t.Fatalf("%s: aside %v with %d sockets, want %v with %d", what, q.aside.Load(), l, aside, live)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -183,20 +184,20 @@ func TestReadyQueueStandsAside(t *testing.T) {
 		q.mu.Unlock()
 	}
 
-	until("every connection waiting in the queue", n*oneWaiting, n)
+	until("every connection's socket in the queue", false, n)
 	send(0) // through the queue; the wait after it stands it aside
-	until("aside, every socket out of the set", aside, 0)
+	until("aside, every socket out of the set", true, 0)
 	send() // through Go's poller
 
 	setOpenAt(0) // busy enough now
 	send(0)      // through Go's poller; the wait after it steps in
 	send()       // through Go's poller; each wait after it is the queue's
-	until("every connection waiting in the queue again", n*oneWaiting, n)
+	until("every connection's socket in the queue again", false, n)
 	send() // through the queue, a set of its own again
 
 	setOpenAt(2)
 	send(1)
-	until("aside again", aside, 0)
+	until("aside again", true, 0)
 	send()
 	finish()
 	q.mu.Lock()
