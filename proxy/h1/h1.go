@@ -710,7 +710,7 @@ func (c *conn) sendStep(fd uintptr) bool {
 		c.sendErr = err
 		return true
 	}
-	if c.sendN < len(c.sendP) || !c.ready.queued() {
+	if c.sendN < len(c.sendP) {
 		return false
 	}
 	return readySockets.wait(&c.ready, fd)

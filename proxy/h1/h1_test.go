@@ -28,12 +28,7 @@ import (
 	"github.com/rotor-lb/rotor/proxy"
 )
 
-func TestMain(m *testing.M) {
-	// The ready queue at every P count, so that the tests run it on
-	// any machine (it is used at one P alone otherwise).
-	readyMaxProcs = 1 << 20
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // rawBackend accepts connections on loopback and hands each to answer,
 // which reads requests and writes whatever bytes the test wants. It

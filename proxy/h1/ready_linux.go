@@ -106,7 +106,7 @@ var readyMaxProcs = 1
 func (w *waiter) queued() bool {
 	if !w.decided {
 		w.decided = true
-		w.off = w.off || runtime.GOMAXPROCS(0) > readyMaxProcs
+		w.off = runtime.GOMAXPROCS(0) > readyMaxProcs
 	}
 	return !w.off
 }

@@ -16,8 +16,10 @@ import (
 )
 
 func init() {
-	// The queue in use however busy the tests keep the machine, so that
-	// every test of the short way runs through it.
+	// The queue in use at every P count and however busy the tests keep
+	// the machine, so that every test of the short way runs through it
+	// (it is used at one P alone, and with the core full, otherwise).
+	readyMaxProcs = 1 << 20
 	readySockets.openAt = 0
 }
 

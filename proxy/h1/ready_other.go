@@ -13,11 +13,7 @@ type waiter struct{}
 
 var readySockets readyQueue
 
-// readyMaxProcs is ready_linux.go's; here nothing reads it.
-var readyMaxProcs = 1
-
 func (q *readyQueue) wait(w *waiter, fd uintptr) bool      { return false }
 func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {}
 func (w *waiter) init()                                    {}
-func (w *waiter) queued() bool                             { return false }
 func (w *waiter) poke()                                    {}
