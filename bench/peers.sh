@@ -38,7 +38,8 @@
 # config usually has them do, so that the backends parse as much from
 # each: four lines cost this machine's Go backends 1-1.7 us a request,
 # on the core the load shares with them. FORWARDED=0 runs the peers bare
-# (the figures before 2026-12-03 17:11Z were).
+# (the figures before 2026-12-03 17:11Z were). bench/setup.sh holds the
+# peers' settings for them, which tail.sh and serve.sh use too.
 # Usage: bash bench/peers.sh > bench/out/peers.txt
 #        CORES=2 WRITE=1 bash bench/peers.sh
 set -euo pipefail
@@ -63,18 +64,6 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-50}
 SIZE=${SIZE:-268435456}
 ROUNDS=${ROUNDS:-1}
-FORWARDED=${FORWARDED:-1}
-case "$FORWARDED" in 0 | 1) ;; *) echo "FORWARDED must be 0 or 1" >&2; exit 1 ;; esac
-# The peers' settings for the forwarding fields (none when FORWARDED=0).
-nginx_fwd="" haproxy_fwd="" caddy_fwd=""
-if [ "$FORWARDED" = 1 ]; then
-	nginx_fwd='proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Host $http_host; proxy_set_header X-Forwarded-Proto $scheme; proxy_set_header X-Real-IP $remote_addr;'
-	haproxy_fwd='  option forwardfor
-  http-request set-header X-Forwarded-Host %[req.hdr(host)]
-  http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]
-  http-request set-header X-Real-IP %[src]'
-	caddy_fwd='header_up X-Real-IP {remote_host}'
-fi
 TESTS=${TESTS:-get post bound tcp h2 bodies}
 for t in $TESTS; do
 	case $t in get | post | tcp | h2 | tls | bound | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bound bodies)" >&2; exit 1 ;; esac
@@ -272,11 +261,7 @@ head -c "$SIZE" /dev/zero > "$upload"
 {
 echo "# rotor beside its peers, $CORES core(s) each (taskset -c $pin; load on $load); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
 echo "# $(nginx -v 2>&1 | cut -d' ' -f3); $(haproxy -v | head -1 | cut -d' ' -f1-3); caddy $(caddy version | cut -d' ' -f1); $(redis-server --version | cut -d' ' -f1-3)"
-if [ "$FORWARDED" = 1 ]; then
-	echo "# every proxy sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip (FORWARDED=1)"
-else
-	echo "# rotor sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip; the peers, bare, none (FORWARDED=0)"
-fi
+forwarding_note
 echo
 # ticks NAME prints the CPU time, in clock ticks, the proxy NAME has used
 # (nginx's workers included); 0 for the backend direct.

@@ -2,7 +2,8 @@
 # Reverse-proxy throughput on loopback: wrk against three local backends
 # directly, through rotor, Caddy, nginx and HAProxy, in one run.
 # Each proxy gets one core (taskset -c 0, one worker or thread, GOMAXPROCS=1);
-# wrk and the backends share the other core.
+# wrk and the backends share the other core. The peers send the backends
+# the forwarding fields rotor sends (FORWARDED, bench/setup.sh).
 # Needs: wrk, nginx, haproxy, caddy, taskset (Debian: wrk nginx-light haproxy caddy util-linux).
 # Usage: bash bench/serve.sh > bench/out/serve.txt
 set -euo pipefail
@@ -30,6 +31,7 @@ cat > "$out/Caddyfile" <<CADDY
 http://127.0.0.1:18103 {
 	reverse_proxy 127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 {
 		lb_policy round_robin
+		$caddy_fwd
 	}
 }
 CADDY
@@ -40,6 +42,7 @@ for port in 19101 18100 18101 18102 18103; do
 done
 
 . bench/wrk.sh
+forwarding_note
 wrk_header
 for target in "direct (one backend)=19101" "rotor=18100" "caddy=18103" "nginx=18101" "haproxy=18102"; do
 	wrk_row "${target%=*}" "${target#*=}"

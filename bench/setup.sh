@@ -6,6 +6,32 @@
 # and bench/upstream built into it. Every process whose pid is added to
 # pids is killed when the script exits, and every file added to tmpfiles
 # removed.
+# FORWARDED=1 (the default) has the peers send their backends the four
+# fields rotor adds to every request (X-Forwarded-For, X-Forwarded-Host,
+# X-Forwarded-Proto, X-Real-Ip), as their users' configs usually do, so
+# that the backends parse as much from each; FORWARDED=0 runs them bare.
+# nginx_fwd, haproxy_fwd and caddy_fwd are the settings for it, for a
+# location, a backend and a reverse_proxy block (empty when bare).
+FORWARDED=${FORWARDED:-1}
+case "$FORWARDED" in 0 | 1) ;; *) echo "FORWARDED must be 0 or 1" >&2; exit 1 ;; esac
+nginx_fwd="" haproxy_fwd="" caddy_fwd=""
+if [ "$FORWARDED" = 1 ]; then
+	nginx_fwd='proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for; proxy_set_header X-Forwarded-Host $http_host; proxy_set_header X-Forwarded-Proto $scheme; proxy_set_header X-Real-IP $remote_addr;'
+	haproxy_fwd='  option forwardfor
+  http-request set-header X-Forwarded-Host %[req.hdr(host)]
+  http-request set-header X-Forwarded-Proto %[ssl_fc,iif(https,http)]
+  http-request set-header X-Real-IP %[src]'
+	caddy_fwd='header_up X-Real-IP {remote_host}'
+fi
+# forwarding_note prints the line that says which, for a table's head.
+forwarding_note() {
+	if [ "$FORWARDED" = 1 ]; then
+		echo "# every proxy sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip (FORWARDED=1)"
+	else
+		echo "# rotor sends its backends X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto and X-Real-Ip; the peers, bare, none (FORWARDED=0)"
+	fi
+}
+
 needs() {
 	local tool missing=()
 	for tool in "$@"; do
@@ -222,8 +248,9 @@ paired() {
 # CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
 # backends on 127.0.0.1, its connections to them kept alive as rotor's
 # and HAProxy's are, and a client's served without a cap on its
-# requests. Its files are $out/nginx-PORT.*; it is killed when the
-# script exits ($! is its pid).
+# requests, sending the forwarding fields as FORWARDED says. Its files
+# are $out/nginx-PORT.*; it is killed when the script exits ($! is its
+# pid).
 nginx_proxy() {
 	local cores=$1 port=$2 servers="" b
 	shift 2
@@ -240,7 +267,7 @@ http {
   server {
     listen 127.0.0.1:$port;
     keepalive_requests 100000000;
-    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
   }
 }
 NGINX
@@ -250,7 +277,8 @@ NGINX
 
 # haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (one thread, on
 # CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
-# backends on 127.0.0.1, reusing its connections to them. Its config is
+# backends on 127.0.0.1, reusing its connections to them, sending the
+# forwarding fields as FORWARDED says. Its config is
 # $out/haproxy-PORT.cfg; it is killed when the script exits ($! is its
 # pid).
 haproxy_proxy() {
@@ -271,6 +299,7 @@ frontend web
   default_backend app
 backend app
   balance roundrobin
+$haproxy_fwd
 $servers
 HAPROXY
 	taskset -c "$cores" haproxy -f "$out/haproxy-$port.cfg" -db >"$out/haproxy-$port.log" 2>&1 &

@@ -12,7 +12,9 @@
 # p99 over HAProxy's, round by round (the median, and the range). Go
 # backends (bench/peers.sh's "get") leave the load's core the limit and
 # the proxy's a quarter idle; here the proxy's own work sets the rate and
-# the tail.
+# the tail. The peers send the backends the forwarding fields rotor sends
+# (FORWARDED, bench/setup.sh; the runs before 2026-12-04 07:00Z had them
+# bare).
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
@@ -98,6 +100,7 @@ run() {
 
 echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION and three nginx backends (from memory) on core 1, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
+forwarding_note
 for c in $CONNS; do
 	for round in $(seq "$ROUNDS"); do
 		for target in $(turn "$targets" "$round"); do
