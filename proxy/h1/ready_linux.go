@@ -3,11 +3,16 @@
 package h1
 
 import (
+	"bytes"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
@@ -41,10 +46,14 @@ import (
 // spare a turn carries a connection or two, and the queue's wake and its
 // look at the set cost 4-8% more CPU a request for nothing
 // (docs/BENCHMARKS.md). So a wait now and then (every) looks at how
-// busy rotor was since the last look, and below openAt the queue stands
-// aside: the connections waiting in it are poked out, each socket leaves
-// the set at its connection's next wait, and waits are Go's poller's,
-// until a look finds rotor busy enough again.
+// busy rotor's core was since the last look, and below openAt the queue
+// stands aside: the connections waiting in it are poked out, each socket
+// leaves the set at its connection's next wait, and waits are Go's
+// poller's, until a look finds the core busy enough again. How busy is
+// the larger of rotor's own share of GOMAXPROCS cores and that of the
+// cores it may run on, whoever used them: a core rotor shares with its
+// backends is full with rotor at 70% of it, and a turn's order counts
+// there as much as where rotor alone fills it.
 
 // readyQueue is an epoll set of sockets whose connections wait to read,
 // and the goroutine that wakes them.
@@ -65,7 +74,15 @@ type readyQueue struct {
 	free  []int32       // guarded by mu
 	live  int           // sockets in the set; guarded by mu
 	cpu   time.Duration // rotor's CPU time at the last look; guarded by mu
+	cores coreTicks     // its cores' clock ticks at the last look; guarded by mu
+	// readCores reads the cores' ticks (nil: coresNow); tests set it.
+	readCores func() (coreTicks, bool)
 }
+
+// coreTicks counts the clock ticks of a set of cores: those they were
+// busy (anyone's work, the kernel's, and time the hypervisor gave to
+// other machines) and all of them.
+type coreTicks struct{ busy, total uint64 }
 
 // How far under openAt rotor's CPU falls before the queue stands aside:
 // the queue's own cost is not enough to take it back across.
@@ -112,9 +129,10 @@ func (w *waiter) queued() bool {
 }
 
 // readySockets is the queue of the short way's connections, clients'
-// (cleartext) and backends' alike: used while rotor is 90% busy or more
-// (the tail it keeps was measured with the core full, 96-98% busy; with
-// time to spare it is 68-78% busy), looked at ten times a second.
+// (cleartext) and backends' alike: used while rotor's core is 90% busy
+// or more (the tail it keeps was measured with the core full, 96-98%
+// busy; with time to spare rotor is 68-78% busy), looked at ten times a
+// second.
 var readySockets = readyQueue{openAt: 0.9, every: 100 * time.Millisecond}
 
 // wait waits for a token: the socket fd (valid throughout: the caller is
@@ -155,14 +173,24 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 // note rotor's CPU time).
 func (q *readyQueue) look(first bool, since time.Duration) {
 	cpu := cpuTime()
+	read := q.readCores
+	if read == nil {
+		read = coresNow
+	}
+	cores, coresOK := read()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	used := cpu - q.cpu
 	q.cpu = cpu
+	last := q.cores
+	q.cores = cores
 	if first {
 		return
 	}
 	busy := float64(used) / float64(since) / float64(runtime.GOMAXPROCS(0))
+	if d := cores.total - last.total; coresOK && last.total > 0 && cores.total > last.total && cores.busy >= last.busy {
+		busy = max(busy, float64(cores.busy-last.busy)/float64(d))
+	}
 	standing := q.aside.Load()
 	switch {
 	case standing && busy >= q.openAt:
@@ -177,6 +205,54 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 			}
 		}
 	}
+}
+
+// coresNow reads the clock ticks so far of the cores rotor may run on
+// (its affinity), from /proc/stat; false: they could not be read.
+func coresNow() (coreTicks, bool) {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil {
+		return coreTicks{}, false
+	}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return coreTicks{}, false
+	}
+	return sumCores(stat, set.IsSet), true
+}
+
+// sumCores adds up the ticks of the cores of /proc/stat's text that
+// mine reports as rotor's: of a line "cpuN user nice system idle iowait
+// irq softirq steal ...", idle and iowait are idle, the rest of the
+// first eight busy (guest time is counted in user already).
+func sumCores(stat []byte, mine func(int) bool) coreTicks {
+	var t coreTicks
+	for line := range bytes.Lines(stat) {
+		rest, ok := bytes.CutPrefix(line, []byte("cpu"))
+		if !ok || len(rest) == 0 || rest[0] < '0' || rest[0] > '9' {
+			continue // the total line, or another counter
+		}
+		fields := bytes.Fields(rest)
+		n, err := strconv.Atoi(string(fields[0]))
+		if err != nil || !mine(n) || len(fields) < 9 {
+			continue
+		}
+		var c coreTicks
+		for i, f := range fields[1:9] {
+			v, err := strconv.ParseUint(string(f), 10, 64)
+			if err != nil {
+				c = coreTicks{}
+				break
+			}
+			c.total += v
+			if i != 3 && i != 4 { // idle, iowait
+				c.busy += v
+			}
+		}
+		t.busy += c.busy
+		t.total += c.total
+	}
+	return t
 }
 
 // cpuTime is the CPU time rotor has used, its own and the kernel's for it.

@@ -251,3 +251,71 @@ func waitEach(servers []syscall.RawConn, wait func(i int, src syscall.RawConn, w
 	}
 	return waiters, wg
 }
+
+// TestSumCores adds up the ticks of rotor's cores alone, from /proc/stat's
+// lines for each core, and leaves out the total line, the other counters
+// and a line it cannot read whole.
+func TestSumCores(t *testing.T) {
+	stat := []byte(`cpu  900 9 900 9000 90 9 9 9 0 0
+cpu0 100 1 200 1000 10 2 3 4 0 0
+cpu1 300 0 100 4000 20 0 1 0 0 0
+cpu2 50 5 50 2000 5 1 1 1 7 7
+cpu3 1 2 3 x 5 6 7 8 0 0
+intr 12345 0 0
+ctxt 987654
+cpu12 1 1 1 1 1 1 1 1 0 0
+`)
+	mine := map[int]bool{0: true, 2: true, 3: true, 12: true}
+	got := sumCores(stat, func(n int) bool { return mine[n] })
+	// busy: user, nice, system, irq, softirq, steal; total adds idle and iowait.
+	want := coreTicks{
+		busy:  (100 + 1 + 200 + 2 + 3 + 4) + (50 + 5 + 50 + 1 + 1 + 1) + 6,
+		total: (100 + 1 + 200 + 1000 + 10 + 2 + 3 + 4) + (50 + 5 + 50 + 2000 + 5 + 1 + 1 + 1) + 8,
+	}
+	if got != want {
+		t.Errorf("sumCores = %+v, want %+v", got, want)
+	}
+	if got, ok := coresNow(); !ok || got.total == 0 || got.busy > got.total {
+		t.Errorf("coresNow() = %+v, %v: want this machine's ticks", got, ok)
+	}
+}
+
+// TestReadyQueueLooksAtItsCores: a core rotor shares with other work is
+// full while rotor's own share of it is not, and the queue's order counts
+// there too: the queue steps in when rotor's cores are busy enough,
+// whoever keeps them busy, and stands aside again when they are not.
+func TestReadyQueueLooksAtItsCores(t *testing.T) {
+	var cores coreTicks
+	ok := true
+	q := &readyQueue{openAt: 0.9, readCores: func() (coreTicks, bool) { return cores, ok }}
+	// look has a slice of the cores' time pass, busy for the share given,
+	// and rotor's own CPU a speck of the hour it says went by.
+	look := func(share float64) {
+		cores.busy += uint64(share * 1000)
+		cores.total += 1000
+		q.look(false, time.Hour)
+	}
+	q.look(true, 0)
+	for _, step := range []struct {
+		share float64
+		aside bool
+	}{
+		{0.50, true},  // time to spare: aside
+		{0.95, false}, // full: in
+		{0.87, false}, // under openAt, within the hysteresis: still in
+		{0.80, true},  // aside
+		{0.89, true},  // under openAt: still aside
+		{0.90, false}, // in
+	} {
+		look(step.share)
+		if got := q.aside.Load(); got != step.aside {
+			t.Fatalf("cores %.0f%% busy: aside %v, want %v", 100*step.share, got, step.aside)
+		}
+	}
+	// Cores that cannot be read leave rotor's own share to go by.
+	ok = false
+	look(1)
+	if !q.aside.Load() {
+		t.Errorf("cores unread, rotor's own share a speck: in use, want aside")
+	}
+}
