@@ -84,8 +84,9 @@ type readyQueue struct {
 // other machines) and all of them.
 type coreTicks struct{ busy, total uint64 }
 
-// How far under openAt rotor's CPU falls before the queue stands aside:
-// the queue's own cost is not enough to take it back across.
+// How far under openAt the core's busy share falls before the queue
+// stands aside: the queue's own cost is not enough to take it back
+// across.
 const readyHysteresis = 0.05
 
 var readyEpoch = time.Now()

@@ -285,7 +285,7 @@ cpu12 1 1 1 1 1 1 1 1 0 0
 // there too: the queue steps in when rotor's cores are busy enough,
 // whoever keeps them busy, and stands aside again when they are not.
 func TestReadyQueueLooksAtItsCores(t *testing.T) {
-	var cores coreTicks
+	cores := coreTicks{busy: 3000, total: 10000} // since the machine started
 	ok := true
 	q := &readyQueue{openAt: 0.9, readCores: func() (coreTicks, bool) { return cores, ok }}
 	// look has a slice of the cores' time pass, busy for the share given,
