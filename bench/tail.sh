@@ -13,8 +13,8 @@
 # backends (bench/peers.sh's "get") leave the load's core the limit and
 # the proxy's a quarter idle; here the proxy's own work sets the rate and
 # the tail. The peers send the backends the forwarding fields rotor sends
-# (FORWARDED, bench/setup.sh; the runs before 2026-12-04 07:00Z had them
-# bare).
+# (FORWARDED, bench/setup.sh; the runs before 1348ac1, 2026-12-04
+# 06:33Z, had them bare).
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy

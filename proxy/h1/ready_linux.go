@@ -58,8 +58,9 @@ import (
 // readyQueue is an epoll set of sockets whose connections wait to read,
 // and the goroutine that wakes them.
 type readyQueue struct {
-	// The share of rotor's CPU (GOMAXPROCS cores) at or above which the
-	// queue is used, and how often a wait looks (openAt 0: used however
+	// How busy rotor's core must be for the queue to be used (a share:
+	// the larger of rotor's own of GOMAXPROCS cores and that of the cores
+	// it may run on), and how often a wait looks (openAt 0: used however
 	// busy; every 0: no look, used throughout).
 	openAt float64
 	every  time.Duration
@@ -169,9 +170,9 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 	return true
 }
 
-// look has the queue stand aside, or step in again, by how busy rotor
-// was over the time since the last look (first: there was none; only
-// note rotor's CPU time).
+// look has the queue stand aside, or step in again, by how busy rotor's
+// core was over the time since the last look (first: there was none;
+// only note rotor's CPU time and its cores' ticks).
 func (q *readyQueue) look(first bool, since time.Duration) {
 	cpu := cpuTime()
 	read := q.readCores
