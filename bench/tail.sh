@@ -15,6 +15,9 @@
 # the tail. The peers send the backends the forwarding fields rotor sends
 # (FORWARDED, bench/setup.sh; the runs before 1348ac1, 2026-12-04
 # 06:33Z, had them bare).
+# SHARED=1 runs the backends on core 0 with the proxies instead: a core
+# the proxy shares with other work, full while the proxy's own share of
+# it is about 70%.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
@@ -31,8 +34,10 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
 setup tail
 pin=0 load=1
+SHARED=${SHARED:-0}
+case "$SHARED" in 0) backends=$load where="on core $load" ;; 1) backends=$pin where="on core $pin, shared with the proxy" ;; *) echo "SHARED must be 0 or 1" >&2; exit 1 ;; esac
 
-nginx_backends "$load" 19311 19312 19313
+nginx_backends "$backends" 19311 19312 19313
 declare -A pid
 # start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
 # PORT, with the variables given, its collections traced to
@@ -98,7 +103,7 @@ run() {
 	v[$c-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
 
-echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION and three nginx backends (from memory) on core 1, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
+echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION on core $load, three nginx backends (from memory) $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 forwarding_note
 for c in $CONNS; do
