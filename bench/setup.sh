@@ -82,9 +82,12 @@ cpu_ticks() {
 	echo "$t"
 }
 
-# core_ticks N: core N's busy and total clock ticks so far (/proc/stat),
-# for core_busy.
-core_ticks() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
+# core_ticks N[,M...]: the busy and total clock ticks so far of core N
+# (and of M..., summed; /proc/stat), for core_busy.
+core_ticks() {
+	awk -v cores="$1" 'BEGIN {n = split(cores, c, ","); for (i = 1; i <= n; i++) want["cpu" c[i]] = 1}
+		$1 in want {b += $2 + $3 + $4 + $7 + $8; t += $2 + $3 + $4 + $5 + $6 + $7 + $8} END {print b, t}' /proc/stat
+}
 
 # core_busy "BEFORE" "AFTER": the share of the time between two
 # core_ticks that the core was busy, in percent.
@@ -244,8 +247,8 @@ paired() {
 		awk '{x[NR] = $1} END {if (!NR) print "-"; else if (NR == 1) printf "%.2fx\n", x[1]; else printf "%.2fx (%.2f-%.2f)\n", x[int((NR + 1) / 2)], x[1], x[NR]}'
 }
 
-# nginx_proxy CORES PORT BACKEND_PORT... starts nginx (one worker, on
-# CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
+# nginx_proxy CORES PORT BACKEND_PORT... starts nginx (WORKERS workers,
+# default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
 # backends on 127.0.0.1, its connections to them kept alive as rotor's
 # and HAProxy's are, and a client's served without a cap on its
 # requests, sending the forwarding fields as FORWARDED says. Its files
@@ -256,7 +259,7 @@ nginx_proxy() {
 	shift 2
 	for b in "$@"; do servers+="server 127.0.0.1:$b; "; done
 	cat > "$out/nginx-$port.conf" <<NGINX
-worker_processes 1;
+worker_processes ${WORKERS:-1};
 daemon off;
 pid $PWD/$out/nginx-$port.pid;
 error_log $PWD/$out/nginx-$port.err warn;
@@ -275,8 +278,8 @@ NGINX
 	pids+=($!)
 }
 
-# haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (one thread, on
-# CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
+# haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (WORKERS
+# threads, default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
 # backends on 127.0.0.1, reusing its connections to them, sending the
 # forwarding fields as FORWARDED says. Its config is
 # $out/haproxy-PORT.cfg; it is killed when the script exits ($! is its
@@ -287,7 +290,7 @@ haproxy_proxy() {
 	for b in "$@"; do servers+="  server s$b 127.0.0.1:$b"$'\n'; done
 	cat > "$out/haproxy-$port.cfg" <<HAPROXY
 global
-  nbthread 1
+  nbthread ${WORKERS:-1}
 defaults
   mode http
   timeout connect 2s

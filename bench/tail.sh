@@ -6,7 +6,7 @@
 # core 1, at each connection count of CONNS (default "10 50"), ROUNDS
 # rounds (default 5) with the targets taking turns. For each target it
 # prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
-# of the CPU a request, of how busy core 0 was (near 100: the proxy is
+# of the CPU a request, of how busy the proxy's core was (near 100: the proxy is
 # the limit, as this script means it to be) and, for rotor, of the
 # requests between two collections (GODEBUG=gctrace=1); and its rate and
 # p99 over HAProxy's, round by round (the median, and the range). Go
@@ -18,6 +18,9 @@
 # SHARED=1 runs the backends on core 0 with the proxies instead: a core
 # the proxy shares with other work, full while the proxy's own share of
 # it is about 70%.
+# CORES=2 gives every proxy both cores (GOMAXPROCS=2, HAProxy nbthread 2,
+# two nginx workers), shared with the backends and with wrk -t2, as
+# bench/peers.sh's CORES=2 does: how the tail scales to a second core.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
@@ -33,9 +36,15 @@ CONNS=${CONNS:-10 50}
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
 setup tail
-pin=0 load=1
+CORES=${CORES:-1}
 SHARED=${SHARED:-0}
-case "$SHARED" in 0) backends=$load where="on core $load" ;; 1) backends=$pin where="on core $pin, shared with the proxy" ;; *) echo "SHARED must be 0 or 1" >&2; exit 1 ;; esac
+case "$CORES/$SHARED" in
+1/0) pin=0 load=1 backends=1 where="on core 1" ;;
+1/1) pin=0 load=1 backends=0 where="on core 0, shared with the proxy" ;;
+2/0) pin=0,1 load=0,1 backends=0,1 where="on cores 0,1, shared with the proxy and the load" ;;
+*) echo "CORES must be 1 or 2, SHARED 0 or 1 (and 0 with CORES=2)" >&2; exit 1 ;;
+esac
+export WORKERS=$CORES
 
 nginx_backends "$backends" 19311 19312 19313
 declare -A pid
@@ -44,7 +53,7 @@ declare -A pid
 # $out/NAME.log.
 start_rotor() {
 	web_config "$out/$1.yaml" "127.0.0.1:$3" 19311 19312 19313
-	env GOMAXPROCS=1 GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
+	env GOMAXPROCS=$CORES GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
 	pids+=($!)
 	pid[$1]=$!
 }
@@ -90,7 +99,7 @@ declare -A v
 run() {
 	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1 k0
 	t0=$(ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
-	taskset -c $load wrk -t1 -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
+	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
@@ -103,7 +112,7 @@ run() {
 	v[$c-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
 
-echo "# HTTP/1.1, the proxy's core the limit: each proxy on core 0, wrk -t1 -d$DURATION on core $load, three nginx backends (from memory) $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
+echo "# HTTP/1.1, the proxy's cores the limit: each proxy on cores $pin ($CORES worker(s) or P(s)), wrk -t$CORES -d$DURATION on cores $load, three nginx backends (from memory) $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 forwarding_note
 for c in $CONNS; do
