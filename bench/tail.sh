@@ -9,7 +9,9 @@
 # of the CPU a request, of how busy the proxy's core was (near 100: the proxy is
 # the limit, as this script means it to be) and, for rotor, of the
 # requests between two collections (GODEBUG=gctrace=1); and its rate and
-# p99 over HAProxy's, round by round (the median, and the range). Go
+# p99 over HAProxy's, round by round (the median, and the range), and
+# with BASE, the working tree's rate, p99 and CPU a request over the
+# base's. Go
 # backends (bench/peers.sh's "get") leave the load's core the limit and
 # the proxy's a quarter idle; here the proxy's own work sets the rate and
 # the tail. The peers send the backends the forwarding fields rotor sends
@@ -132,4 +134,7 @@ for c in $CONNS; do
 		printf " %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
+	if [ -n "$BASE" ]; then
+		echo "rotor over base, round by round: rate $(paired "${v[$c-rps-rotor]}" "${v[$c-rps-base]}"), p99 $(paired "${v[$c-p99-rotor]}" "${v[$c-p99-base]}"), CPU a request $(paired "${v[$c-cpu-rotor]}" "${v[$c-cpu-base]}")"
+	fi
 done
