@@ -248,8 +248,8 @@ paired() {
 }
 
 # nginx_proxy CORES PORT BACKEND_PORT... starts nginx (WORKERS workers,
-# default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
-# backends on 127.0.0.1, its connections to them kept alive as rotor's
+# default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round
+# robin over the backends on 127.0.0.1, its connections to them kept alive as rotor's
 # and HAProxy's are, and a client's served without a cap on its
 # requests, sending the forwarding fields as FORWARDED says. Its files
 # are $out/nginx-PORT.*; it is killed when the script exits ($! is its
@@ -279,8 +279,8 @@ NGINX
 }
 
 # haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (WORKERS
-# threads, default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round robin over the
-# backends on 127.0.0.1, reusing its connections to them, sending the
+# threads, default one, on CORES) as a reverse proxy on 127.0.0.1:PORT,
+# round robin over the backends on 127.0.0.1, reusing its connections to them, sending the
 # forwarding fields as FORWARDED says. Its config is
 # $out/haproxy-PORT.cfg; it is killed when the script exits ($! is its
 # pid).

@@ -6,17 +6,16 @@
 # core 1, at each connection count of CONNS (default "10 50"), ROUNDS
 # rounds (default 5) with the targets taking turns. For each target it
 # prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
-# of the CPU a request, of how busy the proxy's core was (near 100: the proxy is
-# the limit, as this script means it to be) and, for rotor, of the
-# requests between two collections (GODEBUG=gctrace=1); and its rate and
-# p99 over HAProxy's, round by round (the median, and the range), and
-# with BASE, the working tree's rate, p99 and CPU a request over the
-# base's. Go
-# backends (bench/peers.sh's "get") leave the load's core the limit and
-# the proxy's a quarter idle; here the proxy's own work sets the rate and
-# the tail. The peers send the backends the forwarding fields rotor sends
-# (FORWARDED, bench/setup.sh; the runs before 1348ac1, 2026-12-04
-# 06:33Z, had them bare).
+# of the CPU a request, of how busy the proxy's core was (near 100: the
+# proxy is the limit, as this script means it to be) and, for rotor, of
+# the requests between two collections (GODEBUG=gctrace=1); and its rate
+# and p99 over HAProxy's, round by round (the median, and the range),
+# and with BASE, the working tree's rate, p99 and CPU a request over the
+# base's. Go backends (bench/peers.sh's "get") leave the load's core
+# the limit and the proxy's a quarter idle; here the proxy's own work
+# sets the rate and the tail. The peers send the backends the
+# forwarding fields rotor sends (FORWARDED, bench/setup.sh; the runs
+# before 1348ac1, 2026-12-04 06:33Z, had them bare).
 # SHARED=1 runs the backends on core 0 with the proxies instead: a core
 # the proxy shares with other work, full while the proxy's own share of
 # it is about 70%.
