@@ -10,9 +10,19 @@
 # (default 20,000), 50 connections, HTTP/1.1: GETs, and POSTs of a
 # 100-byte body. The system calls' own cost is the kernel's and is not
 # counted: bench/compare.sh measures it with the rest.
+# callgrind also plays each through a model of the first-level caches
+# (32 KiB of code and 32 KiB of data, 64-byte lines, 8-way: --cache-sim):
+# the lines of code and of data a request misses there are printed too.
+# Straight-line code is fetched once a request whatever its instruction
+# count, so a path can run fewer instructions than another and still
+# cost more, in misses of code its core has to fetch again each time.
+# HAPROXY=1 counts HAProxy (one thread, the forwarding fields as
+# FORWARDED says, bench/setup.sh) under the same load too; its line
+# gives the new build's instructions over its.
 # Needs: valgrind, h2load, taskset, git (Debian: valgrind nghttp2-client
-# util-linux git).
+# util-linux git); haproxy with HAPROXY=1.
 # Usage: bash bench/instructions.sh [BASE] > bench/out/instructions.txt
+#        HAPROXY=1 bash bench/instructions.sh HEAD
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/setup.sh
@@ -31,20 +41,23 @@ web_config "$out/rotor.yaml" 127.0.0.1:18600 19601 19602 19603
 head -c 100 /dev/zero | tr '\0' x > "$out/post.txt"
 for _ in $(seq 50); do curl -sf http://127.0.0.1:19601/ >/dev/null && break; sleep 0.1; done
 
-# count BIN H2LOAD-ARGS...: the instructions a request BIN spends.
+# count KIND COMMAND...: what a request costs COMMAND, a proxy it starts
+# on 127.0.0.1:18600 in front of the three backends, under callgrind, for
+# KIND's requests (get, post): "INSTRUCTIONS CODE-MISSES DATA-MISSES".
 count() {
-	local bin=$1 vp f
+	local kind=$1 vp f args=()
 	shift
+	[ "$kind" = post ] && args=(-d "$out/post.txt")
 	# No asynchronous preemption: its signals trip callgrind now and then
 	# (an assertion in its signal handling).
-	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.%p" --instr-atstart=no \
-		"$bin" serve --config "$out/rotor.yaml" >/dev/null 2>"$out/valgrind.log" &
+	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 taskset -c 0 valgrind --tool=callgrind --cache-sim=yes \
+		--callgrind-out-file="$out/callgrind.%p" --instr-atstart=no "$@" >/dev/null 2>"$out/valgrind.log" &
 	vp=$!
 	for _ in $(seq 100); do curl -sf http://127.0.0.1:18600/ >/dev/null && break; sleep 0.2; done
-	taskset -c 1 h2load --h1 -n 3000 -c 50 "$@" http://127.0.0.1:18600/ >/dev/null
+	taskset -c 1 h2load --h1 -n 3000 -c 50 "${args[@]}" http://127.0.0.1:18600/ >/dev/null
 	callgrind_control -i on "$vp" >/dev/null 2>&1
 	local res
-	res=$(taskset -c 1 h2load --h1 -n "$N" -c 50 "$@" http://127.0.0.1:18600/)
+	res=$(taskset -c 1 h2load --h1 -n "$N" -c 50 "${args[@]}" http://127.0.0.1:18600/)
 	if ! grep -q "status codes: $N 2xx" <<<"$res"; then
 		echo "not every request was answered 2xx: $(grep 'status codes' <<<"$res")" >&2
 		kill "$vp"
@@ -54,19 +67,25 @@ count() {
 	kill "$vp"
 	wait "$vp" 2>/dev/null || true
 	f=$(ls "$out"/callgrind."$vp".* | head -1)
-	callgrind_annotate "$f" 2>/dev/null | awk -v n="$N" '/PROGRAM TOTALS/ {gsub(",", "", $1); printf "%.0f", $1 / n}'
+	# The totals' columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
+	callgrind_annotate "$f" 2>/dev/null | awk -v n="$N" '/PROGRAM TOTALS/ {
+		gsub(/\([^)]*\)/, ""); gsub(",", ""); printf "%.0f %.0f %.0f", $1 / n, $4 / n, ($5 + $6) / n}'
 	rm -f "$out"/callgrind."$vp"*
 }
 
+[ "${HAPROXY:-0}" = 1 ] && { needs haproxy; haproxy_config 18600 19601 19602 19603; }
 echo "# user-space instructions a request (callgrind), $N requests after 3,000, h2load --h1 -c 50; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "# base $(git rev-parse --short "$BASE"), new: the working tree on $(git rev-parse --short HEAD)"
-printf "%-22s %10s %10s %8s\n" request base new ratio
+echo "# code and data misses: the lines a request missed in callgrind's model of 32 KiB first-level caches"
+printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" request base new ratio "code base" "code new" "data base" "data new"
 for kind in get post; do
-	args=()
-	[ "$kind" = post ] && args=(-d "$out/post.txt")
-	b=$(count "$out/rotor-base" "${args[@]}")
-	n=$(count "$out/rotor-new" "${args[@]}")
+	read -r b bi bd <<<"$(count "$kind" "$out/rotor-base" serve --config "$out/rotor.yaml")"
+	read -r n ni nd <<<"$(count "$kind" "$out/rotor-new" serve --config "$out/rotor.yaml")"
 	name="GET"
 	[ "$kind" = post ] && name="POST, 100-byte body"
-	printf "%-22s %10s %10s %8s\n" "$name" "$b" "$n" "$(awk -v b="$b" -v n="$n" 'BEGIN {printf "%.3f", n / b}')"
+	printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" "$name" "$b" "$n" "$(awk -v b="$b" -v n="$n" 'BEGIN {printf "%.3f", n / b}')" "$bi" "$ni" "$bd" "$nd"
+	if [ "${HAPROXY:-0}" = 1 ]; then
+		read -r h hi hd <<<"$(count "$kind" haproxy -f "$out/haproxy-18600.cfg" -db)"
+		printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" "  HAProxy" - "$h" "$(awk -v h="$h" -v n="$n" 'BEGIN {printf "%.3f", n / h}')" - "$hi" - "$hd"
+	fi
 done

@@ -278,15 +278,13 @@ NGINX
 	pids+=($!)
 }
 
-# haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy (WORKERS
-# threads, default one, on CORES) as a reverse proxy on 127.0.0.1:PORT,
-# round robin over the backends on 127.0.0.1, reusing its connections to them, sending the
-# forwarding fields as FORWARDED says. Its config is
-# $out/haproxy-PORT.cfg; it is killed when the script exits ($! is its
-# pid).
-haproxy_proxy() {
-	local cores=$1 port=$2 servers="" b
-	shift 2
+# haproxy_config PORT BACKEND_PORT... writes $out/haproxy-PORT.cfg:
+# HAProxy (WORKERS threads, default one) as a reverse proxy on
+# 127.0.0.1:PORT, round robin over the backends on 127.0.0.1, reusing its
+# connections to them, sending the forwarding fields as FORWARDED says.
+haproxy_config() {
+	local port=$1 servers="" b
+	shift
 	for b in "$@"; do servers+="  server s$b 127.0.0.1:$b"$'\n'; done
 	cat > "$out/haproxy-$port.cfg" <<HAPROXY
 global
@@ -305,6 +303,16 @@ backend app
 $haproxy_fwd
 $servers
 HAPROXY
+}
+
+# haproxy_proxy CORES PORT BACKEND_PORT... starts HAProxy on CORES with
+# haproxy_config's config for PORT and the backends; its output goes to
+# $out/haproxy-PORT.log, and it is killed when the script exits ($! is
+# its pid).
+haproxy_proxy() {
+	local cores=$1 port=$2
+	shift
+	haproxy_config "$@"
 	taskset -c "$cores" haproxy -f "$out/haproxy-$port.cfg" -db >"$out/haproxy-$port.log" 2>&1 &
 	pids+=($!)
 }
