@@ -37,7 +37,7 @@ done
 # best prints the best of ROUNDS curl runs on core 1, in MB/s.
 best() { curl_best 1 "$ROUNDS" "$@"; }
 
-echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(go version | cut -d' ' -f3)"
+echo "# 1 GiB bodies, MB/s (best of $ROUNDS), rotor on one core; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
 echo "# rotor CPU: its user and system time a GiB over its runs (1.00 s would be its core full at 1,074 MB/s)"
 printf "%-26s %10s %10s %8s %16s %18s\n" body direct rotor ratio "rotor CPU s/GiB" "core 1 busy d/r %"
 row() {

@@ -39,7 +39,7 @@ hz=$(getconf CLK_TCK)
 cpu_us() { awk -v t=$(($(cpu_ticks "${pid[$1]}") - $2)) -v hz="$hz" -v n="$3" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}'; }
 
 if want http; then
-	echo "# rotor, GOMAXPROCS=1 and 2, cores 0,1 shared with wrk -t2 -c50 -d${DURATION}s and the backends; $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "# rotor, GOMAXPROCS=1 and 2, cores 0,1 shared with wrk -t2 -c50 -d${DURATION}s and the backends; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	printf '%-12s %6s %12s %8s %12s\n' GOMAXPROCS round requests/s "p99 ms" "CPU us/req"
 	for round in $(seq "$ROUNDS"); do
 		order="1 2"
@@ -55,7 +55,7 @@ fi
 
 if want tcp; then
 	want http && echo
-	echo "# rotor's tcp listener, GOMAXPROCS=1 and 2, cores 0,1 shared with redis-benchmark -n $REQUESTS -c 50 -t set,get (pipelined: -n $((REQUESTS * 5)) -P 16) and redis; $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "# rotor's tcp listener, GOMAXPROCS=1 and 2, cores 0,1 shared with redis-benchmark -n $REQUESTS -c 50 -t set,get (pipelined: -n $((REQUESTS * 5)) -P 16) and redis; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	printf '%-12s %6s %10s %10s %12s %12s %11s %11s\n' GOMAXPROCS round SET GET "SET -P 16" "GET -P 16" "CPU us/req" "CPU, -P 16"
 	for round in $(seq "$ROUNDS"); do
 		order="1 2"

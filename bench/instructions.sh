@@ -74,7 +74,7 @@ count() {
 }
 
 [ "${HAPROXY:-0}" = 1 ] && { needs haproxy; haproxy_config 18600 19601 19602 19603; }
-echo "# user-space instructions a request (callgrind), $N requests after 3,000, h2load --h1 -c 50; $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "# user-space instructions a request (callgrind), $N requests after 3,000, h2load --h1 -c 50; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note)"
 echo "# base $(git rev-parse --short "$BASE"), new: the working tree on $(git rev-parse --short HEAD)"
 echo "# code and data misses: the lines a request missed in callgrind's model of 32 KiB first-level caches"
 printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" request base new ratio "code base" "code new" "data base" "data new"

@@ -33,7 +33,7 @@ run() {
 	wait "$p" 2>/dev/null || true
 }
 backends="127.0.0.1:19501 127.0.0.1:19502 127.0.0.1:19503"
-echo "# wrk -t1 -c50 -d$DURATION (core 1), $ROUNDS rounds taking turns; $(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "# wrk -t1 -c50 -d$DURATION (core 1), $ROUNDS rounds taking turns; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 printf "%-22s %5s %12s\n" target cores "requests/s"
 for round in $(seq "$ROUNDS"); do
 	for cores in 1 2; do

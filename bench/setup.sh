@@ -32,6 +32,16 @@ forwarding_note() {
 	fi
 }
 
+# cores_note prints the machine's core count and the model its cores
+# report (/proc/cpuinfo), for a table's head: this machine's host
+# changes from day to day, and a proxy's cost relative to another's
+# with it.
+cores_note() {
+	local model
+	model=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null)
+	echo "$(nproc) cores${model:+ ($model)}"
+}
+
 needs() {
 	local tool missing=()
 	for tool in "$@"; do

@@ -40,7 +40,7 @@ done
 sleep 1
 
 echo "# rotor, state in memory and in Redis: wrk -t1 -c$CONNS -d$DURATION, one core each, alternating"
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go version | cut -d' ' -f3)"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
 for round in 1 2 3; do
 	for store in memory redis; do
 		port=$([ "$store" = memory ] && echo 18200 || echo 18201)

@@ -98,7 +98,7 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
-echo "# system calls and CPU a request, perf stat; $N requests a count, median of $ROUNDS; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(go env GOVERSION), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+echo "# system calls and CPU a request, perf stat; $N requests a count, median of $ROUNDS; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go env GOVERSION), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 for path in http tcp; do
 	echo
 	case $path in
