@@ -100,7 +100,7 @@ core_ticks() {
 }
 
 # core_busy "BEFORE" "AFTER": the share of the time between two
-# core_ticks that the core was busy, in percent.
+# core_ticks that the core (or cores) was busy, in percent.
 core_busy() { awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2])}'; }
 
 # median prints the median of the numbers it reads, "-" when there are none.
@@ -259,11 +259,11 @@ paired() {
 
 # nginx_proxy CORES PORT BACKEND_PORT... starts nginx (WORKERS workers,
 # default one, on CORES) as a reverse proxy on 127.0.0.1:PORT, round
-# robin over the backends on 127.0.0.1, its connections to them kept alive as rotor's
-# and HAProxy's are, and a client's served without a cap on its
-# requests, sending the forwarding fields as FORWARDED says. Its files
-# are $out/nginx-PORT.*; it is killed when the script exits ($! is its
-# pid).
+# robin over the backends on 127.0.0.1, its connections to them kept
+# alive as rotor's and HAProxy's are, and a client's served without a
+# cap on its requests, sending the forwarding fields as FORWARDED
+# says. Its files are $out/nginx-PORT.*; it is killed when the script
+# exits ($! is its pid).
 nginx_proxy() {
 	local cores=$1 port=$2 servers="" b
 	shift 2
