@@ -480,9 +480,13 @@ type conn struct {
 	readErr  error // the last read's failure since the request was written
 	idleAt   time.Time
 	ready    waiter // its place in readySockets, where it waits for an answer
-	// The try's bound: a timer that cuts the exchange when the try's time
-	// is up (beginTry), and expired, set once its cut is done.
+	// The try's bound (beginTry): when the running try ends, in
+	// nanoseconds since tryEpoch (0: none runs; tryCut: it ran out and
+	// was cut), the timer that looks at it, whether that timer is
+	// armed, and expired, set once a try's cut is done.
+	tryEnd   atomic.Int64
 	tryTimer *time.Timer
+	armed    atomic.Bool
 	expired  atomic.Bool
 }
 
@@ -491,6 +495,10 @@ type conn struct {
 func (c *conn) close() {
 	readySockets.remove(&c.ready, c.rc)
 	c.conn.Close()
+	if c.tryTimer != nil {
+		c.tryEnd.Store(0)
+		c.tryTimer.Stop() // it would stand down when it fires; not kept until then
+	}
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -581,37 +589,86 @@ func (c *conn) cut() {
 	c.ready.poke()
 }
 
-// beginTry bounds the exchange by the try: once try has passed, a timer
-// cuts it, and a read or write then fails as at a deadline. One timer
-// made once a connection, reset at each request, where a deadline would
-// set two of the poller's (the reads' and the writes') and the wait in
-// readySockets would need one of its own besides: 1.6% fewer
-// instructions a request (docs/BENCHMARKS.md, "The try, one timer").
+// tryEpoch is what the tries' ends are counted from: time.Since reads
+// the monotonic clock.
+var tryEpoch = time.Now()
+
+// tryCut is conn.tryEnd once a try ran out and its exchange was cut.
+const tryCut = -1
+
+// never arms a timer for no time that comes.
+const never = time.Duration(math.MaxInt64)
+
+// beginTry bounds the exchange by the try: once try has passed, c's
+// timer cuts it, and a read or write then fails as at a deadline. One
+// timer a connection, where a deadline would set two of the poller's (the
+// reads' and the writes') and the wait in readySockets would need one of
+// its own besides (docs/BENCHMARKS.md, "The try, one timer").
+//
+// The timer is armed lazily, as HAProxy's tasks are queued: a try notes
+// when it ends, and arms the timer only if it is not armed already, for
+// an earlier try's end; when it fires it looks at the try then running,
+// cuts it if its time is up and is armed again for its end if not. A try
+// that ends (endTry) notes that none runs and leaves the timer as it is:
+// it stands down when it fires. So a connection answered within its tries
+// arms its timer once a try's length, not twice a request: a Reset and a
+// Stop of a timer were 672 instructions of a GET's 28,200 and 62 of the
+// 1,720 lines of code it missed in the first-level cache (docs/BENCHMARKS.md,
+// "The try's timer, armed lazily"). The cut comes at the try's end, not
+// sooner, and no later than the timer's own lateness.
 func (c *conn) beginTry(try time.Duration) {
+	c.tryEnd.Store(int64(time.Since(tryEpoch) + try))
 	if c.tryTimer == nil {
-		c.tryTimer = time.AfterFunc(try, c.expire)
-	} else {
+		c.tryTimer = time.AfterFunc(never, c.expire) // made before it can fire
+	}
+	if c.armed.CompareAndSwap(false, true) {
 		c.tryTimer.Reset(try)
 	}
 }
 
+// expire is the try timer's: it cuts the running try once its end has
+// passed, is armed again for its end if it has not, and stands down when
+// none runs. Only the one that armed the timer (beginTry, or expire
+// itself) sets it again: armed says who, and the last look at tryEnd
+// after standing down picks up a try whose beginTry found it still armed.
 func (c *conn) expire() {
-	c.cut()
-	c.expired.Store(true)
+	for {
+		end := c.tryEnd.Load()
+		if end <= 0 { // none runs (0); a cut try is not looked at again
+			c.armed.Store(false)
+			if c.tryEnd.Load() <= 0 || !c.armed.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		if left := time.Duration(end) - time.Since(tryEpoch); left > 0 {
+			c.tryTimer.Reset(left)
+			return
+		}
+		if c.tryEnd.CompareAndSwap(end, tryCut) {
+			c.armed.Store(false)
+			c.cut()
+			c.expired.Store(true)
+			return
+		}
+		// The try ended as its time ran out: look again.
+	}
 }
 
-// endTry stops the try's timer once the answer's head is in. When it
-// fired already (the head came as the try ran out), it waits for its cut
-// to be done and lifts it, for the body and the next request (lifted: a
-// cancellation's cut, if any, went with it).
+// endTry ends the try once the answer's head is in, leaving the timer as
+// it is. When its time ran out already (the head came as the try did),
+// it waits for the cut to be done and lifts it, for the body and the next
+// request (lifted: a cancellation's cut, if any, went with it).
 func (c *conn) endTry() (lifted bool) {
-	if c.tryTimer.Stop() {
+	// Only expire changes a running try's end: a CAS that fails found it cut.
+	if end := c.tryEnd.Load(); end != tryCut && c.tryEnd.CompareAndSwap(end, 0) {
 		return false
 	}
 	for !c.expired.Load() {
 		runtime.Gosched() // the cut is two calls away
 	}
 	c.expired.Store(false)
+	c.tryEnd.Store(0)
 	c.conn.SetDeadline(time.Time{})
 	return true
 }
@@ -783,9 +840,6 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 		}
 	}
 	if err != nil {
-		if try > 0 {
-			c.tryTimer.Stop()
-		}
 		if stop != nil {
 			stop()
 		}

@@ -454,6 +454,44 @@ func TestShortWayTryEndsWithTheHead(t *testing.T) {
 	}
 }
 
+// A try is cut at its own end: not at an earlier try's, for which its
+// connection's timer is still armed, and not later than its own.
+func TestShortWayTryCutAtItsOwnEnd(t *testing.T) {
+	const try = 300 * time.Millisecond
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for n := 1; readRequest(br); n++ {
+			switch n {
+			case 2:
+				time.Sleep(try * 2 / 3) // past the first try's end, within its own
+			case 3:
+				_, _ = io.Copy(io.Discard, br) // no answer: until the proxy closes
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, try)
+	req, _ := http.NewRequest(http.MethodGet, b.url(), nil)
+	fetch(t, tr, req)
+	time.Sleep(try / 2) // the timer is armed for the first try's end
+	if _, body := fetch(t, tr, req); body != "ok" {
+		t.Errorf("the second answer: %q, want ok", body)
+	}
+
+	start := time.Now()
+	_, err := tr.RoundTrip(req)
+	d := time.Since(start)
+	if kind := proxy.Classify(err, req.Context()); kind != health.Timeout {
+		t.Errorf("no head within the third try: %v, classified %v, want a timeout", err, kind)
+	}
+	if d < try || d > 2*time.Second {
+		t.Errorf("the third try of %v was cut after %v", try, d)
+	}
+	if n := b.accepted.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
 func TestShortWayFraming(t *testing.T) {
 	tests := []struct {
 		name, answer, body string
