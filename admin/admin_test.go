@@ -3,6 +3,7 @@ package admin_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -137,6 +138,36 @@ func TestStickyAndRecordMetrics(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// Every request counts in its own series however many series there are:
+// more than the metrics keep at hand, sharing their places, and taking
+// turns in them.
+func TestRequestSeriesManyKeys(t *testing.T) {
+	p := balance.NewPool("s", balance.Options{})
+	m := admin.NewMetrics(func() []admin.PoolView { return []admin.PoolView{{Name: "s", Snapshot: p.Snapshot()}} })
+	statuses := []int{200, 502}
+	const endpoints, rounds = 40, 3
+	for range rounds {
+		for i := range endpoints {
+			for _, status := range statuses {
+				// A name made anew each time, as a record's may be.
+				m.Served(&proxy.Record{Listener: "web", Kind: proxy.KindHTTP, Pool: "s", Endpoint: fmt.Sprintf("e%d", i), Status: status})
+			}
+		}
+	}
+	body := do(admin.Handler(&control{pool: p}, m, admin.Options{}), "GET", "/metrics").Body.String()
+	for i := range endpoints {
+		for _, status := range statuses {
+			want := fmt.Sprintf(`rotor_requests_total{code="%d",endpoint="e%d",kind="http",listener="web",pool="s"} %d`, status, i, rounds)
+			if !strings.Contains(body, want+"\n") {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
+	if want := fmt.Sprintf(`rotor_request_duration_seconds_count{listener="web",pool="s"} %d`, rounds*endpoints*len(statuses)); !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 }
 

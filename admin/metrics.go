@@ -5,6 +5,7 @@ package admin
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,36 @@ type Metrics struct {
 	pools    func() []PoolView
 
 	mu     sync.RWMutex
-	series map[httpKey]*httpSeries
+	series map[httpKey]*keyedSeries
+	// recent holds the series last found, each in a slot its key picks
+	// without hashing its strings (recentSlot): a request whose series is
+	// there finds it by comparing its key, where the map hashes four
+	// strings and takes the lock (210 instructions and 28 lines of code
+	// more a GET: docs/BENCHMARKS.md, "A request's series at hand").
+	recent [recentSlots]atomic.Pointer[keyedSeries]
+}
+
+// recentSlots is how many series Metrics.recent holds: a power of two.
+const recentSlots = 16
+
+// keyedSeries is a series with its key, as the map and recent hold it.
+type keyedSeries struct {
+	key httpKey
+	httpSeries
+}
+
+// recentSlot is k's slot in Metrics.recent, from what tells keys apart
+// without reading their strings through: the status, the lengths, and
+// the endpoint's last byte (names that differ only in a number or a
+// letter at the end, as endpoints' most often do). Keys that share a
+// slot take turns in it, and each finds the map when the other is there.
+func recentSlot(k *httpKey) int {
+	h := uint(k.status)*31 + uint(len(k.endpoint))
+	if n := len(k.endpoint); n > 0 {
+		h = h*31 + uint(k.endpoint[n-1])
+	}
+	h = h*31 + uint(len(k.pool)) + uint(len(k.listener))<<5
+	return int(h^h>>4) & (recentSlots - 1)
 }
 
 // httpKey names the series a finished HTTP request counts in.
@@ -101,7 +131,7 @@ func NewMetrics(pools func() []PoolView) *Metrics {
 			Name: "rotor_bytes_total", Help: "Bytes relayed, by listener and direction (in: from clients, out: to clients).",
 		}, []string{"listener", "direction"}),
 		pools:  pools,
-		series: make(map[httpKey]*httpSeries),
+		series: make(map[httpKey]*keyedSeries),
 	}
 	m.Registry.MustRegister(m.requests, m.latency, m.conns, m.connDur, m.retries, m.refused, m.bytes, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -145,28 +175,38 @@ func (m *Metrics) Served(r *proxy.Record) {
 }
 
 // httpSeries returns r's series, made the first time they are asked for.
-// They are as many as the vectors' (which keep every series they made).
 func (m *Metrics) httpSeries(r *proxy.Record) *httpSeries {
 	k := httpKey{r.Listener, r.Kind, r.Pool, r.Endpoint, r.Status}
-	m.mu.RLock()
-	s := m.series[k]
-	m.mu.RUnlock()
-	if s != nil {
-		return s
+	slot := &m.recent[recentSlot(&k)]
+	if e := slot.Load(); e != nil && e.key == k {
+		return &e.httpSeries
 	}
-	s = &httpSeries{
+	m.mu.RLock()
+	e := m.series[k]
+	m.mu.RUnlock()
+	if e == nil {
+		e = m.newSeries(k, r)
+	}
+	slot.Store(e)
+	return &e.httpSeries
+}
+
+// newSeries makes k's series, r's, unless another request made them
+// meanwhile.
+func (m *Metrics) newSeries(k httpKey, r *proxy.Record) *keyedSeries {
+	e := &keyedSeries{key: k, httpSeries: httpSeries{
 		requests: m.requests.WithLabelValues(r.Listener, r.Kind, r.Pool, r.Endpoint, strconv.Itoa(r.Status)),
 		latency:  m.latency.WithLabelValues(r.Listener, r.Pool),
 		in:       m.bytes.WithLabelValues(r.Listener, "in"),
 		out:      m.bytes.WithLabelValues(r.Listener, "out"),
-	}
+	}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old := m.series[k]; old != nil {
 		return old
 	}
-	m.series[k] = s
-	return s
+	m.series[k] = e
+	return e
 }
 
 var (
