@@ -186,7 +186,7 @@ func headEnd(b []byte) (n, lines int) {
 // before it. The response is a.resp. hopFree: the head had no hop-by-hop
 // field.
 func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (a *answerBlock, hopFree bool) {
-	s := string(head) // one allocation for every name and value
+	s := headText(head) // one string for every name and value
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
 		return nil, false

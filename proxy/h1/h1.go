@@ -334,7 +334,9 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 	if err != nil {
 		return nil, false, err
 	}
-	c = &conn{t: t, host: host, conn: nc, limit: -1}
+	// host may be cut from a client's head (a forward proxy's target),
+	// whose chunk it would keep for as long as the pool keeps c (headText).
+	c = &conn{t: t, host: strings.Clone(host), conn: nc, limit: -1}
 	c.br = bufio.NewReader(c)
 	if sc, ok := nc.(syscall.Conn); ok && rawio.Supported {
 		if c.rc, _ = sc.SyscallConn(); c.rc != nil {

@@ -34,9 +34,8 @@ import (
 // connection is the request's first Connection value, "" when it has
 // none. size is the head's size as HeadSize counts it.
 func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, connection string, size int) {
-	// One string holds every name and value: a single allocation for all
-	// of them.
-	s := string(head)
+	// One string holds every name and value (headText).
+	s := headText(head)
 	eol := indexCRLF(s, 0)
 	if eol < 0 {
 		return nil, "", 0
@@ -138,6 +137,49 @@ type headBlock struct {
 }
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
+
+// headText returns head as the one string a head's names and values are
+// cut from. A head of up to maxChunkedHead bytes is copied to the end of
+// a chunk shared with the heads before it, from headChunks, rather than
+// to an allocation of its own (two a request, which brought the
+// allocator's code into every request: docs/BENCHMARKS.md, "Heads cut
+// from shared chunks"). A chunk's bytes are written once, at its end,
+// and never again, so what was cut from it stays as it was (as
+// strings.Builder promises); a full chunk is let go and lives on while
+// anything holds a string of it. So a value kept past its request keeps
+// its chunk, up to headChunkSize bytes, where it kept its head: a larger
+// head gets a string of its own.
+func headText(head []byte) string {
+	if len(head) > maxChunkedHead {
+		return string(head)
+	}
+	c := headChunks.Get().(*headChunk)
+	s := c.text(head)
+	headChunks.Put(c)
+	return s
+}
+
+const (
+	headChunkSize  = 4 << 10
+	maxChunkedHead = 1 << 10
+)
+
+// headChunk is the chunk heads are being copied to.
+type headChunk struct{ b strings.Builder }
+
+var headChunks = sync.Pool{New: func() any { return new(headChunk) }}
+
+// text copies p to the end of the chunk, a new one when it has no room
+// left, and returns it as a string.
+func (c *headChunk) text(p []byte) string {
+	if c.b.Cap()-c.b.Len() < len(p) {
+		c.b = strings.Builder{} // the full one is left to the strings cut from it
+		c.b.Grow(headChunkSize)
+	}
+	at := c.b.Len()
+	c.b.Write(p)
+	return c.b.String()[at:]
+}
 
 // putHeadBlock gives a back to headBlocks, zeroed so that it holds
 // nothing of its request; the values' array, emptied, with it when

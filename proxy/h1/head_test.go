@@ -264,3 +264,33 @@ func TestHeadBlockValues(t *testing.T) {
 		t.Errorf("values given back: %q after the next head, want its [3] (the array read into again)", done)
 	}
 }
+
+// Heads copied to shared chunks stay as they were while later heads fill
+// the chunks, and a small head costs a chunk's allocation now and then,
+// not one of its own; a large head gets a string of its own.
+func TestHeadTextChunks(t *testing.T) {
+	buf := make([]byte, maxChunkedHead)
+	var got, want []string
+	for i := range 3 * headChunkSize / 100 {
+		n := 60 + i%80
+		for j := range buf[:n] {
+			buf[j] = byte('a' + (i+j)%26)
+		}
+		got = append(got, headText(buf[:n]))
+		want = append(want, string(buf[:n]))
+		clear(buf) // the caller's buffer is its own again
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("head %d changed once later heads were copied: %q, want %q", i, got[i], want[i])
+		}
+	}
+
+	small, large := buf[:200], make([]byte, maxChunkedHead+1)
+	if n := testing.AllocsPerRun(200, func() { _ = headText(small) }); n > 0.2 {
+		t.Errorf("%v allocations a %d-byte head, want a chunk's now and then", n, len(small))
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = headText(large) }); n != 1 {
+		t.Errorf("%v allocations a %d-byte head, want its own", n, len(large))
+	}
+}
