@@ -21,8 +21,13 @@
 # gives the new build's instructions over its.
 # Needs: valgrind, h2load, taskset, git (Debian: valgrind nghttp2-client
 # util-linux git); haproxy with HAPROXY=1.
+# TOP=N prints too, for the new build's GETs, the N functions that miss
+# the most lines of code a request (callgrind's own counts, inlined code
+# under the function it came from), and the lines missed by whose code:
+# rotor's, Go's runtime's (the scheduler, maps, the allocator), the rest.
 # Usage: bash bench/instructions.sh [BASE] > bench/out/instructions.txt
 #        HAPROXY=1 bash bench/instructions.sh HEAD
+#        TOP=30 bash bench/instructions.sh HEAD
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/setup.sh
@@ -70,7 +75,31 @@ count() {
 	# The totals' columns: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw.
 	callgrind_annotate "$f" 2>/dev/null | awk -v n="$N" '/PROGRAM TOTALS/ {
 		gsub(/\([^)]*\)/, ""); gsub(",", ""); printf "%.0f %.0f %.0f", $1 / n, $4 / n, ($5 + $6) / n}'
+	[ -n "${keep:-}" ] && cp "$f" "$keep"
 	rm -f "$out"/callgrind."$vp"*
+}
+
+# top FILE N: the N functions of callgrind's FILE that miss the most lines
+# of code a request, and the lines missed by whose code.
+top() {
+	callgrind_annotate --auto=no --show=Ir,I1mr --sort=I1mr --threshold=100 "$1" 2>/dev/null | awk -v n="$N" -v top="$2" '
+		/file:function/ { on = 1; next }
+		!on || !/:/ { next }
+		{
+			gsub(/\([^)]*%\)/, "")
+			if ($2 == ".") $2 = 0
+			ir = $1; miss = $2; gsub(",", "", ir); gsub(",", "", miss)
+			fn = $3; sub(/^[^:]*:/, "", fn); gsub(/\047[0-9]+/, "", fn)
+			owner = fn ~ /^github.com\/rotor-lb\/rotor\// ? "rotor" : fn ~ /^(runtime\.|internal\/runtime\/|internal\/chacha8rand\.)/ ? "runtime" : "other"
+			sub(/^github.com\/rotor-lb\/rotor\//, "", fn)
+			lines[fn] += miss / n; instr[fn] += ir / n; by[owner] += miss / n
+		}
+		END {
+			printf "# code lines missed a request, by whose code: rotor %.0f, Go runtime %.0f, the rest %.0f\n", by["rotor"], by["runtime"], by["other"]
+			printf "%10s %10s  %s\n", "code lines", "instr", "function"
+			fflush()
+			for (f in lines) printf "%10.1f %10.0f  %s\n", lines[f], instr[f], f | "sort -rn | head -" top
+		}'
 }
 
 [ "${HAPROXY:-0}" = 1 ] && { needs haproxy; haproxy_config 18600 19601 19602 19603; }
@@ -80,7 +109,9 @@ echo "# code and data misses: the lines a request missed in callgrind's model of
 printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" request base new ratio "code base" "code new" "data base" "data new"
 for kind in get post; do
 	read -r b bi bd <<<"$(count "$kind" "$out/rotor-base" serve --config "$out/rotor.yaml")"
-	read -r n ni nd <<<"$(count "$kind" "$out/rotor-new" serve --config "$out/rotor.yaml")"
+	k=
+	[ "${TOP:-0}" -gt 0 ] && [ "$kind" = get ] && k="$out/new-get.callgrind"
+	read -r n ni nd <<<"$(keep=$k count "$kind" "$out/rotor-new" serve --config "$out/rotor.yaml")"
 	name="GET"
 	[ "$kind" = post ] && name="POST, 100-byte body"
 	printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" "$name" "$b" "$n" "$(awk -v b="$b" -v n="$n" 'BEGIN {printf "%.3f", n / b}')" "$bi" "$ni" "$bd" "$nd"
@@ -89,3 +120,8 @@ for kind in get post; do
 		printf "%-22s %10s %10s %8s %12s %12s %12s %12s\n" "  HAProxy" - "$h" "$(awk -v h="$h" -v n="$n" 'BEGIN {printf "%.3f", n / h}')" - "$hi" - "$hd"
 	fi
 done
+if [ "${TOP:-0}" -gt 0 ]; then
+	echo
+	echo "# the new build's GET: the $TOP functions missing the most lines of code a request"
+	top "$out/new-get.callgrind" "$TOP"
+fi
