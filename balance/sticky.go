@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -250,7 +251,10 @@ func (p *stickyPicker) pickTable(r Request) (*Endpoint, error) {
 	if st.share != nil {
 		ep = p.claim(r.Key, ep)
 	}
-	if sh.put(h, r.Key, ep.Name, now, ttl) {
+	// The pin keeps a copy of the key: a key cut from a request's head
+	// would keep the head's bytes, and those of the heads beside it, for
+	// as long as the pin lives.
+	if sh.put(h, strings.Clone(r.Key), ep.Name, now, ttl) {
 		st.evicted.Add(1)
 	}
 	if pn != nil {

@@ -1,10 +1,15 @@
 package balance
 
 import (
+	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/rotor-lb/rotor/health"
 )
 
 const tableTTL = int64(time.Minute)
@@ -163,5 +168,33 @@ func TestShardConcurrentHitsAndPuts(t *testing.T) {
 		if listed != sh.live {
 			t.Fatalf("max %d: %d pins listed, %d live", max, listed, sh.live)
 		}
+	}
+}
+
+// A pin keeps its own copy of the key, not the string the request's key
+// was cut from (a request's head, whose bytes it would keep alive).
+func TestPinKeepsACopyOfItsKey(t *testing.T) {
+	st, err := NewSticky(StickyOptions{TTL: time.Minute, Inner: &RoundRobin{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPool("s", Options{})
+	if err := p.Configure(Config{Policy: st, Endpoints: []EndpointConfig{{Name: "a"}, {Name: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	head := "GET /?user=u-1234 HTTP/1.1\r\nX-User: u-1234\r\n\r\n"
+	key := head[strings.Index(head, "u-1234"):][:len("u-1234")]
+	pk, err := p.Pick(Request{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk.Done(health.Outcome{Status: 200})
+	h := maphash.String(st.seed, key)
+	pn := st.shards[h%stickyShards].find(h, key)
+	if pn == nil {
+		t.Fatalf("no pin for %q", key)
+	}
+	if unsafe.StringData(pn.key) == unsafe.StringData(key) {
+		t.Error("the pin holds the request's key string, not a copy of it")
 	}
 }
