@@ -617,7 +617,9 @@ const never = time.Duration(math.MaxInt64)
 // Stop of a timer were 672 instructions of a GET's 28,200 and 62 of the
 // 1,720 lines of code it missed in the first-level cache (docs/BENCHMARKS.md,
 // "The try's timer, armed lazily"). The cut comes at the try's end, not
-// sooner, and no later than the timer's own lateness.
+// sooner, and no later than the timer's own lateness: every try of a
+// connection is its transport's length (Transport.try), so a timer armed
+// for an earlier try's end fires before a later try's.
 func (c *conn) beginTry(try time.Duration) {
 	c.tryEnd.Store(int64(time.Since(tryEpoch) + try))
 	if c.tryTimer == nil {
