@@ -457,12 +457,12 @@ func TestShortWayTryEndsWithTheHead(t *testing.T) {
 // A try is cut at its own end: not at an earlier try's, for which its
 // connection's timer is still armed, and not later than its own.
 func TestShortWayTryCutAtItsOwnEnd(t *testing.T) {
-	const try = 300 * time.Millisecond
+	const try = 400 * time.Millisecond
 	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
 		for n := 1; readRequest(br); n++ {
 			switch n {
 			case 2:
-				time.Sleep(try * 2 / 3) // past the first try's end, within its own
+				time.Sleep(try * 3 / 4) // past the first try's end, within its own
 			case 3:
 				_, _ = io.Copy(io.Discard, br) // no answer: until the proxy closes
 				return
