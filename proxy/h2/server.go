@@ -405,18 +405,42 @@ func (c *conn) readPreface() error {
 }
 
 // fail ends the connection for err: a protocol error gets its GOAWAY
-// first; a read error (the client gone) nothing.
+// first; a read error (the client gone) nothing. It runs on the reading
+// goroutine, so no stream opens meanwhile, and the connection closes
+// once it returns.
 func (c *conn) fail(err error) {
 	var ce http2.ConnectionError
 	if errors.As(err, &ce) {
 		c.mu.Lock()
 		last := c.maxID
-		c.goingAway = true
 		c.mu.Unlock()
 		_ = c.write(func() error {
 			return c.wfr.WriteGoAway(last, http2.ErrCode(ce), nil)
 		})
+		// A stream's writer waiting for the lock would flush the GOAWAY
+		// only after the close.
+		c.flushNow()
+		// Going away only now: the last stream to end would otherwise
+		// close the connection's sending side (closeLocked) as soon as
+		// it saw it, perhaps before the GOAWAY went.
+		c.mu.Lock()
+		c.goingAway = true
+		c.mu.Unlock()
 	}
+}
+
+// flushNow writes out what the buffer holds, whoever else is writing.
+// write leaves the flush to a writer waiting for the lock, and a
+// connection about to close cannot wait for it.
+func (c *conn) flushNow() {
+	c.wmu.Lock()
+	if c.werr == nil && c.wbuf != nil {
+		if err := c.flushBuf(); err != nil {
+			c.werr = err
+			c.nc.Close()
+		}
+	}
+	c.wmu.Unlock()
 }
 
 // readBlock reads the header block f begins into c.block. One that f
