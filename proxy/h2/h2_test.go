@@ -1000,3 +1000,28 @@ func countWorkers() (all, waiting int) {
 	}
 	return all, waiting
 }
+
+// A graceful GOAWAY reaches the client when the connection's last stream
+// ends as it is being written: that end does not close the connection's
+// sending side before it.
+func TestGoAwayAsTheLastStreamEnds(t *testing.T) {
+	for range 40 {
+		release, inside := make(chan struct{}), make(chan struct{}, 1)
+		s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inside <- struct{}{}
+			<-release
+		}), nil)
+		r := dialRaw(t, s.addr)
+		r.headers(1, true, request(s.addr, "GET", "/")...)
+		<-inside
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.hs.Shutdown(ctx)
+		}()
+		close(release)
+		if code := r.goAway(); code != http2.ErrCodeNo {
+			t.Fatalf("GOAWAY %v, want %v", code, http2.ErrCodeNo)
+		}
+	}
+}

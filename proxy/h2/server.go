@@ -207,6 +207,10 @@ type conn struct {
 	unacked    int64 // request body bytes consumed and not yet granted again
 	ready      bool  // our SETTINGS are written: other frames may follow
 	goingAway  bool  // GOAWAY sent: no new streams
+	// closeIdle: the connection closes once its last stream ends, our
+	// GOAWAY being written (not only begun: a close before it would
+	// lose it), or the client's come.
+	closeIdle  bool
 	closing    bool
 	idleTimer  *time.Timer
 	spare      []chan handlerTask // workers waiting for a stream (startHandler)
@@ -498,7 +502,7 @@ func (c *conn) onFrame(f http2.Frame) error {
 	case *http2.GoAwayFrame:
 		// The client opens no more streams; those open finish.
 		c.mu.Lock()
-		c.goingAway = true
+		c.goingAway, c.closeIdle = true, true
 		if len(c.streams) == 0 {
 			c.closeLocked()
 		}
@@ -628,6 +632,7 @@ func (c *conn) startGoAway(code http2.ErrCode) {
 	}
 	_ = c.write(func() error { return c.wfr.WriteGoAway(last, code, nil) })
 	c.mu.Lock()
+	c.closeIdle = true
 	if len(c.streams) == 0 {
 		c.closeLocked()
 	}

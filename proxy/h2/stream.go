@@ -448,7 +448,8 @@ func (st *stream) dropBodyLocked() {
 }
 
 // removeLocked forgets an ended stream; the connection left without
-// streams starts its idle timer, or closes if going away.
+// streams starts its idle timer, or closes if going away (once its
+// GOAWAY is written: startGoAway closes it then if no stream is left).
 func (c *conn) removeLocked(st *stream) {
 	if c.streams[st.id] != st {
 		return
@@ -459,9 +460,10 @@ func (c *conn) removeLocked(st *stream) {
 		st.readTimer.Stop()
 	}
 	if len(c.streams) == 0 && !c.closing {
-		if c.goingAway {
+		switch {
+		case c.closeIdle:
 			c.closeLocked()
-		} else {
+		case !c.goingAway:
 			c.armIdleLocked()
 		}
 	}
