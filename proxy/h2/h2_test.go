@@ -1025,3 +1025,19 @@ func TestGoAwayAsTheLastStreamEnds(t *testing.T) {
 		}
 	}
 }
+
+// A connection error's GOAWAY reaches the client while a stream's answer
+// is being written: neither the stream's end nor the writer left to flush
+// it closes the connection first.
+func TestConnectionErrorWhileAnswering(t *testing.T) {
+	s := start(t, http.HandlerFunc(hello), nil)
+	for range 100 {
+		r := dialRaw(t, s.addr)
+		r.headers(5, true, request(s.addr, "GET", "/")...)
+		r.headers(3, true, request(s.addr, "GET", "/")...) // a stream id going down
+		if code := r.goAway(); code != http2.ErrCodeProtocol {
+			t.Fatalf("GOAWAY %v, want %v", code, http2.ErrCodeProtocol)
+		}
+		r.c.Close()
+	}
+}
