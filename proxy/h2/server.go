@@ -418,12 +418,14 @@ func (c *conn) fail(err error) {
 		c.mu.Lock()
 		last := c.maxID
 		c.mu.Unlock()
+		// Flushed with it: write leaves the flush to a stream's writer
+		// waiting for the lock, which would come after the close.
 		_ = c.write(func() error {
-			return c.wfr.WriteGoAway(last, http2.ErrCode(ce), nil)
+			if err := c.wfr.WriteGoAway(last, http2.ErrCode(ce), nil); err != nil {
+				return err
+			}
+			return c.flushBuf()
 		})
-		// A stream's writer waiting for the lock would flush the GOAWAY
-		// only after the close.
-		c.flushNow()
 		// Going away only now: the last stream to end would otherwise
 		// close the connection's sending side (closeLocked) as soon as
 		// it saw it, perhaps before the GOAWAY went.
@@ -431,20 +433,6 @@ func (c *conn) fail(err error) {
 		c.goingAway = true
 		c.mu.Unlock()
 	}
-}
-
-// flushNow writes out what the buffer holds, whoever else is writing.
-// write leaves the flush to a writer waiting for the lock, and a
-// connection about to close cannot wait for it.
-func (c *conn) flushNow() {
-	c.wmu.Lock()
-	if c.werr == nil && c.wbuf != nil {
-		if err := c.flushBuf(); err != nil {
-			c.werr = err
-			c.nc.Close()
-		}
-	}
-	c.wmu.Unlock()
 }
 
 // readBlock reads the header block f begins into c.block. One that f
