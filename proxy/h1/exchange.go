@@ -20,8 +20,9 @@ import (
 // trace watching what is written. Request.Write's rules: the request
 // line, Host (the request's, else the URL's), User-Agent (Go's unless the
 // header has one; none when it is empty), then the other fields sorted by
-// name as Header.WriteSubset writes them (appendFields).
-func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptrace.ClientTrace) error {
+// name as Header.WriteSubset writes them (appendFields; the values cut
+// from read, the client's head, if known, as they are).
+func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptrace.ClientTrace, read *ReadHead) error {
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
@@ -54,7 +55,11 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	b = append(b, "\r\n"...)
 	if ua != "" {
 		b = append(b, "User-Agent: "...)
-		b = appendValue(b, ua)
+		if read.cut(ua) {
+			b = append(b, ua...)
+		} else {
+			b = appendValue(b, ua)
+		}
 		b = append(b, "\r\n"...)
 	}
 	switch {
@@ -66,7 +71,7 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 		b = append(b, "\r\n"...)
 	}
 	var fields [24]headerField
-	b = appendFields(b, sortedFields(fields[:], r.Header, requestSkip, false))
+	b = appendFields(b, sortedFields(fields[:], r.Header, requestSkip, false), read)
 	_, err := bw.Write(append(b, "\r\n"...))
 	if err == nil && len(body) > 0 {
 		_, err = bw.Write(body)
@@ -255,6 +260,7 @@ func parseResponse(head []byte, fields int, br *bufio.Reader, r *http.Request) (
 	if resp.Close && minor == 1 {
 		resp.Header.Del("Connection")
 	}
+	a.read.text = s
 	return a, !hop
 }
 
@@ -332,6 +338,7 @@ type answerBlock struct {
 	fixed fixedBody
 	body  body
 	vals  [8]string
+	read  ReadHead // the head read, for the answer passed on (appendFields)
 }
 
 var answerBlocks = sync.Pool{New: func() any { return new(answerBlock) }}

@@ -270,7 +270,7 @@ func writeBoth(t *testing.T, r *http.Request) {
 	}
 	want := writeWith(r, netWrite)
 	got := writeWith(r, func(bw *bufio.Writer, r *http.Request) error {
-		return writeRequest(bw, r, body, httptrace.ContextClientTrace(r.Context()))
+		return writeRequest(bw, r, body, httptrace.ContextClientTrace(r.Context()), nil)
 	})
 	if want != got {
 		t.Errorf("Request.Write wrote %q\nthe strict way   %q", want, got)
@@ -357,7 +357,7 @@ func TestWriteRequestAsNetHTTP(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		b.Reset()
 		bw.Reset(&b)
-		writeRequest(bw, r, nil, nil)
+		writeRequest(bw, r, nil, nil, nil)
 	}); n > 1 {
 		t.Errorf("the strict way allocates %v a plain request, want at most 1 (the target with its query)", n)
 	}
@@ -409,5 +409,186 @@ func TestReadResponseFirstReadFails(t *testing.T) {
 		if err != reset {
 			t.Errorf("got %v, want the first read's error", err)
 		}
+	}
+}
+
+// A backend's answer read the strict way is written on with its values as
+// read, unlooked at, and anything the handler changed checked as before:
+// what appendFields writes with the head is what Header.WriteSubset
+// writes of the header, whatever was done to it.
+func TestValuesCutFromTheHeadAsWriteSubset(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nContent-Type: text/html\r\n" +
+		"X-List:  a, b \r\nX-Kept: kept\r\nX-Tab: a\tb\r\nX-Twice: 1\r\nX-Twice: 2\r\n" +
+		"Etag: \"6f-5e\"\r\nContent-Length: 2\r\n\r\nhi"
+	br := bufio.NewReader(strings.NewReader(raw))
+	resp, a, _, err := readResponse(br, &http.Request{Method: "GET"})
+	if err != nil || a == nil {
+		t.Fatalf("the strict way did not take the answer: %v", err)
+	}
+	h, read := resp.Header, &a.read
+	for name, vv := range h {
+		for _, v := range vv {
+			if !read.cut(v) {
+				t.Errorf("%s: %q, as read, is not known as cut from the head", name, v)
+			}
+		}
+	}
+	for _, name := range []string{"Server", "Content-Type", "Etag"} {
+		if !within(keyOf(h, name), canonicalNames) {
+			t.Errorf("%s, one of commonNames, is not known for a token", name)
+		}
+	}
+	// Changed in place, cut from a value read, added: each checked.
+	h["Server"][0] = " bad\r\nvalue "
+	list := h["X-List"][0] // "a, b"
+	tab := h["X-Tab"][0]   // "a\tb"
+	h["X-List"] = []string{list[2:], list[:2], list[1:3]}
+	h["X-Tab"] = []string{tab[:2], tab[1:]}
+	h["Content-Type"] = append(h["Content-Type"], "\ttext/plain\n")
+	h["Bad Name"] = []string{"x"}
+	h[""] = []string{"y"}
+	h["X-Empty"] = []string{""}
+	h["X-Status"] = []string{resp.Status, resp.Proto}
+	h["X-Made"] = []string{"x\r\ny"}
+	for _, v := range []string{" bad\r\nvalue ", " b", ", ", "a\t", "\tb", "\ttext/plain\n", strings.Clone("kept")} {
+		if read.cut(v) {
+			t.Errorf("%q is known as cut from the head", v)
+		}
+	}
+	var want bytes.Buffer
+	if err := h.WriteSubset(&want, nil); err != nil {
+		t.Fatal(err)
+	}
+	var buf [16]headerField
+	fields := sortedFields(buf[:], h, nil, false)
+	if got := appendFields(nil, fields, read); string(got) != want.String() {
+		t.Errorf("with the head, appendFields wrote\n%q\nWriteSubset\n%q", got, want.String())
+	}
+	if got := appendFields(nil, fields, nil); string(got) != want.String() {
+		t.Errorf("appendFields wrote\n%q\nWriteSubset\n%q", got, want.String())
+	}
+}
+
+// keyOf is h's key for name, as stored.
+func keyOf(h http.Header, name string) string {
+	for k := range h {
+		if k == name {
+			return k
+		}
+	}
+	return ""
+}
+
+// A request sent on with values of the client's head is written as
+// Request.Write writes it, those values as they came and the others
+// checked, with the head it was read from given (RequestHead) or not.
+func TestWriteRequestWithItsHeadAsNetHTTP(t *testing.T) {
+	raw := "GET /a?b=c HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent:  curl/8.5 \r\n" +
+		"Accept: */*\r\nX-List: a, b\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n"
+	a := new(headBlock)
+	in, _, _ := parseHead([]byte(raw), &http.Request{}, a)
+	if in == nil {
+		t.Fatal("the strict way did not take the request")
+	}
+	out := in.Clone(in.Context())
+	out.URL, _ = url.Parse("http://backend:8080/a?b=c")
+	out.Header = Outgoing(in.Header, nil, nil)
+	list := in.Header["X-List"][0]
+	out.Header[CommonName("X-Forwarded-Host")] = []string{in.Host}
+	out.Header["X-Cut"] = []string{list[1:], list[:2]} // ", b" and "a,"
+	out.Header["X-Made"] = []string{"x\r\ny", " z "}
+	for _, ua := range []string{in.Header["User-Agent"][0], "  curl/9\r\n"} {
+		out.Header["User-Agent"] = []string{ua}
+		want := writeWith(out, netWrite)
+		for _, read := range []*ReadHead{&a.read, nil} {
+			got := writeWith(out, func(bw *bufio.Writer, r *http.Request) error {
+				return writeRequest(bw, r, nil, nil, read)
+			})
+			if got != want {
+				t.Errorf("with the head %v, the strict way wrote\n%q\nRequest.Write\n%q", read != nil, got, want)
+			}
+		}
+	}
+}
+
+// Whatever the strict readers take, a string cut from the head that
+// ReadHead.cut lets through is what appendValue makes of it: no CR or LF
+// in it (each line's piece lies within its line), nor whitespace at its
+// ends. Every piece of each string a reader hands out is tried.
+func FuzzCutAsAppendValue(f *testing.F) {
+	for _, seed := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A:  a \t b\t\r\n\r\n",
+		"HTTP/1.0 404 Not\tFound \r\nX: \x01y\r\nContent-Length: 0\r\n\r\n",
+		"GET /a/b?c=d HTTP/1.1\r\nHost: example.com\r\nUser-Agent:  curl/8 \r\nX: a b\r\n\r\n",
+		"GET http://h:1/%20x HTTP/1.0\r\nHost: h:1\r\nCookie: a=1; b=2\r\nCookie: c\r\n\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var read *ReadHead
+		var strs []string
+		if bytes.HasPrefix(raw, []byte("HTTP/")) {
+			n, lines := headEnd(raw)
+			if n == 0 {
+				return
+			}
+			br := bufio.NewReader(bytes.NewReader(raw[n:]))
+			a, _ := parseResponse(raw[:n], lines-1, br, &http.Request{Method: "GET"})
+			if a == nil {
+				return
+			}
+			read = &a.read
+			strs = append(strs, a.resp.Status, a.resp.Proto)
+			for k, vv := range a.resp.Header {
+				strs = append(append(strs, k), vv...)
+			}
+		} else {
+			n, _ := scanHead(raw, 0)
+			if n <= 0 {
+				return
+			}
+			a := new(headBlock)
+			r, _, _ := parseHead(raw[:n], &http.Request{}, a)
+			if r == nil {
+				return
+			}
+			read = &a.read
+			strs = append(strs, r.Method, r.RequestURI, r.Proto, r.Host, r.URL.Path, r.URL.RawPath, r.URL.RawQuery, r.URL.Host)
+			for k, vv := range r.Header {
+				strs = append(append(strs, k), vv...)
+			}
+		}
+		for _, s := range strs {
+			for i := 0; i <= len(s); i++ {
+				for j := i; j <= len(s); j++ {
+					if v := s[i:j]; read.cut(v) && string(appendValue(nil, v)) != v {
+						t.Fatalf("%q, cut from the head, is written %q", v, appendValue(nil, v))
+					}
+				}
+			}
+		}
+	})
+}
+
+// Each name commonNames files is cut from canonicalNames, all of whose
+// pieces are tokens; a name made elsewhere is not known, whatever it says.
+func TestCommonNamesKnown(t *testing.T) {
+	for k, c := range commonNames {
+		if !within(c, canonicalNames) || CommonName(k) != c {
+			t.Errorf("%q: filed as %q, cut from canonicalNames: %v", k, c, within(c, canonicalNames))
+		}
+	}
+	for i := 0; i < len(canonicalNames); i++ {
+		if !validName(canonicalNames[i : i+1]) {
+			t.Errorf("canonicalNames holds %q, not a token's byte", canonicalNames[i])
+		}
+	}
+	for _, n := range []string{strings.Clone("Content-Type"), "X-Forwarded-For", "", "Not Common"} {
+		if n != "" && within(n, canonicalNames) {
+			t.Errorf("%q, not cut from canonicalNames, is known", n)
+		}
+	}
+	if n := CommonName("X-Custom"); n != "X-Custom" || within(n, canonicalNames) {
+		t.Errorf("CommonName(%q) = %q, cut from canonicalNames: %v", "X-Custom", n, within(n, canonicalNames))
 	}
 }

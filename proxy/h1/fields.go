@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Value returns the first value of the field name, "" when there is
@@ -50,21 +51,58 @@ func sortFields(fields []headerField) {
 
 // appendFields appends fields as net/http's Header.WriteSubset writes
 // them, byte for byte: names that are not tokens left out, and each value
-// with CR and LF made spaces and the whitespace at its ends trimmed.
-func appendFields(b []byte, fields []headerField) []byte {
+// with CR and LF made spaces and the whitespace at its ends trimmed. A
+// name cut from commonNames' one string (CommonName), and a value cut
+// from the head read (nil: none), need no look to be written as they are.
+func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
 	for _, f := range fields {
-		if !validName(f.name) {
+		if !known(f.name) && !validName(f.name) {
 			continue
 		}
 		for _, v := range f.values {
 			b = append(b, f.name...)
 			b = append(b, ": "...)
-			b = appendValue(b, v)
+			if read.cut(v) {
+				b = append(b, v...)
+			} else {
+				b = appendValue(b, v)
+			}
 			b = append(b, "\r\n"...)
 		}
 	}
 	return b
 }
+
+// A ReadHead is a head the strict way read (a client's request,
+// parseHead; a backend's answer, parseResponse): the one string its
+// names and values were cut from (headText). Every string the readers
+// cut from it lies within one of its lines, which hold no CR or LF but
+// the one that ends each (indexCRLF, scanHead, headEnd), and the string
+// itself is never handed out: so a string that lies within it has no CR
+// or LF, and one that does not begin or end with a space or a tab is
+// what appendValue would make of it, to the byte. A value passed on as
+// it came is such a string, and is written without being looked at
+// twice; one the handler made is not, and is checked as before. (A
+// string's bytes never change, and the ReadHead keeps them from being
+// freed and reused while it holds them.)
+type ReadHead struct{ text string }
+
+// cut reports whether v is a string cut from the head that appendValue
+// leaves as it is: false with r nil.
+func (r *ReadHead) cut(v string) bool {
+	return r != nil && v != "" && within(v, r.text) &&
+		v[0] != ' ' && v[0] != '\t' && v[len(v)-1] != ' ' && v[len(v)-1] != '\t'
+}
+
+// within reports whether v's bytes lie within s's.
+func within(v, s string) bool {
+	d := uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(s)))
+	return d < uintptr(len(s)) && uintptr(len(v)) <= uintptr(len(s))-d
+}
+
+// known reports whether name was cut from canonicalNames (CommonName): a
+// token, as every piece of it is.
+func known(name string) bool { return name != "" && within(name, canonicalNames) }
 
 // validName reports whether name is a token (httpguts.ValidHeaderFieldName),
 // four bytes at a time.
@@ -167,6 +205,22 @@ func HeaderDone(w http.ResponseWriter) {
 	if sw, ok := takerOf(w).(*response); ok {
 		sw.headerDone = true
 	}
+}
+
+// RequestHead returns the head of the request w answers as the short
+// way's server read it, for RoundTripTraced to write the values sent on
+// as they came without checking them again; nil when w is not (and does
+// not unwrap to) the short way's answer. It is the request's: good until
+// the handler returns.
+func RequestHead(w http.ResponseWriter) *ReadHead {
+	sw, ok := w.(*response) // most often: a look at w's type alone
+	if !ok {
+		sw, ok = takerOf(w).(*response)
+	}
+	if ok && sw.c.block != nil {
+		return &sw.c.block.read
+	}
+	return nil
 }
 
 // takerOf returns the HeaderTaker w is or unwraps to; nil when there is

@@ -215,15 +215,18 @@ func upgrading(r *http.Request) bool {
 
 // RoundTrip sends r and returns the server's answer.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	return t.roundTrip(r, httptrace.ContextClientTrace(r.Context()), false)
+	return t.roundTrip(r, httptrace.ContextClientTrace(r.Context()), false, nil)
 }
 
 // RoundTripTraced is RoundTrip with trace told what a trace in r's
 // context would be (the informational answers, and all net/http's
 // Transport tells one): a caller with a trace of its own need not make a
 // context and a request to carry it, which only net/http's way is given.
-func (t *Transport) RoundTripTraced(r *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
-	return t.roundTrip(r, trace, true)
+// read, when not nil, is the head of the request r is sent on for, as the
+// short way's server read it (RequestHead): the values r shares with it
+// are written without being checked again.
+func (t *Transport) RoundTripTraced(r *http.Request, trace *httptrace.ClientTrace, read *ReadHead) (*http.Response, error) {
+	return t.roundTrip(r, trace, true, read)
 }
 
 // Short reports whether RoundTrip sends r the short way: written whole,
@@ -239,8 +242,9 @@ func (t *Transport) Short(r *http.Request) bool {
 	return t.dial != nil && short(r) && (r.ContentLength == 0 || rawio.Supported)
 }
 
-// roundTrip sends r, trace told of it; own: trace is not in r's context.
-func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own bool) (*http.Response, error) {
+// roundTrip sends r, trace told of it; own: trace is not in r's context;
+// read: the head r's values came from, if known.
+func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own bool, read *ReadHead) (*http.Response, error) {
 	if !t.Short(r) {
 		if own && trace != nil {
 			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
@@ -268,7 +272,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			c.close()
 			continue
 		}
-		resp, err := c.roundTrip(r, trace)
+		resp, err := c.roundTrip(r, trace, read)
 		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
 			// A server may say 408 on a connection it times out while
 			// idle, before it closes it (net/http's Transport drops such
@@ -781,7 +785,7 @@ func (c *conn) sendStep(fd uintptr) bool {
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
 // context ends it whenever it is done. On an error c is closed.
-func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.Response, error) {
+func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *ReadHead) (*http.Response, error) {
 	ctx, try := r.Context(), c.t.try
 	var reqBody []byte
 	if r.ContentLength > 0 {
@@ -813,7 +817,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace) (*http.R
 	bw := writers.Get().(*bufio.Writer)
 	bw.Reset(&c.last)
 	c.last.final = false
-	err := writeRequest(bw, r, reqBody, trace)
+	err := writeRequest(bw, r, reqBody, trace, read)
 	if err == nil {
 		c.last.final = true
 		err = bw.Flush()

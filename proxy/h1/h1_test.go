@@ -571,7 +571,7 @@ func TestShortWayInformational(t *testing.T) {
 			r.ContentLength = 0
 		}
 		hints = nil
-		resp, err := tr.RoundTripTraced(r, trace)
+		resp, err := tr.RoundTripTraced(r, trace, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", r.Method, err)
 		}

@@ -118,6 +118,7 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	} else {
 		r.Close = closes(r.ProtoMinor, nil)
 	}
+	a.read.text = s
 	return r, connection, size
 }
 
@@ -134,6 +135,7 @@ type headBlock struct {
 	r    http.Request
 	u    url.URL
 	vals *[8]string
+	read ReadHead // the head read (RequestHead)
 }
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
@@ -470,10 +472,12 @@ func uncommonName(name string) (string, bool) {
 // commonNames are the field names clients and servers send most, by
 // themselves and in lower case (as HTTP/2's, and many HTTP/1.1
 // clients'), each to its canonical form: such a name is known for a token
-// and made canonical by one lookup, and without an allocation.
-var commonNames = func() map[string]string {
-	m := make(map[string]string)
-	for _, n := range []string{
+// and made canonical by one lookup, and without an allocation. The
+// canonical forms are cut from one string, canonicalNames, all of whose
+// bytes are a token's: a writer knows a name cut from it for a token
+// without looking at it (known).
+var commonNames, canonicalNames = func() (map[string]string, string) {
+	names := []string{
 		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
 		"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
 		"Cache-Control", "Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
@@ -485,12 +489,29 @@ var commonNames = func() map[string]string {
 		"Server", "Set-Cookie", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 		"Upgrade-Insecure-Requests", "User-Agent", "Vary", "Via", "X-Forwarded-For", "X-Forwarded-Host",
 		"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
-	} {
-		m[n] = n
-		m[strings.ToLower(n)] = n
 	}
-	return m
+	joined := strings.Join(names, "")
+	m := make(map[string]string, 2*len(names))
+	at := 0
+	for _, n := range names {
+		c := joined[at : at+len(n)]
+		at += len(n)
+		m[c] = c
+		m[strings.ToLower(c)] = c
+	}
+	return m, joined
 }()
+
+// CommonName returns name as the short way's readers file it: one of
+// commonNames in its canonical form, cut from canonicalNames, which a
+// writer knows for a token without looking at it; any other name as it
+// is. A name a handler sets often is best made once with it.
+func CommonName(name string) string {
+	if c, ok := commonNames[name]; ok {
+		return c
+	}
+	return name
+}
 
 // The classes of bytes the strict readers tell apart.
 const (

@@ -77,7 +77,7 @@ func (w *response) WriteHeader(code int) {
 		bw := w.writer()
 		var fields [16]headerField
 		b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
-		b = appendFields(b, sortedFields(fields[:], w.header, noBodyFields, false))
+		b = appendFields(b, sortedFields(fields[:], w.header, noBodyFields, false), nil)
 		_, _ = bw.Write(append(b, "\r\n"...))
 		_ = bw.Flush()
 		return
@@ -275,8 +275,17 @@ func (w *response) writeTrailers(bw *bufio.Writer) {
 	}
 	if t != nil {
 		var fields [16]headerField
-		_, _ = bw.Write(appendFields(bw.AvailableBuffer(), sortedFields(fields[:], t, nil, false)))
+		_, _ = bw.Write(appendFields(bw.AvailableBuffer(), sortedFields(fields[:], t, nil, false), nil))
 	}
+}
+
+// read is the head of the backend's answer passed on as the strict
+// reader read it, nil when there is none (appendFields).
+func (w *response) read() *ReadHead {
+	if w.answer == nil {
+		return nil
+	}
+	return &w.answer.read
 }
 
 // noBodyFields are the fields an informational answer leaves out.
@@ -429,7 +438,7 @@ func (w *response) writeHeadOf(p []byte, f headFacts, fields []headerField) {
 	sortFields(kept)
 	bw := w.writer()
 	b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
-	b = appendFields(b, kept)
+	b = appendFields(b, kept, w.read())
 	b = x.append(b)
 	_, _ = bw.Write(append(b, "\r\n"...))
 }

@@ -12,6 +12,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"sort"
 	"strings"
@@ -1140,5 +1141,34 @@ func abortThenShutDown(t *testing.T, srv *h1.Server, addr, req string) {
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// RequestHead gives a handler of the short way the head its request was
+// read from, for the transport to write what it sends on of it without
+// checking it again; a request net/http's server reads (a chunked body
+// hands the connection over) has none, nor does a writer of another
+// server.
+func TestRequestHead(t *testing.T) {
+	var mu sync.Mutex
+	heads := map[string]bool{}
+	_, addr, _ := startShort(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		heads[r.URL.Path] = h1.RequestHead(w) != nil
+		mu.Unlock()
+	})})
+	c, br := dial(t, addr)
+	fmt.Fprint(c, "GET /short HTTP/1.1\r\nHost: a\r\nX-A: b\r\n\r\n")
+	readAnswer(t, br)
+	fmt.Fprint(c, "POST /chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n")
+	readAnswer(t, br)
+	mu.Lock()
+	defer mu.Unlock()
+	if !heads["/short"] || heads["/chunked"] {
+		t.Errorf("a head given to the short way's request: %v; to net/http's: %v; want true and false", heads["/short"], heads["/chunked"])
+	}
+	if h1.RequestHead(httptest.NewRecorder()) != nil {
+		t.Error("a recorder has a head")
 	}
 }

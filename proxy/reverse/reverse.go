@@ -130,7 +130,8 @@ type reqState struct {
 	total     *time.Timer     // ends the total's context, when it can bind
 	query     string          // the query sent, parameters net/url cannot parse dropped
 	answered  bool
-	continued bool // a backend's 100 Continue was passed on
+	continued bool         // a backend's 100 Continue was passed on
+	read      *h1.ReadHead // the request's head as the short way's server read it (h1.RequestHead)
 }
 
 // infos are the states of requests that ended, for the next: ServeHTTP
@@ -213,6 +214,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	record.Pool = pool.Name
 	info.pool, info.secure, info.trusted = pool, r.TLS != nil, trusted(t.Trusted, r.RemoteAddr)
+	info.read = h1.RequestHead(w)
 	info.client = r.Context()
 	if pool.Key != nil {
 		info.key = pool.Key(r)

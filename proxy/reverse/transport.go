@@ -95,7 +95,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		if try > 0 {
 			start = time.Now()
 		}
-		resp, err := pool.Transport.RoundTripTraced(req, &info.trace)
+		resp, err := pool.Transport.RoundTripTraced(req, &info.trace, info.read)
 		end := time.Now()
 		kind := proxy.Classify(err, client)
 		switch {
