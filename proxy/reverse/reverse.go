@@ -297,9 +297,9 @@ func (h *Handler) finish(record *proxy.Record, rec *recorder, body *proxy.Body) 
 // are set as httputil's SetXForwarded sets them (outHeader has dropped the
 // client's), their values in vals, the request's: no allocation for them.
 func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[4]string) {
-	set := func(i int, name, v string) {
+	set := func(i int, v string) {
 		vals[i] = v
-		out[name] = vals[i : i+1 : i+1]
+		out[forwardedNames[i]] = vals[i : i+1 : i+1]
 	}
 	client, _, err := splitHostPort(in.RemoteAddr)
 	if err == nil {
@@ -308,19 +308,19 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 			prior = in.Header["X-Forwarded-For"]
 		}
 		if len(prior) > 0 {
-			set(0, "X-Forwarded-For", strings.Join(prior, ", ")+", "+client)
+			set(0, strings.Join(prior, ", ")+", "+client)
 		} else {
-			set(0, "X-Forwarded-For", client)
+			set(0, client)
 		}
 	}
-	set(1, "X-Forwarded-Host", in.Host)
+	set(1, in.Host)
 	proto := "http"
 	if in.TLS != nil {
 		proto = "https"
 	}
-	set(2, "X-Forwarded-Proto", proto)
+	set(2, proto)
 	if trust {
-		for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		for _, k := range forwardedNames[1:3] {
 			if v := h1.Value(in.Header, k); v != "" {
 				out[k] = []string{v}
 			}
@@ -330,8 +330,16 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 		if err != nil {
 			client = in.RemoteAddr
 		}
-		set(3, "X-Real-Ip", client)
+		set(3, client)
 	}
+}
+
+// forwardedNames are the names of the fields rewrite sets, by their
+// places in its values, as h1's writer knows them for tokens without a
+// look (h1.CommonName).
+var forwardedNames = [4]string{
+	h1.CommonName("X-Forwarded-For"), h1.CommonName("X-Forwarded-Host"),
+	h1.CommonName("X-Forwarded-Proto"), h1.CommonName("X-Real-Ip"),
 }
 
 // splitHostPort is net.SplitHostPort, quicker for an address of one
