@@ -55,7 +55,7 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	b = append(b, "\r\n"...)
 	if ua != "" {
 		b = append(b, "User-Agent: "...)
-		if read.cut(ua) {
+		if read != nil && read.cut(ua) {
 			b = append(b, ua...)
 		} else {
 			b = appendValue(b, ua)

@@ -486,10 +486,11 @@ func TestWriteRequestWithItsHeadAsNetHTTP(t *testing.T) {
 	raw := "GET /a?b=c HTTP/1.1\r\nHost: example.com:8080\r\nUser-Agent:  curl/8.5 \r\n" +
 		"Accept: */*\r\nX-List: a, b\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n"
 	a := new(headBlock)
-	in, _, _ := parseHead([]byte(raw), &http.Request{}, a)
+	in, _, _ := parseHead([]byte(raw), &http.Request{RemoteAddr: "[fe80::1%eth0]:40000"}, a)
 	if in == nil {
 		t.Fatal("the strict way did not take the request")
 	}
+	a.read.addr = in.RemoteAddr // as the server sets it (plainAddr)
 	out := in.Clone(in.Context())
 	out.URL, _ = url.Parse("http://backend:8080/a?b=c")
 	out.Header = Outgoing(in.Header, nil, nil)
@@ -497,6 +498,11 @@ func TestWriteRequestWithItsHeadAsNetHTTP(t *testing.T) {
 	out.Header[CommonName("X-Forwarded-Host")] = []string{in.Host}
 	out.Header["X-Cut"] = []string{list[1:], list[:2]} // ", b" and "a,"
 	out.Header["X-Made"] = []string{"x\r\ny", " z "}
+	client := in.RemoteAddr[1:strings.IndexByte(in.RemoteAddr, ']')]
+	out.Header[CommonName("X-Forwarded-For")] = []string{client}
+	if !a.read.cut(client) || !a.read.cut(in.Header["Accept"][0]) || a.read.cut(strings.Clone(client)) {
+		t.Errorf("the client's address and the head's values are not told from others")
+	}
 	for _, ua := range []string{in.Header["User-Agent"][0], "  curl/9\r\n"} {
 		out.Header["User-Agent"] = []string{ua}
 		want := writeWith(out, netWrite)
@@ -568,6 +574,30 @@ func FuzzCutAsAppendValue(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A client's address is written as it is only when every piece of it
+// would be: no space, control byte or byte above ASCII anywhere in it.
+func TestPlainAddr(t *testing.T) {
+	for a, want := range map[string]bool{
+		"127.0.0.1:5000": true, "[::1]:80": true, "[fe80::1%eth0]:1": true, "": true,
+		"[fe80::1%e th0]:1": false, "[fe80::1%e\tth0]:1": false, "[fe80::1%e\r\n]:1": false,
+		"[fe80::1%\x7f]:1": false, "[fe80::1%\xc3\xa9]:1": false,
+	} {
+		if got := plainAddr(a); got != want {
+			t.Errorf("plainAddr(%q) = %v, want %v", a, got, want)
+		}
+		if !plainAddr(a) {
+			continue
+		}
+		for i := 0; i <= len(a); i++ {
+			for j := i; j <= len(a); j++ {
+				if v := a[i:j]; string(appendValue(nil, v)) != v {
+					t.Errorf("%q, a piece of a plain address, is written %q", v, appendValue(nil, v))
+				}
+			}
+		}
+	}
 }
 
 // Each name commonNames files is cut from canonicalNames, all of whose

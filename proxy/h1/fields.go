@@ -55,6 +55,9 @@ func sortFields(fields []headerField) {
 // name cut from commonNames' one string (CommonName), and a value cut
 // from the head read (nil: none), need no look to be written as they are.
 func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
+	if read == nil {
+		read = &noHead
+	}
 	for _, f := range fields {
 		if !known(f.name) && !validName(f.name) {
 			continue
@@ -84,20 +87,39 @@ func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
 // it came is such a string, and is written without being looked at
 // twice; one the handler made is not, and is checked as before. (A
 // string's bytes never change, and the ReadHead keeps them from being
-// freed and reused while it holds them.)
-type ReadHead struct{ text string }
+// freed and reused while it holds them.) A request's has its client's
+// address too, when no byte of it needs a look (plainAddr): the
+// forwarding fields' values are cut from it.
+type ReadHead struct{ text, addr string }
 
-// cut reports whether v is a string cut from the head that appendValue
-// leaves as it is: false with r nil.
+// noHead is no head: nothing is cut from it.
+var noHead ReadHead
+
+// cut reports whether v is a string cut from the head, or from the
+// client's address, that appendValue leaves as it is. (The only bytes
+// up to a space a head's lines hold are spaces and tabs, and an address
+// has none.)
 func (r *ReadHead) cut(v string) bool {
-	return r != nil && v != "" && within(v, r.text) &&
-		v[0] != ' ' && v[0] != '\t' && v[len(v)-1] != ' ' && v[len(v)-1] != '\t'
+	return v != "" && v[0] > ' ' && v[len(v)-1] > ' ' && (within(v, r.text) || within(v, r.addr))
+}
+
+// plainAddr reports whether every piece of a, a client's address, is
+// what appendValue leaves as it is: no byte of it a control byte, a
+// space or above ASCII (an IP address and a port are digits, dots,
+// colons, brackets and hex; an IPv6 zone is an interface's name).
+func plainAddr(a string) bool {
+	for i := 0; i < len(a); i++ {
+		if a[i] <= ' ' || a[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // within reports whether v's bytes lie within s's.
 func within(v, s string) bool {
 	d := uintptr(unsafe.Pointer(unsafe.StringData(v))) - uintptr(unsafe.Pointer(unsafe.StringData(s)))
-	return d < uintptr(len(s)) && uintptr(len(v)) <= uintptr(len(s))-d
+	return len(v) <= len(s) && d <= uintptr(len(s)-len(v))
 }
 
 // known reports whether name was cut from canonicalNames (CommonName): a
@@ -213,11 +235,7 @@ func HeaderDone(w http.ResponseWriter) {
 // not unwrap to) the short way's answer. It is the request's: good until
 // the handler returns.
 func RequestHead(w http.ResponseWriter) *ReadHead {
-	sw, ok := w.(*response) // most often: a look at w's type alone
-	if !ok {
-		sw, ok = takerOf(w).(*response)
-	}
-	if ok && sw.c.block != nil {
+	if sw, ok := takerOf(w).(*response); ok && sw.c.block != nil {
 		return &sw.c.block.read
 	}
 	return nil
@@ -226,6 +244,9 @@ func RequestHead(w http.ResponseWriter) *ReadHead {
 // takerOf returns the HeaderTaker w is or unwraps to; nil when there is
 // none.
 func takerOf(w http.ResponseWriter) HeaderTaker {
+	if sw, ok := w.(*response); ok {
+		return sw // most often, and a look at w's type alone
+	}
 	for u := w; ; {
 		if t, ok := u.(HeaderTaker); ok {
 			return t

@@ -330,6 +330,7 @@ type clientConn struct {
 	tls      *tls.Conn // over tc, on a TLS listener; nil on a cleartext one
 	out      connOut   // what answers are written through: raw, or tls
 	remote   string
+	addr     string // remote, when no piece of it needs a look to be written (plainAddr): its requests' ReadHead's
 	accepted time.Time
 	ctx      context.Context // the connection's, for every request on it
 	cancel   context.CancelFunc
@@ -379,6 +380,9 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		return nil, err
 	}
 	c := &clientConn{s: s, tc: tc, rc: rc, remote: tc.RemoteAddr().String(), accepted: time.Now()}
+	if plainAddr(c.remote) {
+		c.addr = c.remote
+	}
 	c.raw.init(tc, rc)
 	c.ready.init()
 	c.out = &c.raw
@@ -731,6 +735,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 			putHeadBlock(a, true) // net/http reads the head again: nothing holds this reading
 			return nil, 0, true
 		}
+		a.read.addr = c.addr
 		c.block = a // serveRequest gives it back
 		return r, n, false
 	}
