@@ -434,7 +434,7 @@ func TestValuesCutFromTheHeadAsWriteSubset(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"Server", "Content-Type", "Etag"} {
-		if !within(keyOf(h, name), canonicalNames) {
+		if !within(keyOf(h, name), tokenText) {
 			t.Errorf("%s, one of commonNames, is not known for a token", name)
 		}
 	}
@@ -450,6 +450,7 @@ func TestValuesCutFromTheHeadAsWriteSubset(t *testing.T) {
 	h["X-Empty"] = []string{""}
 	h["X-Status"] = []string{resp.Status, resp.Proto}
 	h["X-Made"] = []string{"x\r\ny"}
+	h["X-Proto"] = []string{CommonValue("https"), CommonValue("http")[1:]}
 	for _, v := range []string{" bad\r\nvalue ", " b", ", ", "a\t", "\tb", "\ttext/plain\n", strings.Clone("kept")} {
 		if read.cut(v) {
 			t.Errorf("%q is known as cut from the head", v)
@@ -600,25 +601,34 @@ func TestPlainAddr(t *testing.T) {
 	}
 }
 
-// Each name commonNames files is cut from canonicalNames, all of whose
-// pieces are tokens; a name made elsewhere is not known, whatever it says.
+// Each name commonNames files, and each of commonValues, is cut from
+// tokenText, all of whose pieces are tokens, written as they are; a
+// string made elsewhere is not known, whatever it says.
 func TestCommonNamesKnown(t *testing.T) {
 	for k, c := range commonNames {
-		if !within(c, canonicalNames) || CommonName(k) != c {
-			t.Errorf("%q: filed as %q, cut from canonicalNames: %v", k, c, within(c, canonicalNames))
+		if !known(c) || CommonName(k) != c {
+			t.Errorf("%q: filed as %q, known %v", k, c, known(c))
 		}
 	}
-	for i := 0; i < len(canonicalNames); i++ {
-		if !validName(canonicalNames[i : i+1]) {
-			t.Errorf("canonicalNames holds %q, not a token's byte", canonicalNames[i])
+	for _, v := range []string{"http", "https"} {
+		if c := CommonValue(v); c != v || !known(c) || string(appendValue(nil, c)) != c {
+			t.Errorf("CommonValue(%q) = %q, known %v", v, c, known(c))
+		}
+	}
+	if v := CommonValue("ftp"); v != "ftp" || known(v) {
+		t.Errorf("CommonValue(%q) = %q, known %v", "ftp", v, known(v))
+	}
+	for i := 0; i < len(tokenText); i++ {
+		if !validName(tokenText[i : i+1]) {
+			t.Errorf("tokenText holds %q, not a token's byte", tokenText[i])
 		}
 	}
 	for _, n := range []string{strings.Clone("Content-Type"), "X-Forwarded-For", "", "Not Common"} {
-		if n != "" && within(n, canonicalNames) {
-			t.Errorf("%q, not cut from canonicalNames, is known", n)
+		if n != "" && within(n, tokenText) {
+			t.Errorf("%q, not cut from tokenText, is known", n)
 		}
 	}
-	if n := CommonName("X-Custom"); n != "X-Custom" || within(n, canonicalNames) {
-		t.Errorf("CommonName(%q) = %q, cut from canonicalNames: %v", "X-Custom", n, within(n, canonicalNames))
+	if n := CommonName("X-Custom"); n != "X-Custom" || within(n, tokenText) {
+		t.Errorf("CommonName(%q) = %q, cut from tokenText: %v", "X-Custom", n, within(n, tokenText))
 	}
 }

@@ -52,8 +52,9 @@ func sortFields(fields []headerField) {
 // appendFields appends fields as net/http's Header.WriteSubset writes
 // them, byte for byte: names that are not tokens left out, and each value
 // with CR and LF made spaces and the whitespace at its ends trimmed. A
-// name cut from commonNames' one string (CommonName), and a value cut
-// from the head read (nil: none), need no look to be written as they are.
+// name or a value cut from commonNames' one string (CommonName,
+// CommonValue), and a value cut from the head read (nil: none), need no
+// look to be written as they are.
 func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
 	if read == nil {
 		read = &noHead
@@ -65,7 +66,7 @@ func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
 		for _, v := range f.values {
 			b = append(b, f.name...)
 			b = append(b, ": "...)
-			if read.cut(v) {
+			if read.cut(v) || known(v) {
 				b = append(b, v...)
 			} else {
 				b = appendValue(b, v)
@@ -122,9 +123,10 @@ func within(v, s string) bool {
 	return len(v) <= len(s) && d <= uintptr(len(s)-len(v))
 }
 
-// known reports whether name was cut from canonicalNames (CommonName): a
-// token, as every piece of it is.
-func known(name string) bool { return name != "" && within(name, canonicalNames) }
+// known reports whether s was cut from tokenText (CommonName,
+// CommonValue): a token, as every piece of it is, and so a value
+// appendValue leaves as it is.
+func known(s string) bool { return s != "" && within(s, tokenText) }
 
 // validName reports whether name is a token (httpguts.ValidHeaderFieldName),
 // four bytes at a time.

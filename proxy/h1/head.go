@@ -473,11 +473,15 @@ func uncommonName(name string) (string, bool) {
 // themselves and in lower case (as HTTP/2's, and many HTTP/1.1
 // clients'), each to its canonical form: such a name is known for a token
 // and made canonical by one lookup, and without an allocation. The
-// canonical forms are cut from one string, canonicalNames, all of whose
-// bytes are a token's: a writer knows a name cut from it for a token
-// without looking at it (known).
-var commonNames, canonicalNames = func() (map[string]string, string) {
-	names := []string{
+// canonical forms are cut from one string, tokenText, all of whose bytes
+// are a token's, as are those of the values rotor's own code sends most
+// (commonValues), cut from it too: a writer knows a name cut from it for
+// a token, and a value for one it writes as it is, without looking at
+// either (known).
+var commonNames, commonValues, tokenText = func() (names, values map[string]string, text string) {
+	// "http" is the first four bytes of "https".
+	const scheme = "https"
+	list := []string{
 		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
 		"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
 		"Cache-Control", "Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
@@ -490,27 +494,38 @@ var commonNames, canonicalNames = func() (map[string]string, string) {
 		"Upgrade-Insecure-Requests", "User-Agent", "Vary", "Via", "X-Forwarded-For", "X-Forwarded-Host",
 		"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
 	}
-	joined := strings.Join(names, "")
-	m := make(map[string]string, 2*len(names))
+	text = strings.Join(list, "") + scheme
+	names = make(map[string]string, 2*len(list))
 	at := 0
-	for _, n := range names {
-		c := joined[at : at+len(n)]
+	for _, n := range list {
+		c := text[at : at+len(n)]
 		at += len(n)
-		m[c] = c
-		m[strings.ToLower(c)] = c
+		names[c] = c
+		names[strings.ToLower(c)] = c
 	}
-	return m, joined
+	values = map[string]string{"http": text[at : at+4], "https": text[at : at+5]}
+	return names, values, text
 }()
 
 // CommonName returns name as the short way's readers file it: one of
-// commonNames in its canonical form, cut from canonicalNames, which a
-// writer knows for a token without looking at it; any other name as it
-// is. A name a handler sets often is best made once with it.
+// commonNames in its canonical form, cut from tokenText, which a writer
+// knows for a token without looking at it; any other name as it is. A
+// name a handler sets often is best made once with it.
 func CommonName(name string) string {
 	if c, ok := commonNames[name]; ok {
 		return c
 	}
 	return name
+}
+
+// CommonValue is CommonName for the values rotor's own code sends most
+// ("http", "https": X-Forwarded-Proto's): cut from tokenText, a writer
+// writes them as they are without looking at them.
+func CommonValue(v string) string {
+	if c, ok := commonValues[v]; ok {
+		return c
+	}
+	return v
 }
 
 // The classes of bytes the strict readers tell apart.

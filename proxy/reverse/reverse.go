@@ -314,9 +314,9 @@ func (h *Handler) rewrite(in *http.Request, out http.Header, trust bool, vals *[
 		}
 	}
 	set(1, in.Host)
-	proto := "http"
+	proto := schemeHTTP
 	if in.TLS != nil {
-		proto = "https"
+		proto = schemeHTTPS
 	}
 	set(2, proto)
 	if trust {
@@ -341,6 +341,10 @@ var forwardedNames = [4]string{
 	h1.CommonName("X-Forwarded-For"), h1.CommonName("X-Forwarded-Host"),
 	h1.CommonName("X-Forwarded-Proto"), h1.CommonName("X-Real-Ip"),
 }
+
+// X-Forwarded-Proto's values, as h1's writer writes them without a look
+// (h1.CommonValue).
+var schemeHTTP, schemeHTTPS = h1.CommonValue("http"), h1.CommonValue("https")
 
 // splitHostPort is net.SplitHostPort, quicker for an address of one
 // colon and no brackets (an IPv4 address and a port), as every client's
