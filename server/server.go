@@ -494,14 +494,16 @@ func (li *listener) drain(ctx context.Context) error {
 }
 
 // Run starts the server and serves until SIGTERM or SIGINT (graceful
-// shutdown) or ctx ends; SIGHUP reloads.
+// shutdown) or ctx ends; SIGHUP reloads. The signals are taken before
+// the listeners start: a SIGHUP sent as soon as the log says rotor
+// listens is a reload, where Go's default for it would end the process.
 func (s *Server) Run(ctx context.Context) error {
-	if err := s.Start(); err != nil {
-		return err
-	}
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
+	if err := s.Start(); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
