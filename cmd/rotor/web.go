@@ -61,9 +61,11 @@ strip shows the rotor command that prints the same numbers.`,
 			}
 			srv := &http.Server{Handler: newWebHandler(), ReadHeaderTimeout: 10 * time.Second,
 				ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-			fmt.Fprintf(cmd.OutOrStdout(), "rotor web: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
+			// Taken before the address is printed: a signal sent as soon
+			// as it is stops the server gracefully.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "rotor web: serving http://%s/ (Ctrl-C stops)\n", ln.Addr())
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
 			select {
