@@ -601,9 +601,9 @@ func TestPlainAddr(t *testing.T) {
 	}
 }
 
-// Each name commonNames files, and each of commonValues, is cut from
-// tokenText, all of whose pieces are tokens, written as they are; a
-// string made elsewhere is not known, whatever it says.
+// Each name commonNames files, and each value CommonValue hands out, is
+// cut from tokenText, all of whose pieces are tokens, written as they
+// are; a string made elsewhere is not known, whatever it says.
 func TestCommonNamesKnown(t *testing.T) {
 	for k, c := range commonNames {
 		if !known(c) || CommonName(k) != c {

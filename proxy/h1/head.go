@@ -474,13 +474,11 @@ func uncommonName(name string) (string, bool) {
 // clients'), each to its canonical form: such a name is known for a token
 // and made canonical by one lookup, and without an allocation. The
 // canonical forms are cut from one string, tokenText, all of whose bytes
-// are a token's, as are those of the values rotor's own code sends most
-// (commonValues), cut from it too: a writer knows a name cut from it for
+// are a token's, as are those of the values rotor's own code sends most,
+// which it ends with (CommonValue): a writer knows a name cut from it for
 // a token, and a value for one it writes as it is, without looking at
 // either (known).
-var commonNames, commonValues, tokenText = func() (names, values map[string]string, text string) {
-	// "http" is the first four bytes of "https".
-	const scheme = "https"
+var commonNames, tokenText = func() (names map[string]string, text string) {
 	list := []string{
 		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
 		"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
@@ -503,9 +501,12 @@ var commonNames, commonValues, tokenText = func() (names, values map[string]stri
 		names[c] = c
 		names[strings.ToLower(c)] = c
 	}
-	values = map[string]string{"http": text[at : at+4], "https": text[at : at+5]}
-	return names, values, text
+	return names, text
 }()
+
+// scheme ends tokenText: X-Forwarded-Proto's values, "http" its first
+// four bytes.
+const scheme = "https"
 
 // CommonName returns name as the short way's readers file it: one of
 // commonNames in its canonical form, cut from tokenText, which a writer
@@ -522,8 +523,8 @@ func CommonName(name string) string {
 // ("http", "https": X-Forwarded-Proto's): cut from tokenText, a writer
 // writes them as they are without looking at them.
 func CommonValue(v string) string {
-	if c, ok := commonValues[v]; ok {
-		return c
+	if v == "http" || v == "https" {
+		return tokenText[len(tokenText)-len(scheme):][:len(v)]
 	}
 	return v
 }
