@@ -71,17 +71,13 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 		b = append(b, "\r\n"...)
 	}
 	var fields [24]headerField
-	b = appendFields(b, sortedFields(fields[:], r.Header, requestSkip, false), read)
+	b = appendFields(b, requestFields(fields[:], r.Header), read)
 	_, err := bw.Write(append(b, "\r\n"...))
 	if err == nil && len(body) > 0 {
 		_, err = bw.Write(body)
 	}
 	return err
 }
-
-// requestSkip are the fields of a request's header Request.Write leaves
-// out, or writes from elsewhere.
-var requestSkip = []string{"Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer"}
 
 // netWriteRequest writes r with net/http's Request.Write, body (read
 // from r's already) as its body, trace told of it.

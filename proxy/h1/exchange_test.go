@@ -461,7 +461,7 @@ func TestValuesCutFromTheHeadAsWriteSubset(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf [16]headerField
-	fields := sortedFields(buf[:], h, nil, false)
+	fields := sortedFields(buf[:], h, nil)
 	if got := appendFields(nil, fields, read); string(got) != want.String() {
 		t.Errorf("with the head, appendFields wrote\n%q\nWriteSubset\n%q", got, want.String())
 	}

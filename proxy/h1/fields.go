@@ -20,16 +20,32 @@ type headerField struct {
 }
 
 // sortedFields returns h's fields sorted by name, in buf when they fit,
-// less those skip names and, with trailers, those named with
-// http.TrailerPrefix: the fields net/http's Header.WriteSubset writes, in
-// its order.
-func sortedFields(buf []headerField, h http.Header, skip []string, trailers bool) []headerField {
+// less those skip names: the fields net/http's Header.WriteSubset writes,
+// in its order.
+func sortedFields(buf []headerField, h http.Header, skip []string) []headerField {
 	fields := buf[:0]
 	for name, values := range h {
-		if slices.Contains(skip, name) || trailers && strings.HasPrefix(name, http.TrailerPrefix) {
-			continue
+		if !slices.Contains(skip, name) {
+			fields = append(fields, headerField{name, values})
 		}
-		fields = append(fields, headerField{name, values})
+	}
+	sortFields(fields)
+	return fields
+}
+
+// requestFields is sortedFields for a request's header as Request.Write
+// writes it: less the fields it leaves out or writes from elsewhere
+// (Host, User-Agent, Content-Length, Transfer-Encoding, Trailer), told
+// apart by a switch, which looks at a name's length first, where a list
+// compares each name with each of its own.
+func requestFields(buf []headerField, h http.Header) []headerField {
+	fields := buf[:0]
+	for name, values := range h {
+		switch name {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+		default:
+			fields = append(fields, headerField{name, values})
+		}
 	}
 	sortFields(fields)
 	return fields
@@ -43,10 +59,23 @@ func sortFields(fields []headerField) {
 	}
 	// A head's few fields sort quicker by insertion.
 	for i := 1; i < len(fields); i++ {
-		for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
+		for j := i; j > 0 && nameBefore(fields[j].name, fields[j-1].name); j-- {
 			fields[j], fields[j-1] = fields[j-1], fields[j]
 		}
 	}
+}
+
+// nameBefore reports a < b, byte by byte in line: two names most often
+// differ within their first bytes, where the runtime's comparison is a
+// call and a setting-up for long strings.
+func nameBefore(a, b string) bool {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
 }
 
 // appendFields appends fields as net/http's Header.WriteSubset writes

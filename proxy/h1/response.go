@@ -77,7 +77,7 @@ func (w *response) WriteHeader(code int) {
 		bw := w.writer()
 		var fields [16]headerField
 		b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
-		b = appendFields(b, sortedFields(fields[:], w.header, noBodyFields, false), nil)
+		b = appendFields(b, sortedFields(fields[:], w.header, noBodyFields), nil)
 		_, _ = bw.Write(append(b, "\r\n"...))
 		_ = bw.Flush()
 		return
@@ -275,7 +275,7 @@ func (w *response) writeTrailers(bw *bufio.Writer) {
 	}
 	if t != nil {
 		var fields [16]headerField
-		_, _ = bw.Write(appendFields(bw.AvailableBuffer(), sortedFields(fields[:], t, nil, false), nil))
+		_, _ = bw.Write(appendFields(bw.AvailableBuffer(), sortedFields(fields[:], t, nil), nil))
 	}
 }
 
