@@ -6,7 +6,9 @@
 # core 1, at each connection count of CONNS (default "10 50"), ROUNDS
 # rounds (default 5) with the targets taking turns. For each target it
 # prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
-# of the CPU a request, of how busy the proxy's core was (near 100: the
+# of the CPU a request (the proxy's, and the load's: wrk's and the
+# backends' together, what the proxy's way of writing and waking costs
+# its neighbours), of how busy the proxy's core was (near 100: the
 # proxy is the limit, as this script means it to be) and, for rotor, of
 # the requests between two collections (GODEBUG=gctrace=1); and its rate
 # and p99 over HAProxy's, round by round (the median, and the range),
@@ -49,6 +51,7 @@ export WORKERS=$CORES
 
 nginx_backends "$backends" 19311 19312 19313
 declare -A pid
+pid[backends]=$!
 # start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
 # PORT, with the variables given, its collections traced to
 # $out/NAME.log.
@@ -87,6 +90,13 @@ end
 LUA
 # ticks NAME: the CPU time NAME's processes have used, in clock ticks.
 ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+# load_ticks VAR sets VAR to the CPU time the backends and the finished
+# wrk runs have used, in clock ticks (the runs' from bash's times, the
+# shell's children's, which only the shell itself sees: not a $(...)).
+load_ticks() {
+	times > "$out/times"
+	printf -v "$1" %s "$(awk -v b="$(ticks backends)" -v hz="$hz" 'END {for (i = 1; i <= 2; i++) {split($i, a, /[ms]/); t += a[1] * 60 + a[2]}; printf "%d", t * hz + b}' "$out/times")"
+}
 # cycles NAME: the collections a rotor has run so far ("-" for a peer).
 cycles() {
 	case $1 in
@@ -98,13 +108,16 @@ hz=$(getconf CLK_TCK)
 declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
-	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1 k0
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1 k0 l0 l1
 	t0=$(ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
+	load_ticks l0
 	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
+	load_ticks l1
+	v[$c-load-$name]+="$(awk -v t="$((l1 - l0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	for p in 50 75 90 99 99.9; do v[$c-p$p-$name]+="$(awk -v p="$p" '$1 == "pct" && $2 == p {print $3}' "$f") "; done
 	g1=$(cycles "$name")
 	if [ "$g1" != - ] && [ "$g1" -gt "$g0" ]; then
@@ -125,12 +138,12 @@ for c in $CONNS; do
 	done
 	echo
 	echo "## -c$c"
-	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "load us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
 	for target in $targets; do
 		name=${target%=*}
 		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
 		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
-		printf " %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+		printf " %8s %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
 	if [ -n "$BASE" ]; then
