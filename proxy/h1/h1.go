@@ -100,9 +100,15 @@ type Transport struct {
 }
 
 // idleList is one host's idle connections, oldest first. A connection
-// taken or given back changes the list in place: one lookup of the host
-// each, and no allocation while the host has some idle.
-type idleList struct{ conns []*conn }
+// taken or given back changes the list in place, and no allocation is
+// made while the host has some idle. A connection given back goes to the
+// list it was taken from without a lookup of its host while that list is
+// still its host's (host: the host it is the pool's list of, "" once it
+// is out of the pool).
+type idleList struct {
+	conns []*conn
+	host  string
+}
 
 // New returns a transport that sends what it can the short way, and the
 // rest through ht. The short way follows ht's settings, with the meanings
@@ -159,6 +165,9 @@ func (t *Transport) closeIdle(final bool) {
 	t.closed = t.closed || final
 	idle := t.idle
 	t.idle, t.spare, t.total = map[string]*idleList{}, nil, 0
+	for _, l := range idle {
+		l.host = ""
+	}
 	if t.sweep != nil {
 		t.sweep.Stop()
 		t.sweep = nil
@@ -322,10 +331,12 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 		c = l.conns[n-1]
 		l.conns[n-1] = nil
 		l.conns = l.conns[:n-1]
+		c.list = l
 		if n == 1 {
 			// Emptied: kept aside, its array with it, for the next
 			// host that needs a list (most often this one again).
 			delete(t.idle, host)
+			l.host = ""
 			t.spare = l
 		}
 		t.total--
@@ -360,7 +371,10 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 func (t *Transport) put(c *conn) {
 	c.idleAt = time.Now()
 	t.mu.Lock()
-	l := t.idle[c.host]
+	l := c.list
+	if l == nil || l.host != c.host {
+		l = t.idle[c.host]
+	}
 	if t.closed || l != nil && len(l.conns) >= t.maxIdle {
 		t.mu.Unlock()
 		c.close()
@@ -369,7 +383,9 @@ func (t *Transport) put(c *conn) {
 	var evicted *conn
 	if t.total >= t.maxTotal {
 		evicted = t.evictOldest()
-		l = t.idle[c.host] // the eviction may have emptied it
+		if l != nil && l.host == "" { // the eviction emptied it
+			l = nil
+		}
 	}
 	if l == nil {
 		l = t.spare
@@ -377,9 +393,11 @@ func (t *Transport) put(c *conn) {
 			l = new(idleList)
 		}
 		t.spare = nil
+		l.host = c.host
 		t.idle[c.host] = l
 	}
 	l.conns = append(l.conns, c)
+	c.list = l
 	t.total++
 	if t.sweep == nil && t.idleTimeout > 0 {
 		t.sweep = time.AfterFunc(t.idleTimeout, t.sweepIdle)
@@ -411,6 +429,7 @@ func (t *Transport) dropOldest(host string, n int) []*conn {
 	old := l.conns
 	if n == len(old) {
 		delete(t.idle, host) // not spare: its array is returned
+		l.host = ""
 	} else {
 		l.conns = append(old[:0:0], old[n:]...)
 	}
@@ -485,7 +504,8 @@ type conn struct {
 	read     int64 // bytes read since the request was written
 	readErr  error // the last read's failure since the request was written
 	idleAt   time.Time
-	ready    waiter // its place in readySockets, where it waits for an answer
+	list     *idleList // the pool's list it was last in (put's guess at its host's)
+	ready    waiter    // its place in readySockets, where it waits for an answer
 	// The try's bound (beginTry): when the running try ends, in
 	// nanoseconds since tryEpoch (0: none runs; tryCut: it ran out and
 	// was cut), the timer that looks at it, whether that timer is

@@ -221,6 +221,70 @@ func TestShortWayIdleTotal(t *testing.T) {
 	}
 }
 
+// A connection given back goes to its host's list, whatever became of
+// the list it was taken from: kept aside and then another host's,
+// emptied by an eviction, or let go with the pool's idle connections.
+func TestIdleListGuessedRight(t *testing.T) {
+	pipes := func(t *testing.T, total int) *Transport {
+		t.Helper()
+		return New(&http.Transport{MaxIdleConns: total, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, s := net.Pipe()
+			t.Cleanup(func() { c.Close(); s.Close() })
+			return c, nil
+		}})
+	}
+	ctx := context.Background()
+	get := func(t *testing.T, tr *Transport, host string, want *conn) *conn {
+		t.Helper()
+		c, reused, err := tr.get(ctx, host, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want != nil && (c != want || !reused) {
+			t.Fatalf("%s: got %p (reused %v), want the idle %p", host, c, reused, want)
+		}
+		return c
+	}
+	t.Run("another host's", func(t *testing.T) {
+		tr := pipes(t, 0)
+		t.Cleanup(tr.Close)
+		a := get(t, tr, "a.test:80", nil)
+		tr.put(a)
+		get(t, tr, "a.test:80", a) // a's list emptied, kept aside
+		b := get(t, tr, "b.test:80", nil)
+		tr.put(b) // b's list is the one a was taken from
+		tr.put(a)
+		get(t, tr, "a.test:80", a)
+		get(t, tr, "b.test:80", b)
+	})
+	t.Run("emptied by an eviction", func(t *testing.T) {
+		tr := pipes(t, 1)
+		t.Cleanup(tr.Close)
+		c1 := get(t, tr, "a.test:80", nil)
+		c2 := get(t, tr, "a.test:80", nil)
+		tr.put(c2)
+		get(t, tr, "a.test:80", c2) // the list emptied, kept aside
+		tr.put(c1)                  // the same list again, a's
+		tr.put(c2)                  // over the total: c1 evicted, emptying c2's list
+		get(t, tr, "a.test:80", c2)
+		if n := tr.Idle(); n != 0 {
+			t.Errorf("%d idle, want 0", n)
+		}
+	})
+	t.Run("the pool's idle closed meanwhile", func(t *testing.T) {
+		tr := pipes(t, 0)
+		t.Cleanup(tr.Close)
+		c1 := get(t, tr, "a.test:80", nil)
+		c2 := get(t, tr, "a.test:80", nil)
+		tr.put(c1)
+		tr.put(c2)
+		get(t, tr, "a.test:80", c2)
+		tr.CloseIdleConnections() // c1 closed, c2's list out of the pool
+		tr.put(c2)
+		get(t, tr, "a.test:80", c2)
+	})
+}
+
 // Taking a host's last idle connection and giving it back, as every
 // request does to a backend with one connection, allocates nothing: the
 // emptied list is kept aside for the next.
