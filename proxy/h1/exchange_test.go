@@ -605,9 +605,9 @@ func TestPlainAddr(t *testing.T) {
 // cut from tokenText, all of whose pieces are tokens, written as they
 // are; a string made elsewhere is not known, whatever it says.
 func TestCommonNamesKnown(t *testing.T) {
-	for k, c := range commonNames {
-		if !known(c) || CommonName(k) != c {
-			t.Errorf("%q: filed as %q, known %v", k, c, known(c))
+	for k, c := range commonFiled() {
+		if got := CommonName(k); got != c || !known(got) {
+			t.Errorf("%q: filed as %q, want %q, known %v", k, got, c, known(got))
 		}
 	}
 	for _, v := range []string{"http", "https"} {

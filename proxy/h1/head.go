@@ -431,7 +431,7 @@ func field(line string) (name, value string, ok bool) {
 		return "", "", false
 	}
 	name = line[:colon]
-	if n, common := commonNames[name]; common {
+	if n, common := commonName(name); common {
 		name = n
 	} else if name, ok = uncommonName(name); !ok {
 		return "", "", false
@@ -469,40 +469,88 @@ func uncommonName(name string) (string, bool) {
 	return name, true
 }
 
-// commonNames are the field names clients and servers send most, by
-// themselves and in lower case (as HTTP/2's, and many HTTP/1.1
+// commonNames are the field names clients and servers send most, each
+// filed by itself and in lower case (as HTTP/2's, and many HTTP/1.1
 // clients'), each to its canonical form: such a name is known for a token
-// and made canonical by one lookup, and without an allocation. The
-// canonical forms are cut from one string, tokenText, all of whose bytes
-// are a token's, as are those of the values rotor's own code sends most,
-// which it ends with (CommonValue): a writer knows a name cut from it for
-// a token, and a value for one it writes as it is, without looking at
-// either (known).
-var commonNames, tokenText = func() (names map[string]string, text string) {
-	list := []string{
-		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
-		"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
-		"Cache-Control", "Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
-		"Content-Length", "Content-Location", "Content-Range", "Content-Type", "Cookie", "Date", "Dnt",
-		"Etag", "Expect", "Expires", "Forwarded", "From", "Host", "If-Match", "If-Modified-Since",
-		"If-None-Match", "If-Range", "If-Unmodified-Since", "Keep-Alive", "Last-Modified", "Link",
-		"Location", "Origin", "Pragma", "Priority", "Proxy-Authorization", "Proxy-Connection", "Range",
-		"Referer", "Retry-After", "Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User",
-		"Server", "Set-Cookie", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Upgrade-Insecure-Requests", "User-Agent", "Vary", "Via", "X-Forwarded-For", "X-Forwarded-Host",
-		"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
-	}
-	text = strings.Join(list, "") + scheme
-	names = make(map[string]string, 2*len(list))
+// and made canonical by one look at a table (commonName), and without an
+// allocation. The canonical forms are cut from one string, tokenText,
+// all of whose bytes are a token's, as are those of the values rotor's
+// own code sends most, which it ends with (CommonValue): a writer knows a
+// name cut from it for a token, and a value for one it writes as it is,
+// without looking at either (known).
+var commonNames = []string{
+	"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
+	"Access-Control-Request-Headers", "Access-Control-Request-Method", "Age", "Authorization",
+	"Cache-Control", "Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Length", "Content-Location", "Content-Range", "Content-Type", "Cookie", "Date", "Dnt",
+	"Etag", "Expect", "Expires", "Forwarded", "From", "Host", "If-Match", "If-Modified-Since",
+	"If-None-Match", "If-Range", "If-Unmodified-Since", "Keep-Alive", "Last-Modified", "Link",
+	"Location", "Origin", "Pragma", "Priority", "Proxy-Authorization", "Proxy-Connection", "Range",
+	"Referer", "Retry-After", "Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Fetch-User",
+	"Server", "Set-Cookie", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+	"Upgrade-Insecure-Requests", "User-Agent", "Vary", "Via", "X-Forwarded-For", "X-Forwarded-Host",
+	"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "X-Requested-With",
+}
+
+// The common names' table: a name's key (commonKey) times commonMul, its
+// top nine bits, is the slot of the one common name with that key, by
+// both of its forms (the key is blind to case); the slot holds its index
+// in commonForms, plus one (0: none). commonMul is found when the program
+// starts, the first multiplier that gives each name a slot of its own:
+// where a map hashes all of a name and probes its groups, a look here is
+// four bytes, a multiplication and one or two comparisons.
+type commonForm struct{ canonical, lower string }
+
+var tokenText, commonForms, commonSlots, commonMul = commonTable()
+
+func commonTable() (text string, forms []commonForm, slots [512]uint8, mul uint32) {
+	text = strings.Join(commonNames, "") + scheme
 	at := 0
-	for _, n := range list {
+	for _, n := range commonNames {
 		c := text[at : at+len(n)]
 		at += len(n)
-		names[c] = c
-		names[strings.ToLower(c)] = c
+		forms = append(forms, commonForm{c, strings.ToLower(c)})
 	}
-	return names, text
-}()
+	for mul = 0x9e3779b1; ; mul += 2 {
+		clear(slots[:])
+		fits := true
+		for i, f := range forms {
+			slot := &slots[commonKey(f.canonical)*mul>>23]
+			if *slot != 0 {
+				fits = false
+				break
+			}
+			*slot = uint8(i + 1)
+		}
+		if fits {
+			return text, forms, slots, mul
+		}
+	}
+}
+
+// commonKey is a name's length and its first and last two bytes, in lower
+// case (a name of two bytes or more).
+func commonKey(name string) uint32 {
+	n := len(name)
+	return uint32(n) | uint32(name[0]|0x20)<<8 | uint32(name[n-1]|0x20)<<16 | uint32(name[n-2]|0x20)<<24
+}
+
+// commonName returns the canonical form of name, cut from tokenText, when
+// name is one of commonNames by itself or in lower case.
+func commonName(name string) (string, bool) {
+	if len(name) < 2 {
+		return "", false
+	}
+	i := commonSlots[commonKey(name)*commonMul>>23]
+	if i == 0 {
+		return "", false
+	}
+	f := &commonForms[i-1]
+	if name == f.canonical || name == f.lower {
+		return f.canonical, true
+	}
+	return "", false
+}
 
 // scheme ends tokenText: X-Forwarded-Proto's values, "http" its first
 // four bytes.
@@ -513,7 +561,7 @@ const scheme = "https"
 // knows for a token without looking at it; any other name as it is. A
 // name a handler sets often is best made once with it.
 func CommonName(name string) string {
-	if c, ok := commonNames[name]; ok {
+	if c, ok := commonName(name); ok {
 		return c
 	}
 	return name

@@ -124,7 +124,7 @@ func TestCanonicalName(t *testing.T) {
 			t.Errorf("field named %q %q, want %q", name, got, http.CanonicalHeaderKey(name))
 		}
 	}
-	for n, c := range commonNames {
+	for n, c := range commonFiled() {
 		if c != http.CanonicalHeaderKey(n) || n != c && n != strings.ToLower(c) {
 			t.Errorf("common name %q is filed as %q", n, c)
 		}
@@ -134,6 +134,48 @@ func TestCanonicalName(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, func() { field("user-agent: v") }); allocs != 0 {
 		t.Errorf("%.0f allocations to make a common name canonical, want 0", allocs)
+	}
+}
+
+// commonFiled is every form of a common name the readers file, by
+// itself and in lower case, to its canonical form.
+func commonFiled() map[string]string {
+	m := map[string]string{}
+	for _, n := range commonNames {
+		m[n], m[strings.ToLower(n)] = n, n
+	}
+	return m
+}
+
+// The common names' table files each common name by both of its forms,
+// to its canonical form cut from tokenText, and nothing else: not a name
+// that shares its slot (one byte changed, the bytes its key is made of
+// among them), nor another case, nor a name too short for a key.
+func TestCommonNameTable(t *testing.T) {
+	filed := commonFiled()
+	for form, c := range filed {
+		if got, ok := commonName(form); !ok || got != c || !within(got, tokenText) {
+			t.Errorf("commonName(%q) = %q, %v; want %q cut from tokenText", form, got, ok, c)
+		}
+		others := []string{strings.ToUpper(form), form + "s", "x" + form}
+		for i := range len(form) {
+			b := []byte(form)
+			b[i] ^= 1
+			others = append(others, string(b))
+		}
+		for _, o := range others {
+			if _, common := filed[o]; common {
+				continue
+			}
+			if got, ok := commonName(o); ok {
+				t.Errorf("commonName(%q) = %q, want none", o, got)
+			}
+		}
+	}
+	for _, n := range []string{"", "A", "t", "-"} {
+		if got, ok := commonName(n); ok {
+			t.Errorf("commonName(%q) = %q, want none", n, got)
+		}
 	}
 }
 
