@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +393,70 @@ func TestHeaderHygiene(t *testing.T) {
 	if got.Header.Get("Upgrade-Insecure-Requests") != "1" {
 		t.Error("an end-to-end header was dropped")
 	}
+}
+
+// A request whose head has none of the fields a proxy leaves out goes on
+// in its own header map; one with such a field, in a copy. Whichever way,
+// and whichever way the transport sends it (a DELETE or an empty POST
+// goes net/http's way, and takes a copy of the map the server takes
+// back), the backend gets each request's own fields and rotor's, and
+// nothing of the request before it on the same connection.
+func TestHeadersSentInPlace(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %q %q %q %q %q %q %q", r.Method, r.Header["User-Agent"], r.Header["X-A"],
+			r.Header["X-Forwarded-For"], r.Header["X-Forwarded-Host"], r.Header["X-Forwarded-Proto"],
+			r.Header["X-Real-Ip"], r.Header["Keep-Alive"])
+	}))
+	t.Cleanup(backend.Close)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", routes: [{match: {path_prefix: /}, pool: app}]}
+pools:
+  - name: app
+    policy: round_robin
+    endpoints:
+      - {name: a, url: %q}
+`, backend.URL), nil)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	t.Cleanup(c.CloseIdleConnections)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 60 {
+				method := []string{http.MethodGet, http.MethodDelete, http.MethodPost}[(g+i)%3]
+				req, _ := http.NewRequest(method, r.url("web")+"/x", nil)
+				var ua, xa []string
+				if i%2 == 0 {
+					ua = []string{fmt.Sprintf("agent-%d-%d", g, i)}
+					req.Header["User-Agent"] = ua
+				} else {
+					req.Header["User-Agent"] = []string{""} // none sent, and none comes (not Go's)
+				}
+				if i%3 != 2 {
+					xa = []string{fmt.Sprintf("a-%d-%d", g, i)}
+					req.Header["X-A"] = xa
+				}
+				if i%4 == 3 { // a hop-by-hop field: the copy
+					req.Header["Keep-Alive"] = []string{"timeout=5"}
+					req.Header["X-Forwarded-For"] = []string{"6.6.6.6"}
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				want := fmt.Sprintf("%s %q %q %q %q %q %q %q", method, ua, xa, []string{"127.0.0.1"},
+					[]string{r.Addr("web").String()}, []string{"http"}, []string{"127.0.0.1"}, []string(nil))
+				if string(body) != want {
+					t.Errorf("%s %d/%d: the backend got\n%s\nwant\n%s", method, g, i, body, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func TestTrustedProxyKeepsForwardedFor(t *testing.T) {

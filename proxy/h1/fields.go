@@ -119,8 +119,13 @@ func appendFields(b []byte, fields []headerField, read *ReadHead) []byte {
 // string's bytes never change, and the ReadHead keeps them from being
 // freed and reused while it holds them.) A request's has its client's
 // address too, when no byte of it needs a look (plainAddr): the
-// forwarding fields' values are cut from it.
-type ReadHead struct{ text, addr string }
+// forwarding fields' values are cut from it. A request's also tells
+// whether its head had none of the fields a proxy leaves out (sendable:
+// OutgoingInPlace), and whether it had a User-Agent.
+type ReadHead struct {
+	text, addr      string
+	sendable, agent bool
+}
 
 // noHead is no head: nothing is cut from it.
 var noHead ReadHead

@@ -60,6 +60,7 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
 	r.Header = h
 	hosts, length, hasConnection, pragma := 0, false, false, false
+	sendable, agent := true, false
 	size = len(method) + len(target) + len(proto) + 4
 	for {
 		name, value, ok := fields.next()
@@ -88,7 +89,10 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 			}
 		case "Pragma":
 			pragma = true
+		case "User-Agent":
+			agent = true
 		}
+		sendable = sendable && !leftOut(name)
 		fields.add(r.Header, name, value)
 		size += len(name) + len(value) + 4
 	}
@@ -118,7 +122,7 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	} else {
 		r.Close = closes(r.ProtoMinor, nil)
 	}
-	a.read.text = s
+	a.read.text, a.read.sendable, a.read.agent = s, sendable, agent
 	return r, connection, size
 }
 

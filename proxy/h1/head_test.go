@@ -336,3 +336,95 @@ func TestHeadTextChunks(t *testing.T) {
 		t.Errorf("%v allocations a %d-byte head, want its own", n, len(large))
 	}
 }
+
+// sameOutgoingInPlace checks, for a head the short way takes, that
+// OutgoingInPlace makes of its request's header what Outgoing makes of
+// it with ForwardingFields dropped, when it says it did; and that it
+// leaves it as it was otherwise, which it says for every head with a
+// field Outgoing leaves out.
+func sameOutgoingInPlace(t *testing.T, raw []byte) {
+	t.Helper()
+	n, _ := scanHead(raw, 0)
+	if n <= 0 {
+		return
+	}
+	a := new(headBlock)
+	r, _, _ := parseHead(raw[:n], &http.Request{}, a)
+	if r == nil {
+		return
+	}
+	want := Outgoing(r.Header, ForwardingFields, nil)
+	before := r.Header.Clone()
+	dropped := false
+	for name := range r.Header {
+		dropped = dropped || leftOut(name)
+	}
+	if !OutgoingInPlace(r.Header, &a.read) {
+		if !dropped {
+			t.Errorf("%q: not sent in place, with no field Outgoing leaves out", raw[:n])
+		}
+		if d := cmp.Diff(before, r.Header); d != "" {
+			t.Errorf("%q: refused, and changed (-before +after):\n%s", raw[:n], d)
+		}
+		return
+	}
+	if dropped {
+		t.Errorf("%q: sent in place with a field Outgoing leaves out", raw[:n])
+	}
+	if d := cmp.Diff(want, r.Header); d != "" {
+		t.Errorf("%q: in place (-Outgoing +in place):\n%s", raw[:n], d)
+	}
+	if OutgoingInPlace(r.Header, nil) {
+		t.Errorf("sent in place with no head known")
+	}
+}
+
+// A request goes on in its own header map as Outgoing would have made
+// it, and only when its head had none of the fields Outgoing leaves out:
+// hop-by-hop ones (those Connection names among them, which come only
+// with a Connection) and the forwarding ones, by any case of their names.
+func TestOutgoingInPlace(t *testing.T) {
+	for _, raw := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nuser-agent: h2load\r\nX-Real-Ip: 10.0.0.1\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nConnection: X-A\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nKeep-Alive: 5\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nte: trailers\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Basic eDp5\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nProxy-Connection: close\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=1.2.3.4\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 1.2.3.4\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX-FORWARDED-PROTO: https\r\n\r\n",
+	} {
+		n, _ := scanHead([]byte(raw), 0)
+		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}, new(headBlock)); r == nil {
+			t.Fatalf("%q not taken", raw)
+		}
+		sameOutgoingInPlace(t, []byte(raw))
+	}
+	// Each field Outgoing leaves out whatever else comes is refused.
+	for _, name := range append([]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer"}, ForwardingFields...) {
+		a := new(headBlock)
+		r, _, _ := parseHead([]byte("GET / HTTP/1.1\r\nHost: a\r\n"+name+": x\r\n\r\n"), &http.Request{}, a)
+		if r == nil {
+			t.Fatalf("%s: not taken", name)
+		}
+		if OutgoingInPlace(r.Header, &a.read) {
+			t.Errorf("%s: sent in place", name)
+		}
+	}
+}
+
+// Any head the short way takes goes on in place as Outgoing would have
+// made it, or is refused and left as it was.
+func FuzzOutgoingInPlace(f *testing.F) {
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nUser-Agent: x\r\n\r\n"))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nConnection: X-A\r\nX-A: 1\r\n\r\n"))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-for: 1\r\nX-Real-Ip: 2\r\n\r\n"))
+	f.Fuzz(sameOutgoingInPlace)
+}

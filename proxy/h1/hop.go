@@ -37,6 +37,38 @@ func dropListed(h http.Header, connection []string) {
 // server does not see Go's. Shared: headers sent are not changed in place.
 var noUserAgent = []string{""}
 
+// ForwardingFields are the fields a reverse proxy sets afresh on a
+// request it sends on (the client's are not passed on as they came), as
+// Outgoing's drop: canonical, as parsed headers' keys are.
+var ForwardingFields = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// leftOut reports whether Outgoing(in, ForwardingFields, ...) leaves the
+// field name out whatever else in holds: a hop-by-hop field, or one set
+// afresh.
+func leftOut(name string) bool {
+	return isHopByHop(name) || slices.Contains(ForwardingFields, name)
+}
+
+// OutgoingInPlace makes in itself what Outgoing(in, ForwardingFields,
+// nil) would make of it, when read, the head in was read from
+// (RequestHead), had none of the fields Outgoing leaves out: then every
+// field of in goes on as it is, and Outgoing's copy of them all is
+// spared; an empty User-Agent is added when it had none. It reports
+// whether it did: otherwise (no head known, or one with such a field) in
+// is left as it was. A handler that sends in on in place lends the
+// server's own map, which the server takes back when the handler
+// returns: it goes only to a transport that keeps nothing of the request
+// once it has answered (Transport.Short).
+func OutgoingInPlace(in http.Header, read *ReadHead) bool {
+	if read == nil || !read.sendable {
+		return false
+	}
+	if !read.agent {
+		in["User-Agent"] = noUserAgent
+	}
+	return true
+}
+
 // Outgoing returns the header a proxy sends a request on with: in's
 // fields less the hop-by-hop ones (the fixed list and those in's
 // Connection names) and those named in drop (canonical), sharing in's

@@ -30,13 +30,16 @@ import (
 // connection's answer (http.ErrAbortHandler), so that the client cannot
 // take a cut body for a whole one.
 func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted bool) {
-	up := upgradeType(r.Header)
-	if !printable(up) {
-		h.errorHandler(w, r, info, fmt.Errorf("client tried to switch to invalid protocol %q", up))
-		return false
+	header := r.Header
+	if info.inPlace = h1.OutgoingInPlace(header, info.read); !info.inPlace {
+		up := upgradeType(r.Header)
+		if !printable(up) {
+			h.errorHandler(w, r, info, fmt.Errorf("client tried to switch to invalid protocol %q", up))
+			return false
+		}
+		header = outHeader(r.Header, up, info.header)
+		info.header = header
 	}
-	header := outHeader(r.Header, up, info.header)
-	info.header = header
 	h.rewrite(r, header, info.trusted, &info.forwarded)
 
 	// The request's context, the total's when it can bind before the tries
@@ -154,16 +157,15 @@ func (info *reqInfo) got100() {
 	info.rec.WriteHeader(http.StatusContinue)
 }
 
-// forwarding are the fields rewrite sets afresh, canonical as parsed
-// headers' keys are.
-var forwarding = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
-
 // outHeader is the header a request goes to its backend with: the
 // client's as h1.Outgoing leaves it (in into, when not nil), less the
 // forwarding fields rewrite sets afresh, with "Te: trailers" kept when
 // the client said it takes trailers and the upgrade asked for, if any.
+// A request whose head had none of the fields it leaves out (no
+// hop-by-hop one: no upgrade, no Te) goes on in its own map instead
+// (h1.OutgoingInPlace).
 func outHeader(in http.Header, up string, into http.Header) http.Header {
-	out := h1.Outgoing(in, forwarding, into)
+	out := h1.Outgoing(in, h1.ForwardingFields, into)
 	if httpguts.HeaderValuesContainsToken(in["Te"], "trailers") {
 		out["Te"] = teTrailers
 	}

@@ -132,6 +132,7 @@ type reqState struct {
 	answered  bool
 	continued bool         // a backend's 100 Continue was passed on
 	read      *h1.ReadHead // the request's head as the short way's server read it (h1.RequestHead)
+	inPlace   bool         // out's header is the request's own map (h1.OutgoingInPlace)
 }
 
 // infos are the states of requests that ended, for the next: ServeHTTP

@@ -86,7 +86,14 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		if !pool.Transport.Short(req) {
 			// net/http's transport may go on writing the request after
 			// its answer came: a later try's copy too shares the
-			// header (info.header) and the trace (info.trace).
+			// header (info.header) and the trace (info.trace). The
+			// request's own map, which the server takes back when the
+			// handler returns, is not lent to it: it and the later
+			// tries get a copy.
+			if info.inPlace {
+				out.Header = out.Header.Clone()
+				req.Header, info.inPlace = out.Header, false
+			}
 			info.held = true
 		}
 		// The first try's start is the request's, a few microseconds of
