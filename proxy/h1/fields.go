@@ -65,10 +65,18 @@ func sortFields(fields []headerField) {
 	}
 }
 
-// nameBefore reports a < b, byte by byte in line: two names most often
-// differ within their first bytes, where the runtime's comparison is a
-// call and a setting-up for long strings.
+// nameBefore reports a < b, in line: eight bytes at a time while both
+// have them (names that differ late share a prefix: X-Forwarded-), then
+// byte by byte. The runtime's comparison is a call, and a setting-up
+// for long strings, where two names most often differ within their
+// first few bytes.
 func nameBefore(a, b string) bool {
+	for len(a) >= 8 && len(b) >= 8 {
+		if x, y := word(a), word(b); x != y {
+			return x < y
+		}
+		a, b = a[8:], b[8:]
+	}
 	n := min(len(a), len(b))
 	for i := 0; i < n; i++ {
 		if a[i] != b[i] {
@@ -76,6 +84,14 @@ func nameBefore(a, b string) bool {
 		}
 	}
 	return len(a) < len(b)
+}
+
+// word is s's first eight bytes, the first the most significant: words
+// compare as their bytes do.
+func word(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0])<<56 | uint64(s[1])<<48 | uint64(s[2])<<40 | uint64(s[3])<<32 |
+		uint64(s[4])<<24 | uint64(s[5])<<16 | uint64(s[6])<<8 | uint64(s[7])
 }
 
 // appendFields appends fields as net/http's Header.WriteSubset writes
