@@ -6,9 +6,9 @@
 # core 1, at each connection count of CONNS (default "10 50"), ROUNDS
 # rounds (default 5) with the targets taking turns. For each target it
 # prints the medians of the rate, of wrk's percentiles from p50 to p99.9,
-# of the CPU a request (the proxy's, and the load's: wrk's and the
-# backends' together, what the proxy's way of writing and waking costs
-# its neighbours), of how busy the proxy's core was (near 100: the
+# of the CPU a request (the proxy's, its user-space part beside it, and
+# the load's: wrk's and the backends' together, what the proxy's way of
+# writing and waking costs its neighbours), of how busy the proxy's core was (near 100: the
 # proxy is the limit, as this script means it to be) and, for rotor, of
 # the requests between two collections (GODEBUG=gctrace=1); and its rate
 # and p99 over HAProxy's, round by round (the median, and the range),
@@ -90,6 +90,14 @@ end
 LUA
 # ticks NAME: the CPU time NAME's processes have used, in clock ticks.
 ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+# user_ticks NAME: the part of ticks NAME spent in user space.
+user_ticks() {
+	local t=0 p
+	for p in "${pid[$1]}" $(pgrep -P "${pid[$1]}"); do
+		t=$((t + $(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
@@ -108,14 +116,15 @@ hz=$(getconf CLK_TCK)
 declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
-	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 g0 n g1 k0 l0 l1
-	t0=$(ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1
+	t0=$(ticks "$name") u0=$(user_ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
 	load_ticks l0
 	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
+	v[$c-user-$name]+="$(awk -v t="$(($(user_ticks "$name") - u0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	load_ticks l1
 	v[$c-load-$name]+="$(awk -v t="$((l1 - l0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	for p in 50 75 90 99 99.9; do v[$c-p$p-$name]+="$(awk -v p="$p" '$1 == "pct" && $2 == p {print $3}' "$f") "; done
@@ -138,12 +147,12 @@ for c in $CONNS; do
 	done
 	echo
 	echo "## -c$c"
-	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "load us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "user us" "load us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
 	for target in $targets; do
 		name=${target%=*}
 		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
 		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
-		printf " %8s %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+		printf " %8s %8s %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-user-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
 	if [ -n "$BASE" ]; then
