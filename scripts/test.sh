@@ -58,7 +58,7 @@ GOOS=windows go vet ./...
 go test "${pgo[@]}" -race -count=1 -timeout 15m ./...
 # The race detector shuffles the scheduler's order on purpose: what holds
 # an order the scheduler is given runs once more without it.
-go test "${pgo[@]}" -count=1 -run 'TestReadyQueueWakesInOrder' ./proxy/h1
+go test "${pgo[@]}" -count=1 -run 'TestReadyQueueWakesInOrder|TestTogetherLetsTheTurnRunFirst' ./proxy/h1
 # The proxies once more as they run where there is no raw socket access
 # (Windows): net/http's server and transport, a goroutine's copy.
 go test "${pgo[@]}" -race -count=1 -timeout 5m -tags norawio ./proxy/... ./server

@@ -762,6 +762,7 @@ func (w *lastWrite) Write(p []byte) (int, error) {
 // take all of it at once, the rest goes the ordinary way. A deadline or
 // a close while waiting is left for the read to report.
 func (c *conn) sendThenWait(p []byte) (int, error) {
+	readySockets.together(&c.ready)
 	c.sendP, c.sendN, c.sendErr = p, 0, nil
 	err := c.rc.Read(c.sendFn)
 	n, werr := c.sendN, c.sendErr

@@ -65,8 +65,9 @@ type readyQueue struct {
 	openAt float64
 	every  time.Duration
 
-	aside  atomic.Bool  // the queue stands aside: waits are Go's poller's
-	lookAt atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
+	aside    atomic.Bool  // the queue stands aside: waits are Go's poller's
+	turnSize atomic.Int32 // the connections the last turn woke
+	lookAt   atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
 
 	mu    sync.Mutex
 	set   *readySet     // nil while no socket is in it; guarded by mu
@@ -129,6 +130,31 @@ func (w *waiter) queued() bool {
 	}
 	return !w.off
 }
+
+// together lets the rest of a turn run before a connection whose waits
+// are q's (w) sends, while q is in use: it yields. The queue's goroutine
+// wakes a turn's connections together, and each would otherwise receive,
+// work and send as soon as it ran, its peer on the other side of the
+// socket (a backend, a client, on another core) woken for each send and
+// asleep again before the next. Yielding, a connection goes behind the
+// others its turn made ready, so the turn's sends leave together once
+// its reads and work are done, as an event loop's do: the peer woken
+// once finds several, and its neighbours and rotor's own receives and
+// sends cost the kernel less (docs/BENCHMARKS.md, "A turn's sends
+// together"). In a turn of few connections (fewer than togetherFrom)
+// the wait costs a request's latency more than the sends together save
+// (measured at ten connections), and a socket not in the set (the queue
+// standing aside, more than one P, a connection's first exchange) is in
+// no turn: those send at once.
+func (q *readyQueue) together(w *waiter) {
+	if w.in && q.turnSize.Load() >= togetherFrom && !q.aside.Load() {
+		runtime.Gosched()
+	}
+}
+
+// togetherFrom is the fewest connections a turn must have woken for
+// together to yield in it (the turn's size as the queue last saw it).
+var togetherFrom int32 = 4
 
 // readySockets is the queue of the short way's connections, clients'
 // (cleartext) and backends' alike: used while rotor's core is 90% busy
@@ -379,6 +405,7 @@ func (s *readySet) turn(uintptr) bool {
 			}
 		}
 		s.q.mu.Unlock()
+		s.q.turnSize.Store(int32(len(s.woken)))
 		if len(s.woken) > 0 {
 			for _, w := range s.woken[1:] {
 				w.poke()

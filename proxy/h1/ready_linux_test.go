@@ -319,3 +319,52 @@ func TestReadyQueueLooksAtItsCores(t *testing.T) {
 		t.Errorf("cores unread, rotor's own share a speck: in use, want aside")
 	}
 }
+
+// A connection about to send lets the rest of its turn run first while
+// its waits are the queue's, the queue is in use and the turn woke
+// enough others, and sends at once otherwise: a turn of too few, not in
+// the set, or the queue standing aside. One P: a
+// goroutine made ready before the send runs before it only if the
+// sender yields.
+func TestTogetherLetsTheTurnRunFirst(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector shuffles the scheduler's order on purpose; scripts/test.sh runs this without it")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, tt := range []struct {
+		name      string
+		in, aside bool
+		turn      int32
+		want      []string
+	}{
+		{"in the set, the queue in use", true, false, togetherFrom, []string{"the turn's other", "send"}},
+		{"a turn of too few", true, false, togetherFrom - 1, []string{"send", "the turn's other"}},
+		{"not in the set", false, false, togetherFrom, []string{"send", "the turn's other"}},
+		{"the queue standing aside", true, true, togetherFrom, []string{"send", "the turn's other"}},
+	} {
+		var q readyQueue
+		q.aside.Store(tt.aside)
+		q.turnSize.Store(tt.turn)
+		w := &waiter{in: tt.in, decided: true}
+		var (
+			mu    sync.Mutex
+			order []string
+		)
+		note := func(s string) {
+			mu.Lock()
+			order = append(order, s)
+			mu.Unlock()
+		}
+		done := make(chan struct{})
+		go func() { // made ready in the same turn, ahead of the send
+			note("the turn's other")
+			close(done)
+		}()
+		q.together(w)
+		note("send")
+		<-done
+		if !slices.Equal(order, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, order, tt.want)
+		}
+	}
+}

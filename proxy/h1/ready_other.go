@@ -17,3 +17,4 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool      { return false }
 func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {}
 func (w *waiter) init()                                    {}
 func (w *waiter) poke()                                    {}
+func (q *readyQueue) together(w *waiter)                   {}

@@ -385,6 +385,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	}
 	c.raw.init(tc, rc)
 	c.ready.init()
+	c.raw.ready = &c.ready
 	c.out = &c.raw
 	c.stepFn = c.step
 	ctx := context.WithValue(context.Background(), http.ServerContextKey, s.HTTP)

@@ -30,6 +30,7 @@ type sock struct {
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool // writeStep, made once
+	ready   *waiter               // its connection's place in readySockets (nil: none): a write lets the turn run first (together)
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
@@ -73,6 +74,9 @@ func (s *sock) readStep(fd uintptr) bool {
 }
 
 func (s *sock) Write(p []byte) (int, error) {
+	if s.ready != nil {
+		readySockets.together(s.ready)
+	}
 	s.wp, s.wn, s.werr = p, 0, nil
 	err := s.rc.Write(s.writeFn)
 	n, werr := s.wn, s.werr
