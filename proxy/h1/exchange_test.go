@@ -550,12 +550,7 @@ func FuzzCutAsAppendValue(f *testing.F) {
 				strs = append(append(strs, k), vv...)
 			}
 		} else {
-			n, _ := scanHead(raw, 0)
-			if n <= 0 {
-				return
-			}
-			a := new(headBlock)
-			r, _, _ := parseHead(raw[:n], &http.Request{}, a)
+			r, a, _ := shortHead(raw)
 			if r == nil {
 				return
 			}

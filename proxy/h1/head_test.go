@@ -211,14 +211,23 @@ func TestFieldNames(t *testing.T) {
 // MaxHeaderBytes and a handler holds net/http's.
 func sameHeadSize(t *testing.T, raw []byte) {
 	t.Helper()
+	if r, _, size := shortHead(raw); r != nil && size != HeadSize(r) {
+		t.Errorf("for %q parseHead counted %d bytes, HeadSize %d", raw, size, HeadSize(r))
+	}
+}
+
+// shortHead is the request the short way reads from the head raw begins
+// with, the block it was read into and its size as parseHead counts it;
+// a nil request when there is no whole head or the short way does not
+// take it.
+func shortHead(raw []byte) (*http.Request, *headBlock, int) {
 	n, _ := scanHead(raw, 0)
 	if n <= 0 {
-		return
+		return nil, nil, 0
 	}
-	r, _, size := parseHead(raw[:n], &http.Request{}, new(headBlock))
-	if r != nil && size != HeadSize(r) {
-		t.Errorf("for %q parseHead counted %d bytes, HeadSize %d", raw[:n], size, HeadSize(r))
-	}
+	a := new(headBlock)
+	r, _, size := parseHead(raw[:n], &http.Request{}, a)
+	return r, a, size
 }
 
 // The short way counts a head as HeadSize does: the request line, Host,
@@ -233,8 +242,7 @@ func TestHeadSizeCounted(t *testing.T) {
 		"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\nCache-Control: max-age=0\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n",
 	} {
-		n, _ := scanHead([]byte(raw), 0)
-		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}, new(headBlock)); r == nil {
+		if r, _, _ := shortHead([]byte(raw)); r == nil {
 			t.Fatalf("%q not taken", raw)
 		}
 		sameHeadSize(t, []byte(raw))
@@ -344,12 +352,7 @@ func TestHeadTextChunks(t *testing.T) {
 // field Outgoing leaves out.
 func sameOutgoingInPlace(t *testing.T, raw []byte) {
 	t.Helper()
-	n, _ := scanHead(raw, 0)
-	if n <= 0 {
-		return
-	}
-	a := new(headBlock)
-	r, _, _ := parseHead(raw[:n], &http.Request{}, a)
+	r, a, _ := shortHead(raw)
 	if r == nil {
 		return
 	}
@@ -361,18 +364,18 @@ func sameOutgoingInPlace(t *testing.T, raw []byte) {
 	}
 	if !OutgoingInPlace(r.Header, &a.read) {
 		if !dropped {
-			t.Errorf("%q: not sent in place, with no field Outgoing leaves out", raw[:n])
+			t.Errorf("%q: not sent in place, with no field Outgoing leaves out", raw)
 		}
 		if d := cmp.Diff(before, r.Header); d != "" {
-			t.Errorf("%q: refused, and changed (-before +after):\n%s", raw[:n], d)
+			t.Errorf("%q: refused, and changed (-before +after):\n%s", raw, d)
 		}
 		return
 	}
 	if dropped {
-		t.Errorf("%q: sent in place with a field Outgoing leaves out", raw[:n])
+		t.Errorf("%q: sent in place with a field Outgoing leaves out", raw)
 	}
 	if d := cmp.Diff(want, r.Header); d != "" {
-		t.Errorf("%q: in place (-Outgoing +in place):\n%s", raw[:n], d)
+		t.Errorf("%q: in place (-Outgoing +in place):\n%s", raw, d)
 	}
 	if OutgoingInPlace(r.Header, nil) {
 		t.Errorf("sent in place with no head known")
@@ -400,8 +403,7 @@ func TestOutgoingInPlace(t *testing.T) {
 		"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: b\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\nX-FORWARDED-PROTO: https\r\n\r\n",
 	} {
-		n, _ := scanHead([]byte(raw), 0)
-		if r, _, _ := parseHead([]byte(raw[:n]), &http.Request{}, new(headBlock)); r == nil {
+		if r, _, _ := shortHead([]byte(raw)); r == nil {
 			t.Fatalf("%q not taken", raw)
 		}
 		sameOutgoingInPlace(t, []byte(raw))
