@@ -154,7 +154,7 @@ func (q *readyQueue) together(w *waiter) {
 
 // togetherFrom is the fewest connections a turn must have woken for
 // together to yield in it (the turn's size as the queue last saw it).
-var togetherFrom int32 = 4
+const togetherFrom = 4
 
 // readySockets is the queue of the short way's connections, clients'
 // (cleartext) and backends' alike: used while rotor's core is 90% busy
