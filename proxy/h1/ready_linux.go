@@ -3,17 +3,13 @@
 package h1
 
 import (
-	"bytes"
-	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rotor-lb/rotor/internal/cores"
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
@@ -76,15 +72,10 @@ type readyQueue struct {
 	free  []int32       // guarded by mu
 	live  int           // sockets in the set; guarded by mu
 	cpu   time.Duration // rotor's CPU time at the last look; guarded by mu
-	cores coreTicks     // its cores' clock ticks at the last look; guarded by mu
-	// readCores reads the cores' ticks (nil: coresNow); tests set it.
-	readCores func() (coreTicks, bool)
+	ticks cores.Ticks   // its cores' clock ticks at the last look; guarded by mu
+	// readCores reads the cores' ticks (nil: cores.Now); tests set it.
+	readCores func() (cores.Ticks, bool)
 }
-
-// coreTicks counts the clock ticks of a set of cores: those they were
-// busy (anyone's work, the kernel's, and time the hypervisor gave to
-// other machines) and all of them.
-type coreTicks struct{ busy, total uint64 }
 
 // How far under openAt the core's busy share falls before the queue
 // stands aside: the queue's own cost is not enough to take it back
@@ -107,29 +98,20 @@ type readySet struct {
 type waiter struct {
 	ch   chan struct{} // a token: the socket was found readable since the last wait
 	slot int32
-	// in the set; never to be; whether it may be was decided: the
+	// in the set; never to be (the set could not take it): the
 	// connection's goroutine alone touches them.
-	in, off, decided bool
+	in, off bool
 }
 
-// readyMaxProcs is the most Ps at which a connection's socket goes to
-// the queue. With two, Go's poller spreads a turn's goroutines over both
-// Ps, where the queue's one goroutine wakes them all on its own: on two
-// cores shared with the load that cost more than the order saved (0.88x
-// to 1.02x the rate at up to 1.11x the CPU a request,
+// readyMaxProcs is the most Ps at which the queue is used: with more,
+// it stands aside (looked at with how busy the core is, so as GOMAXPROCS
+// changes while rotor runs). With two, Go's poller spreads a turn's
+// goroutines over both Ps, where the queue's one goroutine wakes them all
+// on its own: on two cores shared with the load that cost more than the
+// order saved (0.88x to 1.02x the rate at up to 1.11x the CPU a request,
 // docs/BENCHMARKS.md), so there connections wait in Go's poller. Tests
 // set it higher, to run the queue on any machine.
 var readyMaxProcs = 1
-
-// queued reports whether w's waits may be the queue's, deciding it at
-// the first: only while GOMAXPROCS is at most readyMaxProcs.
-func (w *waiter) queued() bool {
-	if !w.decided {
-		w.decided = true
-		w.off = runtime.GOMAXPROCS(0) > readyMaxProcs
-	}
-	return !w.off
-}
 
 // together lets the rest of a turn run before a connection whose waits
 // are q's (w) sends, while q is in use: it yields. The queue's goroutine
@@ -169,7 +151,7 @@ var readySockets = readyQueue{openAt: 0.9, every: 100 * time.Millisecond}
 // bytes are there already. false: the queue cannot take it (the caller
 // waits in Go's poller instead).
 func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
-	if !w.queued() {
+	if w.off {
 		return false
 	}
 	if q.every > 0 {
@@ -198,98 +180,56 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 
 // look has the queue stand aside, or step in again, by how busy rotor's
 // core was over the time since the last look (first: there was none;
-// only note rotor's CPU time and its cores' ticks).
+// only note rotor's CPU time and its cores' ticks). With more Ps than
+// readyMaxProcs it stands aside, first look or not.
 func (q *readyQueue) look(first bool, since time.Duration) {
-	cpu := cpuTime()
+	procs := runtime.GOMAXPROCS(0)
+	cpu := cores.CPU()
 	read := q.readCores
 	if read == nil {
-		read = coresNow
+		read = cores.Now
 	}
-	cores, coresOK := read()
+	ticks, ticksOK := read()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	used := cpu - q.cpu
 	q.cpu = cpu
-	last := q.cores
-	q.cores = cores
+	last := q.ticks
+	q.ticks = ticks
+	if procs > readyMaxProcs {
+		// More Ps than the queue serves (from the start, or Go's count
+		// raised since): aside, whatever the core.
+		if !q.aside.Load() {
+			q.standAside()
+		}
+		return
+	}
 	if first {
 		return
 	}
-	busy := float64(used) / float64(since) / float64(runtime.GOMAXPROCS(0))
-	if d := cores.total - last.total; coresOK && last.total > 0 && cores.total > last.total && cores.busy >= last.busy {
-		busy = max(busy, float64(cores.busy-last.busy)/float64(d))
+	busy := float64(used) / float64(since) / float64(procs)
+	if share, ok := ticks.Share(last); ticksOK && ok {
+		busy = max(busy, share)
 	}
 	standing := q.aside.Load()
 	switch {
 	case standing && busy >= q.openAt:
 		q.aside.Store(false)
 	case !standing && busy < q.openAt-readyHysteresis:
-		q.aside.Store(true)
-		// Out of the queue, to leave the set and wait in Go's poller (a
-		// poke to one not waiting is a read more at its next wait).
-		for _, w := range q.slots {
-			if w != nil {
-				w.poke()
-			}
-		}
+		q.standAside()
 	}
 }
 
-// coresNow reads the clock ticks so far of the cores rotor may run on
-// (its affinity), from /proc/stat; false: they could not be read.
-func coresNow() (coreTicks, bool) {
-	var set unix.CPUSet
-	if unix.SchedGetaffinity(0, &set) != nil {
-		return coreTicks{}, false
-	}
-	stat, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return coreTicks{}, false
-	}
-	return sumCores(stat, set.IsSet), true
-}
-
-// sumCores adds up the ticks of the cores of /proc/stat's text that
-// mine reports as rotor's: of a line "cpuN user nice system idle iowait
-// irq softirq steal ...", idle and iowait are idle, the rest of the
-// first eight busy (guest time is counted in user already).
-func sumCores(stat []byte, mine func(int) bool) coreTicks {
-	var t coreTicks
-	for line := range bytes.Lines(stat) {
-		rest, ok := bytes.CutPrefix(line, []byte("cpu"))
-		if !ok || len(rest) == 0 || rest[0] < '0' || rest[0] > '9' {
-			continue // the total line, or another counter
+// standAside has the queue stand aside: the connections waiting in it
+// are poked out, to leave the set and wait in Go's poller (a poke to one
+// not waiting is a read more at its next wait); q.mu is held.
+func (q *readyQueue) standAside() {
+	q.aside.Store(true)
+	for _, w := range q.slots {
+		if w != nil {
+			w.poke()
 		}
-		fields := bytes.Fields(rest)
-		n, err := strconv.Atoi(string(fields[0]))
-		if err != nil || !mine(n) || len(fields) < 9 {
-			continue
-		}
-		var c coreTicks
-		for i, f := range fields[1:9] {
-			v, err := strconv.ParseUint(string(f), 10, 64)
-			if err != nil {
-				c = coreTicks{}
-				break
-			}
-			c.total += v
-			if i != 3 && i != 4 { // idle, iowait
-				c.busy += v
-			}
-		}
-		t.busy += c.busy
-		t.total += c.total
 	}
-	return t
-}
-
-// cpuTime is the CPU time rotor has used, its own and the kernel's for it.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // init makes w's token, before anything may poke it.

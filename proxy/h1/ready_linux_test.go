@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/cores"
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
@@ -252,47 +253,19 @@ func waitEach(servers []syscall.RawConn, wait func(i int, src syscall.RawConn, w
 	return waiters, wg
 }
 
-// TestSumCores adds up the ticks of rotor's cores alone, from /proc/stat's
-// lines for each core, and leaves out the total line, the other counters
-// and a line it cannot read whole.
-func TestSumCores(t *testing.T) {
-	stat := []byte(`cpu  900 9 900 9000 90 9 9 9 0 0
-cpu0 100 1 200 1000 10 2 3 4 0 0
-cpu1 300 0 100 4000 20 0 1 0 0 0
-cpu2 50 5 50 2000 5 1 1 1 7 7
-cpu3 1 2 3 x 5 6 7 8 0 0
-intr 12345 0 0
-ctxt 987654
-cpu12 1 1 1 1 1 1 1 1 0 0
-`)
-	mine := map[int]bool{0: true, 2: true, 3: true, 12: true}
-	got := sumCores(stat, func(n int) bool { return mine[n] })
-	// busy: user, nice, system, irq, softirq, steal; total adds idle and iowait.
-	want := coreTicks{
-		busy:  (100 + 1 + 200 + 2 + 3 + 4) + (50 + 5 + 50 + 1 + 1 + 1) + 6,
-		total: (100 + 1 + 200 + 1000 + 10 + 2 + 3 + 4) + (50 + 5 + 50 + 2000 + 5 + 1 + 1 + 1) + 8,
-	}
-	if got != want {
-		t.Errorf("sumCores = %+v, want %+v", got, want)
-	}
-	if got, ok := coresNow(); !ok || got.total == 0 || got.busy > got.total {
-		t.Errorf("coresNow() = %+v, %v: want this machine's ticks", got, ok)
-	}
-}
-
 // TestReadyQueueLooksAtItsCores: a core rotor shares with other work is
 // full while rotor's own share of it is not, and the queue's order counts
 // there too: the queue steps in when rotor's cores are busy enough,
 // whoever keeps them busy, and stands aside again when they are not.
 func TestReadyQueueLooksAtItsCores(t *testing.T) {
-	cores := coreTicks{busy: 3000, total: 10000} // since the machine started
+	ticks := cores.Ticks{Busy: 3000, Total: 10000} // since the machine started
 	ok := true
-	q := &readyQueue{openAt: 0.9, readCores: func() (coreTicks, bool) { return cores, ok }}
+	q := &readyQueue{openAt: 0.9, readCores: func() (cores.Ticks, bool) { return ticks, ok }}
 	// look has a slice of the cores' time pass, busy for the share given,
 	// and rotor's own CPU a speck of the hour it says went by.
 	look := func(share float64) {
-		cores.busy += uint64(share * 1000)
-		cores.total += 1000
+		ticks.Busy += uint64(share * 1000)
+		ticks.Total += 1000
 		q.look(false, time.Hour)
 	}
 	q.look(true, 0)
@@ -317,6 +290,44 @@ func TestReadyQueueLooksAtItsCores(t *testing.T) {
 	look(1)
 	if !q.aside.Load() {
 		t.Errorf("cores unread, rotor's own share a speck: in use, want aside")
+	}
+}
+
+// TestReadyQueueStandsAsideForMorePs: with more Ps than the queue serves
+// it stands aside at every look, the first too, however busy the core;
+// when the Ps fall back to what it serves, a busy core takes it up again
+// at the next look. (The Ps change while rotor runs: internal/procs.)
+func TestReadyQueueStandsAsideForMorePs(t *testing.T) {
+	ticks := cores.Ticks{Busy: 3000, Total: 10000}
+	q := &readyQueue{openAt: 0.9, readCores: func() (cores.Ticks, bool) { return ticks, true }}
+	look := func(first bool) {
+		ticks.Busy += 1000 // full
+		ticks.Total += 1000
+		q.look(first, time.Hour)
+	}
+	saved := readyMaxProcs
+	defer func() { readyMaxProcs = saved }()
+	readyMaxProcs = runtime.GOMAXPROCS(0) - 1 // one P more than it serves
+	w := &waiter{}
+	w.init()
+	q.slots = []*waiter{w} // waiting in the set
+	look(true)
+	if !q.aside.Load() {
+		t.Fatalf("first look with more Ps than it serves: in use, want aside")
+	}
+	select {
+	case <-w.ch:
+	default:
+		t.Errorf("standing aside: the connection waiting in the set was not poked out")
+	}
+	look(false)
+	if !q.aside.Load() {
+		t.Fatalf("core full, more Ps than it serves: in use, want aside")
+	}
+	readyMaxProcs = runtime.GOMAXPROCS(0)
+	look(false)
+	if q.aside.Load() {
+		t.Errorf("core full, the Ps it serves: aside, want in use")
 	}
 }
 
@@ -345,7 +356,7 @@ func TestTogetherLetsTheTurnRunFirst(t *testing.T) {
 		var q readyQueue
 		q.aside.Store(tt.aside)
 		q.turnSize.Store(tt.turn)
-		w := &waiter{in: tt.in, decided: true}
+		w := &waiter{in: tt.in}
 		var (
 			mu    sync.Mutex
 			order []string
