@@ -11,7 +11,10 @@
 # Each proxy gets one core (taskset -c 0, one worker or thread,
 # GOMAXPROCS=1); the load generator and the backends share the other.
 # CORES=2 gives each proxy both cores (two workers or threads,
-# GOMAXPROCS=2), shared with the load, to show how each scales.
+# GOMAXPROCS=2), shared with the load, to show how each scales. rotor
+# runs as it would be run, with no GOMAXPROCS set: Go counts the cores
+# taskset gives it, and rotor may run on fewer while they are full
+# (internal/procs).
 # Installs what is missing (Debian). Prints the tables; the results also
 # go to bench/out/peers/results.tsv and, drawn relative to HAProxy, to
 # bench/out/peers/peers-${CORES}core.svg. WRITE=1 puts the tables into
@@ -109,7 +112,7 @@ pools:
       - {name: b, url: "http://127.0.0.1:19312"}
       - {name: c, url: "http://127.0.0.1:19313"}
 YAML
-GOMAXPROCS=$CORES taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
+taskset -c $pin "$out/rotor" serve --config "$out/rotor.yaml" 2>"$out/rotor.log" & pids+=($!)
 declare -A pid=([rotor]=$!)
 
 cat > "$out/nginx.conf" <<NGINX

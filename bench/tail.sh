@@ -21,9 +21,12 @@
 # SHARED=1 runs the backends on core 0 with the proxies instead: a core
 # the proxy shares with other work, full while the proxy's own share of
 # it is about 70%.
-# CORES=2 gives every proxy both cores (GOMAXPROCS=2, HAProxy nbthread 2,
-# two nginx workers), shared with the backends and with wrk -t2, as
-# bench/peers.sh's CORES=2 does: how the tail scales to a second core.
+# CORES=2 gives every proxy both cores (HAProxy nbthread 2, two nginx
+# workers, and rotor Go's count of them, 2, which its tuner may lower
+# while the cores are full: internal/procs), shared with the backends and
+# with wrk -t2, as bench/peers.sh's CORES=2 does: how the tail scales to
+# a second core. rotor runs with no GOMAXPROCS set (taskset gives Go its
+# count); BASE_ENV=GOMAXPROCS=2 holds a base at two.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
@@ -54,10 +57,10 @@ declare -A pid
 pid[backends]=$!
 # start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
 # PORT, with the variables given, its collections traced to
-# $out/NAME.log.
+# $out/NAME.log. No GOMAXPROCS: Go counts the cores taskset gives it.
 start_rotor() {
 	web_config "$out/$1.yaml" "127.0.0.1:$3" 19311 19312 19313
-	env GOMAXPROCS=$CORES GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
+	env GODEBUG=gctrace=1 "${@:4}" taskset -c $pin "$2" serve --config "$out/$1.yaml" 2>"$out/$1.log" &
 	pids+=($!)
 	pid[$1]=$!
 }

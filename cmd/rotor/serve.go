@@ -11,6 +11,7 @@ import (
 
 	"github.com/rotor-lb/rotor/config"
 	"github.com/rotor-lb/rotor/internal/gcfloor"
+	"github.com/rotor-lb/rotor/internal/procs"
 	"github.com/rotor-lb/rotor/server"
 )
 
@@ -36,6 +37,13 @@ and exits 0.`,
 				// runs at GOGC's pace (docs/CONFIG.md, "Memory"); a GOGC
 				// set in the environment is the runtime's alone.
 				defer gcfloor.Start(heapFloor, 100)()
+			}
+			if os.Getenv("GOMAXPROCS") == "" {
+				// One P fewer at a time while rotor's cores are full
+				// and its work fits (docs/CONFIG.md, "Cores"); a
+				// GOMAXPROCS set in the environment is the runtime's
+				// alone.
+				defer procs.Start()()
 			}
 			if cpuProfile != "" {
 				stop, err := startCPUProfile(cpuProfile)
