@@ -3,7 +3,9 @@ package reliability_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -202,5 +204,45 @@ func TestHangingBackend(t *testing.T) {
 	}
 	if n != 0 || p99(others) > 200*time.Millisecond {
 		t.Fatalf("the other backends' requests: %d failed (%s), p99 %v", n, first, p99(others))
+	}
+}
+
+// rotor serve with no GOMAXPROCS set runs on fewer Ps than Go counts
+// while the cores it may run on are full and its own work fits in fewer
+// (internal/procs), as its metrics say; with GOMAXPROCS set it keeps
+// that count. The cores are kept full by this test's own goroutines, one
+// a core, while both rotors sit idle. (Getting the Ps back when the
+// cores have time to spare is the tuner's unit tests' to hold: the rest
+// of the suite, running beside this, keeps the cores too busy to say.)
+func TestFewerPsOnFullCores(t *testing.T) {
+	cores := runtime.NumCPU()
+	if cores < 2 {
+		t.Skipf("one core: Go counts one P, and there is none to give up")
+	}
+	cfg := webConfig("", newBackend(t, "a"))
+	free := start(t, cfg, "GOMAXPROCS=")
+	held := start(t, cfg, fmt.Sprintf("GOMAXPROCS=%d", cores))
+	const series = "go_sched_gomaxprocs_threads"
+	if got := free.metric(series); got != float64(cores) {
+		t.Fatalf("before the cores are full: %v Ps, want Go's count, %d", got, cores)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range cores {
+		wg.Go(func() {
+			for x := 0; !stop.Load(); x++ {
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for free.metric(series) >= float64(cores) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cores full for 10 s, rotor idle: still %d Ps, want fewer", cores)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := held.metric(series); got != float64(cores) {
+		t.Errorf("GOMAXPROCS=%d set: %v Ps on full cores, want %d", cores, got, cores)
 	}
 }

@@ -1,6 +1,6 @@
 // Package procs gives up one of Go's Ps at a time while the cores rotor
 // runs on are full and its work fits in fewer, and gives them back as
-// soon as the cores have time to spare.
+// soon as the cores have time rotor could use.
 //
 // A proxy on cores it shares with busy neighbours (its backends, the
 // clients' load, other services) gains nothing from a second P when the
@@ -8,21 +8,23 @@
 // and Go's scheduler hands work between its threads, each hand-over a
 // wake of a sleeping thread (a futex call and a switch) on a core that
 // had other work. On two cores shared with the load, rotor on one P served
-// 1.08x the requests of two Ps with half the p99, at 0.92x the CPU a
-// request (docs/BENCHMARKS.md, "One P on full cores"). HAProxy and nginx
-// pay no such price for a second thread or worker: each is an event loop
-// of its own and nothing passes between them.
+// 1.09x the requests of two Ps at 50 connections, with a little more than
+// half the p99 and 0.91x the CPU a request (docs/BENCHMARKS.md, "One P on
+// full cores"). HAProxy and nginx pay no such price for a second thread
+// or worker: each is an event loop of its own and nothing passes between
+// them.
 //
 // So every window (a quarter second) the tuner looks at how busy the
 // process's cores were and how much CPU rotor used. With the cores full
 // (fullAt) and rotor's use within what one P fewer would carry (fitsIn
 // of a P for each), for two windows on end, it sets GOMAXPROCS one
-// lower. As soon as a window finds the cores with time to spare (under
-// freeAt) it gives the Ps back (runtime.SetDefaultGOMAXPROCS: Go's own
-// count, followed again as the machine's cores or the container's limit
-// change). Cores with time to spare are the case Go's count is made for,
-// and there rotor never runs on fewer. A GOMAXPROCS set in the
-// environment is the runtime's alone: the tuner is not started.
+// lower. A window that finds the cores with time to spare (under freeAt)
+// while rotor keeps its Ps busy (busyAt), or the cores more than half
+// idle (idleAt), gives the Ps back at once (runtime.SetDefaultGOMAXPROCS:
+// Go's own count, followed again as the machine's cores or the
+// container's limit change); a P fewer that keeps up stays while the
+// cores are busy. A GOMAXPROCS set in the environment is the runtime's
+// alone: the tuner is not started.
 //
 // What it gives up: a neighbour that uses the cores for itself (not
 // rotor's load or its backends) gets more of them from a rotor on fewer
