@@ -16,15 +16,15 @@
 //
 // So every window (a quarter second) the tuner looks at how busy the
 // process's cores were and how much CPU rotor used. With the cores full
-// (fullAt) and rotor's use within what one P fewer would carry (fitsIn
-// of a P for each), for two windows on end, it sets GOMAXPROCS one
-// lower. A window that finds the cores with time to spare (under freeAt)
-// while rotor keeps its Ps busy (busyAt), or the cores more than half
-// idle (idleAt), gives the Ps back at once (runtime.SetDefaultGOMAXPROCS:
-// Go's own count, followed again as the machine's cores or the
-// container's limit change); a P fewer that keeps up stays while the
-// cores are busy. A GOMAXPROCS set in the environment is the runtime's
-// alone: the tuner is not started.
+// (less than fullUnder of a core idle) and rotor's use within what one P
+// fewer would carry (fitsIn of a P for each), for two windows on end, it
+// sets GOMAXPROCS one lower. A window that finds the cores with room
+// (roomFrom of a core idle or more) while rotor keeps its Ps busy
+// (busyAt), or the cores more than half idle (idleAt), gives the Ps back
+// at once (runtime.SetDefaultGOMAXPROCS: Go's own count, followed again
+// as the machine's cores or the container's limit change); a P fewer that
+// keeps up stays while the cores are busy. A GOMAXPROCS set in the
+// environment is the runtime's alone: the tuner is not started.
 //
 // What it gives up: a neighbour that uses the cores for itself (not
 // rotor's load or its backends) gets more of them from a rotor on fewer
@@ -39,18 +39,19 @@ import (
 	"github.com/rotor-lb/rotor/internal/cores"
 )
 
-// The tuner's thresholds: the cores' busy share at which they are full;
-// how much of a P's time rotor may use for a P fewer to carry it (a
-// little more than one, as one P spends less a request than more do);
-// and how many full windows on end give up a P. Ps given up come back
-// when the cores have time to spare and rotor's Ps are busy (under
-// freeAt, at least busyAt of each P's time), or the cores are more than
-// half idle.
+// The tuner's thresholds. The cores are full with less than fullUnder of
+// a core idle across them (0.3: 85% busy on two cores, 96% on eight), and
+// have room with roomFrom or more idle (0.4: 80% busy on two, 95% on
+// eight). A P is given up after fullFor full windows on end in which
+// rotor used no more than fitsIn of a P for each P it keeps (a little
+// more than one, as one P spends less a request than more do). The Ps
+// come back when the cores have room while rotor keeps busyAt of each P's
+// time busy, or when the cores are more than half idle (idleAt).
 const (
-	fullAt    = 0.85
+	fullUnder = 0.3
+	roomFrom  = 0.4
 	fitsIn    = 1.1
 	fullFor   = 2
-	freeAt    = 0.8
 	busyAt    = 0.9
 	idleAt    = 0.5
 	windowFor = 250 * time.Millisecond
@@ -66,6 +67,7 @@ type tuner struct {
 	set       func(int)
 	reset     func()
 
+	cores   int // the cores the process may run on
 	ticks   cores.Ticks
 	cpu     time.Duration
 	full    int  // full windows on end
@@ -75,6 +77,7 @@ type tuner struct {
 
 func newTuner() *tuner {
 	return &tuner{
+		cores:     runtime.NumCPU(),
 		readCores: cores.Now,
 		readCPU:   cores.CPU,
 		procs:     func() int { return runtime.GOMAXPROCS(0) },
@@ -99,11 +102,12 @@ func (t *tuner) step(since time.Duration) {
 	}
 	used := float64(cpu-lastCPU) / float64(since) // in cores
 	n := t.procs()
+	idle := (1 - busy) * float64(t.cores) // in cores
 	switch {
-	case t.fewer && (busy < idleAt || busy < freeAt && used >= busyAt*float64(n)):
+	case t.fewer && (busy < idleAt || idle >= roomFrom && used >= busyAt*float64(n)):
 		t.full = 0
 		t.giveBack()
-	case busy >= fullAt && n > 1 && used <= fitsIn*float64(n-1):
+	case idle < fullUnder && n > 1 && used <= fitsIn*float64(n-1):
 		if t.full++; t.full >= fullFor {
 			t.full = 0
 			t.fewer = true

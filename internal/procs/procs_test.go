@@ -11,9 +11,10 @@ import (
 	"github.com/rotor-lb/rotor/internal/cores"
 )
 
-// fake is a machine of four cores for the tuner: each window it is told
+// fake is a machine of some cores for the tuner: each window it is told
 // how busy the cores were and how many cores' worth of CPU rotor used.
 type fake struct {
+	cores   int
 	ticks   cores.Ticks
 	cpu     time.Duration
 	ok      bool
@@ -24,6 +25,7 @@ type fake struct {
 
 func (f *fake) tuner() *tuner {
 	return &tuner{
+		cores:     f.cores,
 		readCores: func() (cores.Ticks, bool) { return f.ticks, f.ok },
 		readCPU:   func() time.Duration { return f.cpu },
 		procs:     func() int { return f.procs },
@@ -43,7 +45,7 @@ func (f *fake) window(t *tuner, busy, used float64) {
 }
 
 func TestTunerGivesUpPsOnFullCores(t *testing.T) {
-	f := &fake{ok: true, procs: 4, def: 4, ticks: cores.Ticks{Busy: 500, Total: 1000}}
+	f := &fake{cores: 4, ok: true, procs: 4, def: 4, ticks: cores.Ticks{Busy: 500, Total: 1000}}
 	tn := f.tuner()
 	tn.step(0) // the first reading
 	for _, w := range []struct {
@@ -56,9 +58,9 @@ func TestTunerGivesUpPsOnFullCores(t *testing.T) {
 		{0.95, 2.5, 3, "full two windows on end, 2.5 cores' worth fits in three Ps (3.3): one fewer"},
 		{0.95, 2.5, 3, "full, one window at three"},
 		{0.95, 2.5, 3, "full, 2.5 cores' worth does not fit in two Ps (2.2): kept"},
-		{0.82, 1.0, 3, "under fullAt, not free: kept"},
+		{0.9, 1.0, 3, "0.4 of a core idle: not full, and rotor's Ps not busy: kept"},
 		{0.95, 1.0, 3, "full, one window"},
-		{0.82, 1.0, 3, "the full windows not on end: kept"},
+		{0.9, 1.0, 3, "the full windows not on end: kept"},
 		{0.95, 1.0, 3, "full, one window"},
 		{0.95, 1.0, 2, "full two windows on end: one fewer"},
 		{0.95, 1.0, 2, "full, one window at two"},
@@ -68,10 +70,17 @@ func TestTunerGivesUpPsOnFullCores(t *testing.T) {
 		{0.7, 0.8, 1, "time to spare, rotor's P not busy: kept"},
 		{0.6, 0.1, 1, "rotor nearly idle, the cores under half idle: kept"},
 		{0.75, 0.95, 4, "time to spare and rotor's P busy: Go's count back at once"},
-		{0.9, 1.0, 4, "full, one window"},
-		{0.9, 1.0, 3, "one fewer"},
-		{0.9, 1.0, 3, "full, one window at three"},
-		{0.9, 1.0, 2, "one fewer"},
+		{0.95, 1.0, 4, "full, one window"},
+		{0.95, 1.0, 3, "one fewer"},
+		{0.95, 1.0, 3, "full, one window at three"},
+		{0.95, 1.0, 2, "one fewer"},
+		{0.95, 1.9, 2, "two Ps busy, 0.2 of a core idle: kept"},
+		{0.91, 1.9, 2, "two Ps busy, 0.36 of a core idle: no room, kept"},
+		{0.88, 1.9, 4, "two Ps busy, 0.48 of a core idle: Go's count back"},
+		{0.95, 1.0, 4, "full, one window"},
+		{0.95, 1.0, 3, "one fewer"},
+		{0.95, 1.0, 3, "full, one window at three"},
+		{0.95, 1.0, 2, "one fewer"},
 		{0.4, 0.0, 4, "the cores more than half idle: Go's count back"},
 	} {
 		f.window(tn, w.busy, w.used)
@@ -84,7 +93,7 @@ func TestTunerGivesUpPsOnFullCores(t *testing.T) {
 // A neighbour that keeps the cores full with rotor using more than one P
 // fewer would carry leaves rotor its Ps.
 func TestTunerKeepsPsItUses(t *testing.T) {
-	f := &fake{ok: true, procs: 2, def: 2, ticks: cores.Ticks{Busy: 500, Total: 1000}}
+	f := &fake{cores: 2, ok: true, procs: 2, def: 2, ticks: cores.Ticks{Busy: 500, Total: 1000}}
 	tn := f.tuner()
 	tn.step(0)
 	for range 10 {
@@ -98,7 +107,7 @@ func TestTunerKeepsPsItUses(t *testing.T) {
 // Cores that cannot be read give Go's count back, and nothing is set
 // without a reading before.
 func TestTunerWithoutReadings(t *testing.T) {
-	f := &fake{ok: true, procs: 2, def: 2, ticks: cores.Ticks{Busy: 500, Total: 1000}}
+	f := &fake{cores: 2, ok: true, procs: 2, def: 2, ticks: cores.Ticks{Busy: 500, Total: 1000}}
 	tn := f.tuner()
 	f.window(tn, 1, 0.9) // no reading before it
 	f.window(tn, 1, 0.9)
