@@ -109,23 +109,22 @@ func TestTunerKeepsPsItUses(t *testing.T) {
 func TestTunerWithoutReadings(t *testing.T) {
 	f := &fake{cores: 2, ok: true, procs: 2, def: 2, ticks: cores.Ticks{Busy: 500, Total: 1000}}
 	tn := f.tuner()
-	f.window(tn, 1, 0.9) // no reading before it
-	f.window(tn, 1, 0.9)
-	if f.procs != 2 {
-		t.Fatalf("one window after the first reading: %d Ps, want 2", f.procs)
-	}
-	f.window(tn, 1, 0.9)
-	if f.procs != 1 {
-		t.Fatalf("full two windows on end: %d Ps, want 1", f.procs)
-	}
-	f.ok = false
-	f.window(tn, 1, 0.9)
-	if f.procs != 2 {
-		t.Errorf("cores unread: %d Ps, want Go's count, 2", f.procs)
-	}
-	f.window(tn, 1, 0.9)
-	if f.changes != 2 {
-		t.Errorf("cores unread while at Go's count: %d changes, want 2 (down, back)", f.changes)
+	for _, w := range []struct {
+		read           bool
+		procs, changes int
+		why            string
+	}{
+		{true, 2, 0, "no reading before it"},
+		{true, 2, 0, "one full window after the first reading"},
+		{true, 1, 1, "full two windows on end"},
+		{false, 2, 2, "cores unread: Go's count back"},
+		{false, 2, 2, "cores unread while at Go's count: nothing set"},
+	} {
+		f.ok = w.read
+		f.window(tn, 1, 0.9)
+		if f.procs != w.procs || f.changes != w.changes {
+			t.Fatalf("%s: %d Ps after %d changes, want %d after %d", w.why, f.procs, f.changes, w.procs, w.changes)
+		}
 	}
 }
 
