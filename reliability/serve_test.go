@@ -222,10 +222,9 @@ func TestFewerPsOnFullCores(t *testing.T) {
 	cfg := webConfig("", newBackend(t, "a"))
 	free := start(t, cfg, "GOMAXPROCS=")
 	held := start(t, cfg, fmt.Sprintf("GOMAXPROCS=%d", cores))
+	// (No look before the cores are full: the rest of the suite may
+	// have filled them already.)
 	const series = "go_sched_gomaxprocs_threads"
-	if got := free.metric(series); got != float64(cores) {
-		t.Fatalf("before the cores are full: %v Ps, want Go's count, %d", got, cores)
-	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for range cores {
