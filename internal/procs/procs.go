@@ -67,12 +67,11 @@ type tuner struct {
 	set       func(int)
 	reset     func()
 
-	cores   int // the cores the process may run on
-	ticks   cores.Ticks
-	cpu     time.Duration
-	full    int  // full windows on end
-	fewer   bool // the Ps were set below Go's own count
-	started bool // a reading was taken
+	cores int // the cores the process may run on
+	ticks cores.Ticks
+	cpu   time.Duration
+	full  int  // full windows on end
+	fewer bool // the Ps were set below Go's own count
 }
 
 func newTuner() *tuner {
@@ -91,10 +90,10 @@ func newTuner() *tuner {
 func (t *tuner) step(since time.Duration) {
 	ticks, ok := t.readCores()
 	cpu := t.readCPU()
-	last, lastCPU, started := t.ticks, t.cpu, t.started
-	t.ticks, t.cpu, t.started = ticks, cpu, true
-	busy, measured := ticks.Share(last)
-	if !ok || !started || !measured || since <= 0 || cpu < lastCPU {
+	last, lastCPU := t.ticks, t.cpu
+	t.ticks, t.cpu = ticks, cpu
+	busy, measured := ticks.Share(last) // not measured: no reading before
+	if !ok || !measured || since <= 0 || cpu < lastCPU {
 		if !ok && t.fewer {
 			t.giveBack() // nothing to go by: Go's own count
 		}
