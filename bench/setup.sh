@@ -84,10 +84,16 @@ pin_cores() {
 
 # cpu_ticks PID...: the CPU time, user and system, the processes have used
 # so far, in clock ticks (getconf CLK_TCK a second); 0 for one gone.
-cpu_ticks() {
-	local t=0 p
+# user_ticks PID...: its user-space part.
+cpu_ticks() { stat_ticks '$14 + $15' "$@"; }
+user_ticks() { stat_ticks '$14' "$@"; }
+# stat_ticks EXPR PID...: EXPR of /proc/PID/stat's fields, summed over
+# the processes ($14 user time, $15 system time).
+stat_ticks() {
+	local expr=$1 t=0 p
+	shift
 	for p in "$@"; do
-		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+		t=$((t + $(awk "{print $expr}" "/proc/$p/stat" 2>/dev/null || echo 0)))
 	done
 	echo "$t"
 }

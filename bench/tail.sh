@@ -93,14 +93,8 @@ end
 LUA
 # ticks NAME: the CPU time NAME's processes have used, in clock ticks.
 ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
-# user_ticks NAME: the part of ticks NAME spent in user space.
-user_ticks() {
-	local t=0 p
-	for p in "${pid[$1]}" $(pgrep -P "${pid[$1]}"); do
-		t=$((t + $(awk '{print $14}' "/proc/$p/stat" 2>/dev/null || echo 0)))
-	done
-	echo "$t"
-}
+# user NAME: the part of ticks NAME spent in user space.
+user() { user_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
@@ -120,14 +114,14 @@ declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
 	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1
-	t0=$(ticks "$name") u0=$(user_ticks "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
+	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
 	load_ticks l0
 	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
-	v[$c-user-$name]+="$(awk -v t="$(($(user_ticks "$name") - u0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
+	v[$c-user-$name]+="$(awk -v t="$(($(user "$name") - u0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	load_ticks l1
 	v[$c-load-$name]+="$(awk -v t="$((l1 - l0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	for p in 50 75 90 99 99.9; do v[$c-p$p-$name]+="$(awk -v p="$p" '$1 == "pct" && $2 == p {print $3}' "$f") "; done
