@@ -98,6 +98,14 @@ stat_ticks() {
 	echo "$t"
 }
 
+# wait_ns PID...: the time the processes' threads have waited for a core
+# while ready to run, in ns (/proc/PID/task/*/schedstat), summed; 0 for
+# one gone.
+wait_ns() {
+	local p
+	for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done | awk '{t += $2} END {printf "%.0f\n", t}'
+}
+
 # core_ticks N[,M...]: the busy and total clock ticks so far of core N
 # (and of M..., summed; /proc/stat), for core_busy.
 core_ticks() {

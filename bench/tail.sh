@@ -9,7 +9,9 @@
 # of the CPU a request (the proxy's, its user-space part beside it, and
 # the load's: wrk's and the backends' together, what the proxy's way of
 # writing and waking costs its neighbours), of how busy the proxy's core was (near 100: the
-# proxy is the limit, as this script means it to be) and, for rotor, of
+# proxy is the limit, as this script means it to be), of the time the
+# proxy's threads waited for a core while ready to run (in cores: 0.3 is
+# 0.3 s waited a second) and, for rotor, of
 # the requests between two collections (GODEBUG=gctrace=1); and its rate
 # and p99 over HAProxy's, round by round (the median, and the range),
 # and with BASE, the working tree's rate, p99 and CPU a request over the
@@ -27,6 +29,11 @@
 # with wrk -t2, as bench/peers.sh's CORES=2 does: how the tail scales to
 # a second core. rotor runs with no GOMAXPROCS set (taskset gives Go its
 # count); BASE_ENV=GOMAXPROCS=2 holds a base at two.
+# BACKENDS=go runs bench/upstream, the Go backends of bench/peers.sh's
+# "get" and "post", in place of nginx's: the load's side, not the
+# proxy, is the limit then, and the load columns say what each proxy's
+# way of sending costs it. REQUEST=post sends POSTs of 100-byte bodies
+# (peers.sh's post.lua) in place of GETs.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
@@ -51,9 +58,23 @@ case "$CORES/$SHARED" in
 *) echo "CORES must be 1 or 2, SHARED 0 or 1 (and 0 with CORES=2)" >&2; exit 1 ;;
 esac
 export WORKERS=$CORES
+BACKENDS=${BACKENDS:-nginx}
+REQUEST=${REQUEST:-get}
+case "$BACKENDS/$REQUEST" in
+nginx/get | go/get | go/post) ;;
+nginx/post) echo "REQUEST=post needs BACKENDS=go: nginx's return answers before a body arrives" >&2; exit 1 ;;
+*) echo "BACKENDS must be nginx or go, REQUEST get or post" >&2; exit 1 ;;
+esac
 
-nginx_backends "$backends" 19311 19312 19313
 declare -A pid
+if [ "$BACKENDS" = go ]; then
+	taskset -c "$backends" "$out/upstream" 127.0.0.1:19311 127.0.0.1:19312 127.0.0.1:19313 &
+	pids+=($!)
+	kind="three Go backends (bench/upstream)"
+else
+	nginx_backends "$backends" 19311 19312 19313
+	kind="three nginx backends (from memory)"
+fi
 pid[backends]=$!
 # start_rotor NAME BINARY PORT [VAR=VALUE...] runs a rotor on core 0 on
 # PORT, with the variables given, its collections traced to
@@ -83,18 +104,26 @@ pid[haproxy]=$!
 targets+=" haproxy=18172 nginx=18171"
 for port in 19311 18170 18171 18172 ${BASE:+18174}; do wait_port "$port"; done
 
-# wrk's own percentiles, in ms, one "pct P MS" line each.
-cat > "$out/pct.lua" <<'LUA'
+# wrk's own percentiles, in ms, one "pct P MS" line each; with
+# REQUEST=post, its requests peers.sh's POSTs.
+wrk_scripts
+{
+	[ "$REQUEST" = post ] && cat "$out/post.lua"
+	cat <<'LUA'
 done = function(summary, latency, requests)
   for _, p in ipairs({50, 75, 90, 99, 99.9}) do
     io.write(string.format("pct %g %.3f\n", p, latency:percentile(p) / 1000))
   end
 end
 LUA
+} > "$out/pct.lua"
 # ticks NAME: the CPU time NAME's processes have used, in clock ticks.
 ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
 # user NAME: the part of ticks NAME spent in user space.
 user() { user_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+# waited NAME: the time NAME's threads have waited for a core while
+# ready to run, in ns.
+waited() { wait_ns "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
@@ -113,11 +142,12 @@ hz=$(getconf CLK_TCK)
 declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
-	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1
-	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin)
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1 w0 s0
+	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin) w0=$(waited "$name") s0=$(date +%s%N)
 	load_ticks l0
 	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
+	v[$c-wait-$name]+="$(awk -v w="$(($(waited "$name") - w0))" -v s="$(($(date +%s%N) - s0))" 'BEGIN {printf "%.2f", w / s}') "
 	n=$(awk '/requests in/ {print $1}' "$f")
 	v[$c-rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$f") "
 	v[$c-cpu-$name]+="$(awk -v t="$(($(ticks "$name") - t0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
@@ -132,7 +162,10 @@ run() {
 	v[$c-err-$name]+="$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$f")"
 }
 
-echo "# HTTP/1.1, the proxy's cores the limit: each proxy on cores $pin ($CORES worker(s) or P(s)), wrk -t$CORES -d$DURATION on cores $load, three nginx backends (from memory) $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
+what="GETs, the proxy's cores the limit"
+[ "$BACKENDS" = go ] && what="GETs, the load's side the limit"
+[ "$REQUEST" = post ] && what="POSTs of 100 bytes, the load's side the limit"
+echo "# HTTP/1.1 $what: each proxy on cores $pin ($CORES worker(s) or P(s)), wrk -t$CORES -d$DURATION on cores $load, $kind $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 forwarding_note
 for c in $CONNS; do
@@ -144,12 +177,12 @@ for c in $CONNS; do
 	done
 	echo
 	echo "## -c$c"
-	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %8s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "user us" "load us" "busy%" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %8s %6s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "user us" "load us" "busy%" "wait" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
 	for target in $targets; do
 		name=${target%=*}
 		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
 		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
-		printf " %8s %8s %8s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-user-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+		printf " %8s %8s %8s %6s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-user-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-wait-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
 	if [ -n "$BASE" ]; then
