@@ -80,7 +80,13 @@ run() {
 			else if (comm == "upstream") back++
 		}
 		/sched_switch/ && index($0, "prev_comm=" proxy " ") { if (/prev_state=R/) inv++; else vol++ }
-		END { printf "%.3f %.2f %.2f %.3f %.3f %.3f\n", waits / req, one / waits, beside / (one ? one : 1), back / req, vol / req, inv / req }' > "$out/$name-$2.txt"
+		END {
+			if (!req || !waits) {
+				print "wakes.sh: nothing recorded; perf needs the syscalls tracepoints (root, or kernel.perf_event_paranoid -1)" > "/dev/stderr"
+				exit 1
+			}
+			printf "%.3f %.2f %.2f %.3f %.3f %.3f\n", waits / req, one / waits, beside / (one ? one : 1), back / req, vol / req, inv / req
+		}' > "$out/$name-$2.txt"
 	read -r wr one beside back vol inv < "$out/$name-$2.txt"
 	v[wait-$name]+="$wr " v[one-$name]+="$one " v[beside-$name]+="$beside " v[back-$name]+="$back " v[vol-$name]+="$vol " v[inv-$name]+="$inv "
 	v[rps-$name]+="$(awk '/Requests\/sec/ {print $2}' "$out/wrk-$name-$2.txt") "
