@@ -117,13 +117,16 @@ done = function(summary, latency, requests)
 end
 LUA
 } > "$out/pct.lua"
+# procs NAME: NAME's processes, its own and its children (nginx's
+# workers).
+procs() { echo "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
 # ticks NAME: the CPU time NAME's processes have used, in clock ticks.
-ticks() { cpu_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+ticks() { cpu_ticks $(procs "$1"); }
 # user NAME: the part of ticks NAME spent in user space.
-user() { user_ticks "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+user() { user_ticks $(procs "$1"); }
 # waited NAME: the time NAME's threads have waited for a core while
 # ready to run, in ns.
-waited() { wait_ns "${pid[$1]}" $(pgrep -P "${pid[$1]}"); }
+waited() { wait_ns $(procs "$1"); }
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
