@@ -6,6 +6,7 @@ package cores
 import (
 	"bytes"
 	"strconv"
+	"time"
 )
 
 // Ticks counts the clock ticks of a set of cores: those they were busy
@@ -15,12 +16,22 @@ type Ticks struct{ Busy, Total uint64 }
 
 // Share is how busy the cores were between then and t (0 to 1); false:
 // no time passed that both readings saw (t not after then).
-func (t Ticks) Share(then Ticks) (float64, bool) {
+func (t Ticks) Share(then Ticks) (float64, bool) { return t.ShareWithout(then, 0) }
+
+// ShareWithout is Share with idle of the busy time left out, as the
+// cores were idle for it (rotor's own spinning, which it would give up
+// to other work): never under 0.
+func (t Ticks) ShareWithout(then Ticks, idle time.Duration) (float64, bool) {
 	if then.Total == 0 || t.Total <= then.Total || t.Busy < then.Busy {
 		return 0, false
 	}
-	return float64(t.Busy-then.Busy) / float64(t.Total-then.Total), true
+	busy := float64(t.Busy-then.Busy) - idle.Seconds()*TicksPerSecond
+	return max(busy, 0) / float64(t.Total-then.Total), true
 }
+
+// TicksPerSecond is the rate /proc/stat counts in (USER_HZ, 100 on every
+// architecture Linux has).
+const TicksPerSecond = 100
 
 // Sum adds up the ticks of the cores of /proc/stat's text that mine
 // reports as the process's: of a line "cpuN user nice system idle iowait

@@ -1,8 +1,10 @@
 package cores
 
 import (
+	"math"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestSum adds up the ticks of the process's cores alone, from
@@ -50,6 +52,28 @@ func TestShare(t *testing.T) {
 		share, ok := c.now.Share(c.then)
 		if share != c.share || ok != c.ok {
 			t.Errorf("%+v.Share(%+v) = %v, %v; want %v, %v", c.now, c.then, share, ok, c.share, c.ok)
+		}
+	}
+}
+
+// TestShareWithout leaves time a process spent spinning out of the busy
+// ticks (at 100 a second), never below none.
+func TestShareWithout(t *testing.T) {
+	then := Ticks{Busy: 300, Total: 1000}
+	for _, c := range []struct {
+		now   Ticks
+		idle  time.Duration
+		share float64
+		ok    bool
+	}{
+		{Ticks{Busy: 375, Total: 1100}, 0, 0.75, true},
+		{Ticks{Busy: 375, Total: 1100}, 250 * time.Millisecond, 0.5, true},
+		{Ticks{Busy: 375, Total: 1100}, 2 * time.Second, 0, true}, // more than was busy
+		{then, time.Second, 0, false},
+	} {
+		share, ok := c.now.ShareWithout(then, c.idle)
+		if math.Abs(share-c.share) > 1e-9 || ok != c.ok {
+			t.Errorf("%+v.ShareWithout(%+v, %v) = %v, %v; want %v, %v", c.now, then, c.idle, share, ok, c.share, c.ok)
 		}
 	}
 }
