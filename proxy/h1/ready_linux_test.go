@@ -293,6 +293,73 @@ func TestReadyQueueLooksAtItsCores(t *testing.T) {
 	}
 }
 
+// TestReadyQueueHoldsWithRoom: with the core busy but not full and
+// requests enough in service at once, the queue is used with its turns
+// held; a full core, too few requests or too little work take the holds
+// away (and the queue, below openAt), and the time spent holding is not
+// counted as the core's work.
+func TestReadyQueueHoldsWithRoom(t *testing.T) {
+	ticks := cores.Ticks{Busy: 3000, Total: 10000}
+	q := &readyQueue{openAt: 0.9, holdAt: 0.5, hold: 10 * time.Microsecond,
+		readCores: func() (cores.Ticks, bool) { return ticks, true }}
+	// look has 1000 ticks (ten seconds) of the cores pass, busy for the
+	// share given, with n requests in service at once since the last
+	// look and held spent holding.
+	look := func(share float64, n int32, held time.Duration) {
+		for range n {
+			q.serving(1)
+		}
+		for range n {
+			q.serving(-1)
+		}
+		q.held.Add(int64(held))
+		ticks.Busy += uint64(share * 1000)
+		ticks.Total += 1000
+		q.look(false, 10*time.Second)
+	}
+	q.look(true, 0)
+	for _, step := range []struct {
+		name           string
+		share          float64
+		n              int32
+		held           time.Duration
+		aside, holding bool
+	}{
+		{"room, many requests", 0.70, holdServing, 0, false, true},
+		{"full", 0.95, holdServing, 0, false, false},
+		{"room again", 0.80, holdServing, 0, false, true},
+		{"full but for the holds", 0.95, holdServing, 2 * time.Second, false, true},
+		{"room, few requests", 0.70, holdServing - 1, 0, true, false},
+		{"little work, many requests", 0.40, holdServing, 0, true, false},
+		{"room, many requests again", 0.60, holdServing, 0, false, true},
+	} {
+		look(step.share, step.n, step.held)
+		if got := q.aside.Load(); got != step.aside {
+			t.Errorf("%s: aside %v, want %v", step.name, got, step.aside)
+		}
+		if got := q.holding.Load(); got != step.holding {
+			t.Errorf("%s: holding %v, want %v", step.name, got, step.holding)
+		}
+	}
+	if n := q.inService.Load(); n != 0 {
+		t.Errorf("in service after every request left: %d", n)
+	}
+}
+
+// TestHoldTurnSpinsForTheHold: a held turn waits the hold out, and the
+// time is counted for the next look to leave out.
+func TestHoldTurnSpinsForTheHold(t *testing.T) {
+	q := &readyQueue{hold: 200 * time.Microsecond}
+	start := time.Now()
+	q.holdTurn()
+	if took := time.Since(start); took < q.hold {
+		t.Errorf("a held turn took %v, want at least %v", took, q.hold)
+	}
+	if held := time.Duration(q.held.Load()); held < q.hold {
+		t.Errorf("held %v counted, want at least %v", held, q.hold)
+	}
+}
+
 // TestReadyQueueStandsAsideForMorePs: with more Ps than the queue serves
 // it stands aside at every look, the first too, however busy the core;
 // when the Ps fall back to what it serves, a busy core takes it up again

@@ -566,7 +566,10 @@ func (c *clientConn) step(fd uintptr) bool {
 		}
 		c.served++
 		c.afterPOST, c.peeked = r.Method == http.MethodPost, false
-		if c.end = c.serveRequest(r); c.end != endNone {
+		readySockets.serving(1)
+		c.end = c.serveRequest(r)
+		readySockets.serving(-1)
+		if c.end != endNone {
 			return true
 		}
 		if c.r < c.w { // the next request came with the last one
