@@ -11,7 +11,9 @@
 # writing and waking costs its neighbours), of how busy the proxy's core was (near 100: the
 # proxy is the limit, as this script means it to be), of the time the
 # proxy's threads waited for a core while ready to run (in cores: 0.3 is
-# 0.3 s waited a second) and, for rotor, of
+# 0.3 s waited a second), of the load's switches off its core a request
+# (wrk's and the backends', voluntary and not: how often the proxy's
+# way of answering makes its neighbours sleep or yield) and, for rotor, of
 # the requests between two collections (GODEBUG=gctrace=1); and its rate
 # and p99 over HAProxy's, round by round (the median, and the range),
 # and with BASE, the working tree's rate, p99 and CPU a request over the
@@ -36,14 +38,14 @@
 # (peers.sh's post.lua) in place of GETs.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
-# Needs: nginx, haproxy, wrk, taskset, git (Debian: nginx-light haproxy
-# wrk util-linux git).
+# Needs: nginx, haproxy, wrk, taskset, git, GNU time (Debian: nginx-light
+# haproxy wrk util-linux git time).
 # Usage: bash bench/tail.sh [BASE]
 #        CONNS="10 50 200" ROUNDS=7 DURATION=10s bash bench/tail.sh 8b4e74c
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/setup.sh
-needs nginx haproxy wrk taskset git
+needs nginx haproxy wrk taskset git /usr/bin/time
 BASE=${1:-}
 CONNS=${CONNS:-10 50}
 ROUNDS=${ROUNDS:-5}
@@ -127,6 +129,13 @@ user() { user_ticks $(procs "$1"); }
 # waited NAME: the time NAME's threads have waited for a core while
 # ready to run, in ns.
 waited() { wait_ns $(procs "$1"); }
+# switches NAME: the context switches NAME's threads have made so far,
+# voluntary and not.
+switches() {
+	local p
+	for p in $(procs "$1"); do cat /proc/"$p"/task/*/status 2>/dev/null || true; done |
+		awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {printf "%d\n", n}'
+}
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
@@ -145,10 +154,10 @@ hz=$(getconf CLK_TCK)
 declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
-	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1 w0 s0
-	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin) w0=$(waited "$name") s0=$(date +%s%N)
+	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1 w0 s0 b0
+	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin) w0=$(waited "$name") s0=$(date +%s%N) b0=$(switches backends)
 	load_ticks l0
-	taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
+	/usr/bin/time -f "%c %w" -o "$out/wrk-switches" taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
 	v[$c-busy-$name]+="$(core_busy "$k0" "$(core_ticks $pin)") "
 	v[$c-wait-$name]+="$(awk -v w="$(($(waited "$name") - w0))" -v s="$(($(date +%s%N) - s0))" 'BEGIN {printf "%.2f", w / s}') "
 	n=$(awk '/requests in/ {print $1}' "$f")
@@ -157,6 +166,7 @@ run() {
 	v[$c-user-$name]+="$(awk -v t="$(($(user "$name") - u0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
 	load_ticks l1
 	v[$c-load-$name]+="$(awk -v t="$((l1 - l0))" -v hz="$hz" -v n="$n" 'BEGIN {printf "%.1f", t * 1e6 / hz / n}') "
+	v[$c-sw-$name]+="$(awk -v b="$(($(switches backends) - b0))" -v n="$n" '{printf "%.3f", (b + $1 + $2) / n}' "$out/wrk-switches") "
 	for p in 50 75 90 99 99.9; do v[$c-p$p-$name]+="$(awk -v p="$p" '$1 == "pct" && $2 == p {print $3}' "$f") "; done
 	g1=$(cycles "$name")
 	if [ "$g1" != - ] && [ "$g1" -gt "$g0" ]; then
@@ -180,12 +190,12 @@ for c in $CONNS; do
 	done
 	echo
 	echo "## -c$c"
-	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %8s %6s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "user us" "load us" "busy%" "wait" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
+	printf "%-8s %10s %7s %7s %7s %7s %7s %8s %8s %8s %7s %6s %6s %9s %18s %18s\n" target "req/s" p50 p75 p90 p99 p99.9 "CPU us" "user us" "load us" "load sw" "busy%" "wait" "req/GC" "rate/HAProxy's" "p99/HAProxy's"
 	for target in $targets; do
 		name=${target%=*}
 		printf "%-8s %10s" "$name" "$(median <<<"${v[$c-rps-$name]}")"
 		for p in 50 75 90 99 99.9; do printf " %7s" "$(median <<<"${v[$c-p$p-$name]}")"; done
-		printf " %8s %8s %8s %6s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-user-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-wait-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
+		printf " %8s %8s %8s %7s %6s %6s %9s %18s %18s %s\n" "$(median <<<"${v[$c-cpu-$name]}")" "$(median <<<"${v[$c-user-$name]}")" "$(median <<<"${v[$c-load-$name]}")" "$(median <<<"${v[$c-sw-$name]}")" "$(median <<<"${v[$c-busy-$name]}")" "$(median <<<"${v[$c-wait-$name]}")" "$(median <<<"${v[$c-gc-$name]:-}")" \
 			"$(paired "${v[$c-rps-$name]}" "${v[$c-rps-haproxy]}")" "$(paired "${v[$c-p99-$name]}" "${v[$c-p99-haproxy]}")" "${v[$c-err-$name]:-}"
 	done
 	if [ -n "$BASE" ]; then
