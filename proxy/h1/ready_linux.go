@@ -273,7 +273,7 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 	switch {
 	case holding && (busy >= q.openAt || !many):
 		q.holding.Store(false)
-	case !holding && busy < q.openAt-readyHysteresis:
+	case !holding && many && busy < q.openAt-readyHysteresis:
 		q.holding.Store(true)
 	}
 }
