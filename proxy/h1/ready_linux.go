@@ -67,7 +67,9 @@ import (
 // of how busy the next look finds the core. With few requests in
 // service a hold would gather only their own next steps, each the later
 // for it; with the core full it would only idle it: at openAt and over,
-// turns are not held.
+// turns are not held, nor once the core with the holds is 95% busy (the
+// holds then spin on time the work needed, and left out of the share
+// they would hide that the core is full).
 
 // readyQueue is an epoll set of sockets whose connections wait to read,
 // and the goroutine that wakes them.
@@ -248,9 +250,18 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 	if first {
 		return
 	}
+	// How busy the core was with work (busy), and with the holds too
+	// (full): a hold spins on time the core would have had to spare,
+	// unless the core was full, when it spins on time the work needed.
 	busy := float64(used-held) / float64(since) / float64(procs)
-	if share, ok := ticks.ShareWithout(last, held); ticksOK && ok {
-		busy = max(busy, share)
+	full := float64(used) / float64(since) / float64(procs)
+	if ticksOK {
+		if share, ok := ticks.ShareWithout(last, held); ok {
+			busy = max(busy, share)
+		}
+		if share, ok := ticks.Share(last); ok {
+			full = max(full, share)
+		}
 	}
 	// Requests enough at once, since the last look, for a hold to gather.
 	many := q.hold > 0 && q.peak.Swap(q.inService.Load()) >= holdServing
@@ -271,7 +282,7 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 	}
 	holding := q.holding.Load()
 	switch {
-	case holding && (busy >= q.openAt || !many):
+	case holding && (busy >= q.openAt || full >= q.openAt+readyHysteresis || !many):
 		q.holding.Store(false)
 	case !holding && many && busy < q.openAt-readyHysteresis:
 		q.holding.Store(true)

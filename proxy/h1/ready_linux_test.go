@@ -296,8 +296,9 @@ func TestReadyQueueLooksAtItsCores(t *testing.T) {
 // TestReadyQueueHoldsWithRoom: with the core busy but not full and
 // requests enough in service at once, the queue is used with its turns
 // held; a full core, too few requests or too little work take the holds
-// away (and the queue, below openAt), and the time spent holding is not
-// counted as the core's work.
+// away (and the queue, below openAt). The time spent holding is not
+// counted as the core's work, unless the core with it was full: then
+// the holds stop, as they spun on time the work needed.
 func TestReadyQueueHoldsWithRoom(t *testing.T) {
 	ticks := cores.Ticks{Busy: 3000, Total: 10000}
 	q := &readyQueue{openAt: 0.9, holdAt: 0.5, hold: 10 * time.Microsecond,
@@ -328,7 +329,10 @@ func TestReadyQueueHoldsWithRoom(t *testing.T) {
 		{"room, many requests", 0.70, holdServing, 0, false, true},
 		{"full", 0.95, holdServing, 0, false, false},
 		{"room again", 0.80, holdServing, 0, false, true},
-		{"full but for the holds", 0.95, holdServing, 2 * time.Second, false, true},
+		{"room, with the holds", 0.90, holdServing, 1500 * time.Millisecond, false, true},
+		{"full with the holds", 0.97, holdServing, 2 * time.Second, false, false},
+		{"full, no holds", 0.97, holdServing, 0, false, false},
+		{"room again", 0.75, holdServing, 0, false, true},
 		{"room, few requests", 0.70, holdServing - 1, 0, true, false},
 		{"little work, many requests", 0.40, holdServing, 0, true, false},
 		{"room, many requests again", 0.60, holdServing, 0, false, true},
