@@ -106,6 +106,15 @@ wait_ns() {
 	for p in "$@"; do cat /proc/"$p"/task/*/schedstat 2>/dev/null || true; done | awk '{t += $2} END {printf "%.0f\n", t}'
 }
 
+# switch_count PID...: the context switches the processes' threads have
+# made so far, voluntary and not (/proc/PID/task/*/status), summed; 0
+# for one gone.
+switch_count() {
+	local p
+	for p in "$@"; do cat /proc/"$p"/task/*/status 2>/dev/null || true; done |
+		awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {printf "%d\n", n}'
+}
+
 # core_ticks N[,M...]: the busy and total clock ticks so far of core N
 # (and of M..., summed; /proc/stat), for core_busy.
 core_ticks() {

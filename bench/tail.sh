@@ -131,11 +131,7 @@ user() { user_ticks $(procs "$1"); }
 waited() { wait_ns $(procs "$1"); }
 # switches NAME: the context switches NAME's threads have made so far,
 # voluntary and not.
-switches() {
-	local p
-	for p in $(procs "$1"); do cat /proc/"$p"/task/*/status 2>/dev/null || true; done |
-		awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {printf "%d\n", n}'
-}
+switches() { switch_count $(procs "$1"); }
 # load_ticks VAR sets VAR to the CPU time the backends and the finished
 # wrk runs have used, in clock ticks (the runs' from bash's times, the
 # shell's children's, which only the shell itself sees: not a $(...)).
