@@ -499,6 +499,7 @@ type conn struct {
 	sendP    []byte
 	sendN    int
 	sendErr  error
+	sendTurn bool // the request goes with its turn's sends (readySockets.inTurn)
 	br       *bufio.Reader
 	limit    int64 // bytes the head may still take; <0: no bound (the body streams)
 	read     int64 // bytes read since the request was written
@@ -762,7 +763,7 @@ func (w *lastWrite) Write(p []byte) (int, error) {
 // take all of it at once, the rest goes the ordinary way. A deadline or
 // a close while waiting is left for the read to report.
 func (c *conn) sendThenWait(p []byte) (int, error) {
-	readySockets.together(&c.ready)
+	c.sendTurn = readySockets.inTurn(&c.ready)
 	c.sendP, c.sendN, c.sendErr = p, 0, nil
 	err := c.rc.Read(c.sendFn)
 	n, werr := c.sendN, c.sendErr
@@ -790,7 +791,14 @@ func (c *conn) sendStep(fd uintptr) bool {
 	if c.sendErr != nil || c.sendN == len(c.sendP) {
 		return true // readable, or a write failed
 	}
-	m, err := rawio.Write(fd, c.sendP[c.sendN:])
+	var m int
+	var err error
+	if c.sendTurn {
+		c.sendTurn = false
+		m, err = readySockets.sendWithTurn(&c.ready, fd, c.sendP[c.sendN:])
+	} else {
+		m, err = rawio.Write(fd, c.sendP[c.sendN:])
+	}
 	c.sendN += m
 	if err != nil {
 		c.sendErr = err

@@ -93,6 +93,17 @@ type readyQueue struct {
 	turnSize  atomic.Int32 // the connections the last turn woke
 	lookAt    atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
 
+	// The batch of sends with a turn (sendWithTurn): its connections, in
+	// order, and their sends; the ring it goes out in (nil: none could
+	// be made; ringTried: one was tried for).
+	sendMu    sync.Mutex
+	sends     []*waiter
+	batch     []*rawio.Sending
+	ring      *rawio.SendRing
+	ringTried bool
+	// sentTogether counts the sends made in batches of two or more.
+	sentTogether atomic.Int64
+
 	mu    sync.Mutex
 	set   *readySet     // nil while no socket is in it; guarded by mu
 	slots []*waiter     // by slot, nil when free; guarded by mu
@@ -126,6 +137,10 @@ type readySet struct {
 type waiter struct {
 	ch   chan struct{} // a token: the socket was found readable since the last wait
 	slot int32
+	// A send in a turn's batch (sendWithTurn), and what says it was made
+	// (made at the first).
+	sending rawio.Sending
+	sent    chan struct{}
 	// in the set; never to be (the set could not take it): the
 	// connection's goroutine alone touches them.
 	in, off bool
@@ -148,26 +163,111 @@ func (q *readyQueue) serving(d int32) {
 	}
 }
 
-// together lets the rest of a turn run before a connection whose waits
-// are q's (w) sends, while q is in use: it yields. The queue's goroutine
-// wakes a turn's connections together, and each would otherwise receive,
-// work and send as soon as it ran, its peer on the other side of the
-// socket (a backend, a client, on another core) woken for each send and
-// asleep again before the next. Yielding, a connection goes behind the
-// others its turn made ready, so the turn's sends leave together once
-// its reads and work are done, as an event loop's do: the peer woken
-// once finds several, and its neighbours and rotor's own receives and
-// sends cost the kernel less (docs/BENCHMARKS.md, "A turn's sends
-// together"). In a turn of few connections (fewer than togetherFrom)
-// the wait costs a request's latency more than the sends together save
-// (measured at ten connections), and a socket not in the set (the queue
-// standing aside, more than one P, a connection's first exchange) is in
-// no turn: those send at once.
+// inTurn says whether a connection whose waits are q's (w) is to send
+// with its turn: while q is in use and the turn that woke it woke
+// togetherFrom or more. The queue's goroutine wakes a turn's connections
+// together, and each would otherwise receive, work and send as soon as it
+// ran, its peer on the other side of the socket (a backend, a client)
+// woken for each send and asleep again before the next. Sent together
+// once the turn's reads and work are done, as an event loop's sends
+// leave, the peer woken once finds several, and its neighbours and
+// rotor's own receives and sends cost the kernel less (docs/BENCHMARKS.md,
+// "A turn's sends together"). In a turn of few connections (fewer than
+// togetherFrom) the wait costs a request's latency more than the sends
+// together save (measured at ten connections), and a socket not in the
+// set (the queue standing aside, more than one P, a connection's first
+// exchange) is in no turn: those send at once.
+func (q *readyQueue) inTurn(w *waiter) bool {
+	return w.in && q.turnSize.Load() >= togetherFrom && !q.aside.Load()
+}
+
+// together lets the rest of the turn run before a connection in it
+// sends (inTurn): it yields, and goes behind the others its turn made
+// ready. The sends that sendWithTurn cannot take (several buffers)
+// leave so.
 func (q *readyQueue) together(w *waiter) {
-	if w.in && q.turnSize.Load() >= togetherFrom && !q.aside.Load() {
+	if q.inTurn(w) {
 		runtime.Gosched()
 	}
 }
+
+// sendWithTurn writes p to socket fd as rawio.Write does, for a
+// connection in a turn (inTurn), with the turn's other sends: all in one
+// system call (a rawio.SendRing), made once the rest of the turn has run.
+// The first send of a batch yields, as together does, and makes the
+// batch's sends when it runs again; the sends that joined it meanwhile
+// wait for it, inside their raw calls, so that their descriptors stay
+// theirs. One call for the turn's sends rather than one each: a send
+// wakes its reader, which on a core shared with rotor would take the core
+// between one send and the next and find one message; woken by the batch,
+// it finds the batch's (docs/BENCHMARKS.md, "A turn's sends in one
+// call"). Where the kernel gives no ring (before Linux 5.18; refused by a
+// seccomp filter or kernel.io_uring_disabled) the send yields and goes on
+// its own.
+func (q *readyQueue) sendWithTurn(w *waiter, fd uintptr, p []byte) (int, error) {
+	q.sendMu.Lock()
+	if !q.ringTried {
+		q.ringTried = true
+		if r, err := rawio.NewSendRing(turnSends); err == nil {
+			q.ring = r
+		}
+	}
+	if q.ring == nil || len(q.sends) == q.ring.Size() {
+		q.sendMu.Unlock()
+		if q.ring == nil {
+			runtime.Gosched()
+		}
+		return rawio.Write(fd, p)
+	}
+	if w.sent == nil {
+		w.sent = make(chan struct{}, 1)
+	}
+	w.sending = rawio.Sending{FD: fd, P: p}
+	q.sends = append(q.sends, w)
+	q.batch = append(q.batch, &w.sending)
+	first := len(q.sends) == 1
+	q.sendMu.Unlock()
+	if first {
+		runtime.Gosched()
+		q.sendBatch()
+	} else {
+		<-w.sent
+	}
+	n, err := w.sending.N, w.sending.Err
+	w.sending = rawio.Sending{}
+	if err == syscall.EINTR {
+		err = nil
+	}
+	if err == nil && n < len(p) {
+		m, err := rawio.Write(fd, p[n:])
+		return n + m, err
+	}
+	return n, err
+}
+
+// sendBatch makes the sends of the batch begun by the caller's, and lets
+// the others' connections go on.
+func (q *readyQueue) sendBatch() {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	if len(q.batch) == 1 {
+		s := q.batch[0]
+		s.N, s.Err = rawio.Send(s.FD, s.P)
+	} else {
+		q.ring.Send(q.batch)
+		q.sentTogether.Add(int64(len(q.batch)))
+	}
+	for _, w := range q.sends[1:] {
+		w.sent <- struct{}{}
+	}
+	clear(q.sends)
+	clear(q.batch)
+	q.sends, q.batch = q.sends[:0], q.batch[:0]
+}
+
+// turnSends is the most sends a batch holds, a turn's most connections
+// (the set's events a turn); a send past it goes on its own.
+const turnSends = 128
 
 // holdServing is the fewest requests in service for turns to be held:
 // with fewer, what a hold would gather is their own next steps, each the

@@ -4,6 +4,7 @@ package h1
 
 import (
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -447,6 +448,58 @@ func TestTogetherLetsTheTurnRunFirst(t *testing.T) {
 		<-done
 		if !slices.Equal(order, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, order, tt.want)
+		}
+	}
+}
+
+// The sends of a turn's connections leave in one batch, made once the
+// turn has run: each connection's bytes reach its peer, and each send
+// returns what it sent. Where no ring can be had the sends yield and go
+// one by one, and arrive the same. One P, so that the turn's senders all
+// join the first one's batch before it runs again.
+func TestSendWithTurnSendsTheTurnTogether(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n = 6
+	for _, ring := range []bool{true, false} {
+		var q readyQueue
+		q.turnSize.Store(togetherFrom)
+		if !ring {
+			q.ringTried = true // tried for, and none had
+		}
+		clients, servers := socketPairs(t, n)
+		sent := make([]int, n)
+		errs := make([]error, n)
+		_, wg := waitEach(servers, func(i int, src syscall.RawConn, w *waiter) {
+			w.in = true
+			src.Write(func(fd uintptr) bool {
+				sent[i], errs[i] = q.sendWithTurn(w, fd, []byte{'a' + byte(i)})
+				return true
+			})
+		})
+		wg.Wait()
+		for i, c := range clients {
+			if sent[i] != 1 || errs[i] != nil {
+				t.Fatalf("ring %v, connection %d: sent %d, %v", ring, i, sent[i], errs[i])
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got := make([]byte, 2)
+			if k, err := c.Read(got); err != nil || k != 1 || got[0] != 'a'+byte(i) {
+				t.Fatalf("ring %v, connection %d: read %q, %v", ring, i, got[:k], err)
+			}
+		}
+		if q.ring != nil {
+			q.ring.Close()
+		}
+		switch together := q.sentTogether.Load(); {
+		case ring && q.ring == nil:
+			if os.Getenv("CI") == "true" {
+				t.Fatal("no io_uring to send with")
+			}
+			t.Log("SKIP: this kernel gives no io_uring to send with; the sends went one by one")
+		case ring && !raceEnabled && together != n:
+			t.Fatalf("%d of the turn's %d sends left together, want all", together, n)
+		case !ring && together != 0:
+			t.Fatalf("%d sends left together with no ring", together)
 		}
 	}
 }

@@ -2,7 +2,11 @@
 
 package h1
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
+)
 
 // Outside Linux a connection waits for its next request, and for its
 // backend's answer, in Go's poller: there is no ready queue
@@ -18,4 +22,9 @@ func (q *readyQueue) remove(w *waiter, rc syscall.RawConn) {}
 func (w *waiter) init()                                    {}
 func (w *waiter) poke()                                    {}
 func (q *readyQueue) together(w *waiter)                   {}
+func (q *readyQueue) inTurn(w *waiter) bool                { return false }
 func (q *readyQueue) serving(d int32)                      {}
+
+func (q *readyQueue) sendWithTurn(w *waiter, fd uintptr, p []byte) (int, error) {
+	return rawio.Write(fd, p)
+}

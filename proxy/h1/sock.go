@@ -31,6 +31,7 @@ type sock struct {
 	werr    error
 	writeFn func(fd uintptr) bool // writeStep, made once
 	ready   *waiter               // its connection's place in readySockets (nil: none): a write lets the turn run first (together)
+	turn    bool                  // the write is to go with its turn's sends (readySockets.inTurn)
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
@@ -74,8 +75,13 @@ func (s *sock) readStep(fd uintptr) bool {
 }
 
 func (s *sock) Write(p []byte) (int, error) {
+	s.turn = false
 	if s.ready != nil {
-		readySockets.together(s.ready)
+		if s.wv != nil {
+			readySockets.together(s.ready)
+		} else {
+			s.turn = readySockets.inTurn(s.ready)
+		}
 	}
 	s.wp, s.wn, s.werr = p, 0, nil
 	err := s.rc.Write(s.writeFn)
@@ -103,9 +109,13 @@ func (s *sock) Writev(bufs [][]byte) (int, error) {
 func (s *sock) writeStep(fd uintptr) bool {
 	var n int
 	var err error
-	if s.wv != nil {
+	switch {
+	case s.turn:
+		s.turn = false
+		n, err = readySockets.sendWithTurn(s.ready, fd, s.wp[s.wn:])
+	case s.wv != nil:
 		n, err = rawio.Writev(fd, s.wv)
-	} else {
+	default:
 		n, err = rawio.Write(fd, s.wp[s.wn:])
 	}
 	s.wn += n
