@@ -118,6 +118,19 @@ type loop struct {
 	buf []byte // the reads' buffer; the running goroutine alone uses it
 	id  uint64 // the loops' order, in which two are locked together
 
+	// The turn's sends, made together once its reads are done (see
+	// sendTurn); the running goroutine alone uses them. ring is nil where
+	// the kernel gives none (ringTried: one was tried for).
+	ring      *rawio.SendRing
+	ringTried bool
+	toSend    []sendOf
+	sendsWere []sendOf // the batch before, for toSend to reuse
+	held      []byte   // the bytes of toSend, copied from buf
+	sendings  []rawio.Sending
+	sendPtrs  []*rawio.Sending
+	// sentTogether counts the messages sent in batches of two or more.
+	sentTogether atomic.Uint64
+
 	// full is set while the loop keeps up no more (see loadWindow): new
 	// relays go to another loop while one keeps up.
 	full atomic.Bool
@@ -158,6 +171,15 @@ type direction struct {
 	state    uint8           // flowing, ended or finished
 	pend     *[32 << 10]byte // bytes read but not yet written, when the destination was full
 	off, end int             // pend[off:end] is left to write
+	withTurn bool            // bytes read wait for the turn's sends (sendTurn)
+}
+
+// sendOf is a direction whose bytes wait for the turn's sends: r's
+// dirs[d], its bytes held[from:to] of its loop's.
+type sendOf struct {
+	r        *relay
+	d        int
+	from, to int
 }
 
 var (
@@ -564,6 +586,7 @@ func (l *loop) run(ep *rawio.Epoll) {
 			}
 			again = l.turn(r, again)
 		}
+		again = l.sendTurn(again)
 		// Those left with reads to do go again, after the events; those
 		// that run out again wait for the next turn.
 		retry, again = again, retry[:0]
@@ -574,6 +597,7 @@ func (l *loop) run(ep *rawio.Epoll) {
 			}
 		}
 		clear(retry)
+		again = l.sendTurn(again)
 		if spread && to == nil {
 			to = roomFor(l)
 		}
@@ -587,8 +611,8 @@ func (l *loop) run(ep *rawio.Epoll) {
 // turn moves what can move both ways, and ends r when both directions
 // have. It returns again with r added when a direction ran out of budget.
 func (l *loop) turn(r *relay, again []*relay) []*relay {
-	more := r.pump(0, l.buf)
-	more = r.pump(1, l.buf) || more
+	more := r.pump(0, l)
+	more = r.pump(1, l) || more
 	if r.dirs[0].state == finished && r.dirs[1].state == finished {
 		l.finish(r)
 		return again
@@ -602,13 +626,15 @@ func (l *loop) turn(r *relay, again []*relay) []*relay {
 
 // pump copies fd[d] to fd[1-d] until the source has nothing, the
 // destination takes nothing more, or the budget is spent (more is then
-// true).
-func (r *relay) pump(d int, buf []byte) (more bool) {
+// true). A read that drained its socket leaves its bytes for the turn's
+// sends (l.sendTurn), where the loop has a ring to make them in.
+func (r *relay) pump(d int, l *loop) (more bool) {
 	src, dst := d, 1-d
 	x := &r.dirs[d]
+	buf := l.buf
 	for reads := 0; ; {
 		switch {
-		case x.state == finished:
+		case x.state == finished, x.withTurn:
 			return false
 		case x.pend != nil:
 			if r.flags[dst]&canWrite == 0 {
@@ -655,6 +681,13 @@ func (r *relay) pump(d int, buf []byte) (more bool) {
 			// come after it are a new event.
 			r.flags[src] &^= canRead
 		}
+		if n < len(buf) && l.withTurn(n) {
+			from := len(l.held)
+			l.held = append(l.held, buf[:n]...)
+			l.toSend = append(l.toSend, sendOf{r, d, from, len(l.held)})
+			x.withTurn = true
+			return false
+		}
 		w, err := rawio.Send(uintptr(r.fd[dst]), buf[:n])
 		x.n += int64(w)
 		if w == n {
@@ -671,6 +704,97 @@ func (r *relay) pump(d int, buf []byte) (more bool) {
 			return false
 		}
 	}
+}
+
+// withTurn says whether a read's n bytes can wait for the turn's sends:
+// the loop has a ring (made at the first ask), and room in its batch.
+func (l *loop) withTurn(n int) bool {
+	if !l.ringTried {
+		l.ringTried = true
+		if r, err := rawio.NewSendRing(relaySends); err == nil {
+			l.ring = r
+			l.held = make([]byte, 0, relayHeld)
+		}
+	}
+	return l.ring != nil && len(l.toSend) < l.ring.Size() && len(l.held)+n <= cap(l.held)
+}
+
+// relaySends is the most sends a turn makes together, and relayHeld the
+// most bytes they hold; a read past either sends its bytes at once.
+const (
+	relaySends = 128
+	relayHeld  = 64 << 10
+)
+
+// sendTurn makes the turn's sends, the bytes of the reads that drained
+// their sockets, in one system call (rawio.SendRing), and goes on with
+// each of their relays (what a send left, an end read after the bytes):
+// as an event loop's turn, the reads first and then the sends, rather
+// than a send after each read. Each send wakes its reader; one after
+// each read lets a reader on a core shared with the loop take the core
+// between them, and find one message (docs/BENCHMARKS.md, "A turn's
+// sends in one call"). It returns again with the relays that ran out of
+// budget added.
+func (l *loop) sendTurn(again []*relay) []*relay {
+	for len(l.toSend) > 0 {
+		l.sendings, l.sendPtrs = l.sendings[:0], l.sendPtrs[:0]
+		for _, t := range l.toSend {
+			if t.r.fd[0] < 0 {
+				// Finished since (cut in the same turn): its sockets
+				// are closed and its bytes dropped.
+				l.sendings = append(l.sendings, rawio.Sending{FD: ^uintptr(0)})
+				continue
+			}
+			l.sendings = append(l.sendings, rawio.Sending{FD: uintptr(t.r.fd[1-t.d]), P: l.held[t.from:t.to]})
+		}
+		for i := range l.sendings {
+			if l.sendings[i].FD != ^uintptr(0) {
+				l.sendPtrs = append(l.sendPtrs, &l.sendings[i])
+			}
+		}
+		switch len(l.sendPtrs) {
+		case 0:
+		case 1:
+			s := l.sendPtrs[0]
+			s.N, s.Err = rawio.Send(s.FD, s.P)
+		default:
+			l.ring.Send(l.sendPtrs)
+			l.sentTogether.Add(uint64(len(l.sendPtrs)))
+		}
+		turn := l.toSend
+		l.toSend = l.sendsWere[:0]
+		for i, t := range turn {
+			r, d := t.r, t.d
+			x := &r.dirs[d]
+			x.withTurn = false
+			if r.fd[0] < 0 {
+				continue
+			}
+			w, err := l.sendings[i].N, l.sendings[i].Err
+			x.n += int64(w)
+			switch {
+			case w == t.to-t.from:
+			case err != nil && err != syscall.EAGAIN && err != syscall.EINTR:
+				r.fail(d)
+			default: // what the socket did not take waits for its room
+				x.pend = copyBuffers.Get().(*[32 << 10]byte)
+				x.off, x.end = 0, copy(x.pend[:], l.held[t.from+w:t.to])
+				if err == syscall.EAGAIN {
+					r.flags[1-d] &^= canWrite
+				}
+			}
+		}
+		l.held = l.held[:0]
+		// Each relay goes on (its sends may queue the next batch).
+		for _, t := range turn {
+			if t.r.fd[0] >= 0 && !t.r.queued {
+				again = l.turn(t.r, again)
+			}
+		}
+		clear(turn)
+		l.sendsWere = turn[:0]
+	}
+	return again
 }
 
 // fail ends direction d after its destination failed: what it held is

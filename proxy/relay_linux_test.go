@@ -6,11 +6,15 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -389,4 +393,89 @@ func TestMeterFindsALoopFull(t *testing.T) {
 	if full, spread := wake(time.Duration(fullAfter-1)*loadWindow, false); full || spread {
 		t.Fatal("busy again, fewer windows than fullAfter: full")
 	}
+}
+
+// A loop's turn sends what its reads took in one call: messages that
+// arrive on several relays before the loop runs leave together, each
+// whole, on its own relay; an end that came with its message reaches
+// the backend after the message. One P, and the messages written raw, so
+// that the loop runs only once all are there.
+func TestRelayLoopSendsATurnTogether(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n = 8
+	l := newLoop()
+	var clients, backends []*net.TCPConn
+	var dones []<-chan struct{}
+	for range n {
+		c, b, done := relayed(t, l)
+		clients, backends, dones = append(clients, c), append(backends, b), append(dones, done)
+	}
+	rawWrite := func(c *net.TCPConn, p []byte) {
+		rc, _ := c.SyscallConn()
+		rc.Control(func(fd uintptr) {
+			if k, err := rawio.Write(fd, p); k != len(p) || err != nil {
+				t.Errorf("write: %d, %v", k, err)
+			}
+		})
+	}
+	for i, c := range clients {
+		rawWrite(c, []byte{'a' + byte(i)})
+		if i == n-1 {
+			// The end with the message, raw as the writes.
+			syscall.RawSyscall(syscall.SYS_SHUTDOWN, uintptr(fdOf(t, c)), syscall.SHUT_WR, 0)
+		}
+	}
+	for i, b := range backends {
+		_ = b.SetDeadline(time.Now().Add(10 * time.Second))
+		got := make([]byte, 2)
+		if k, err := io.ReadFull(b, got[:1]); k != 1 || got[0] != 'a'+byte(i) {
+			t.Fatalf("backend %d: %q, %v", i, got[:k], err)
+		}
+		if i == n-1 {
+			if k, err := b.Read(got); k != 0 || err != io.EOF {
+				t.Fatalf("backend %d after its message: %d bytes, %v; want the end", i, k, err)
+			}
+		}
+	}
+	ring, err := rawio.NewSendRing(2)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no io_uring to send with: %v", err)
+		}
+		t.Logf("SKIP: this kernel gives no io_uring to send with (%v); the sends went one by one", err)
+	} else if ring.Close(); !raceEnabled && l.sentTogether.Load() < n {
+		got := l.sentTogether.Load()
+		t.Fatalf("%d messages sent together, want the turn's %d", got, n)
+	}
+	for i, b := range backends {
+		rawWrite(b, []byte{'A' + byte(i)})
+	}
+	for i, c := range clients {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		got := make([]byte, 1)
+		if k, err := io.ReadFull(c, got); k != 1 || got[0] != 'A'+byte(i) {
+			t.Fatalf("client %d: %q, %v", i, got[:k], err)
+		}
+	}
+	for i := range n {
+		clients[i].Close()
+		backends[i].Close()
+		select {
+		case <-dones[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a relay did not end after both its sides did")
+		}
+	}
+	waitStopped(t, l)
+}
+
+// fdOf is c's descriptor, for a call on it the net package has none for.
+func fdOf(t *testing.T, c *net.TCPConn) (fd int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(f uintptr) { fd = int(f) })
+	return fd
 }
