@@ -534,6 +534,14 @@ func (l *loop) run(ep *rawio.Epoll) {
 			l.mu.Lock()
 			if l.live == 0 {
 				l.ep, stop = nil, true // the next relay starts another
+				// Its ring too, made by the next goroutine when it needs
+				// one: a loop that stops holds no descriptor. Before the
+				// unlock, after which that goroutine may run.
+				if l.ring != nil {
+					l.ring.Close()
+					l.ring, l.held = nil, nil
+				}
+				l.ringTried = false
 			}
 			l.mu.Unlock()
 			if load.wait() {

@@ -112,14 +112,18 @@ func TestRelayLoopIsShared(t *testing.T) {
 }
 
 // waitStopped waits for the loop l, its last relay over, to stop and
-// close its epoll set.
+// close its epoll set and its ring.
 func waitStopped(t *testing.T, l *loop) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		l.mu.Lock()
 		idle := l.ep == nil && l.live == 0
+		ring := l.ring != nil
 		l.mu.Unlock()
+		if idle && ring {
+			t.Fatal("the loop stopped and kept its ring")
+		}
 		if idle {
 			return
 		}
