@@ -137,10 +137,9 @@ type readySet struct {
 type waiter struct {
 	ch   chan struct{} // a token: the socket was found readable since the last wait
 	slot int32
-	// A send in a turn's batch (sendWithTurn), and what says it was made
-	// (made at the first).
-	sending rawio.Sending
-	sent    chan struct{}
+	// Its send in a turn's batch (sendWithTurn), made at the first: a
+	// connection that never sends with a turn holds a pointer.
+	turn *turnSend
 	// in the set; never to be (the set could not take it): the
 	// connection's goroutine alone touches them.
 	in, off bool
@@ -219,22 +218,23 @@ func (q *readyQueue) sendWithTurn(w *waiter, fd uintptr, p []byte) (int, error) 
 		}
 		return rawio.Write(fd, p)
 	}
-	if w.sent == nil {
-		w.sent = make(chan struct{}, 1)
+	if w.turn == nil {
+		w.turn = &turnSend{sent: make(chan struct{}, 1)}
 	}
-	w.sending = rawio.Sending{FD: fd, P: p}
+	t := w.turn
+	t.Sending = rawio.Sending{FD: fd, P: p}
 	q.sends = append(q.sends, w)
-	q.batch = append(q.batch, &w.sending)
+	q.batch = append(q.batch, &t.Sending)
 	first := len(q.sends) == 1
 	q.sendMu.Unlock()
 	if first {
 		runtime.Gosched()
 		q.sendBatch()
 	} else {
-		<-w.sent
+		<-t.sent
 	}
-	n, err := w.sending.N, w.sending.Err
-	w.sending = rawio.Sending{}
+	n, err := t.N, t.Err
+	t.Sending = rawio.Sending{}
 	if err == syscall.EINTR {
 		err = nil
 	}
@@ -258,11 +258,18 @@ func (q *readyQueue) sendBatch() {
 		q.sentTogether.Add(int64(len(q.batch)))
 	}
 	for _, w := range q.sends[1:] {
-		w.sent <- struct{}{}
+		w.turn.sent <- struct{}{}
 	}
 	clear(q.sends)
 	clear(q.batch)
 	q.sends, q.batch = q.sends[:0], q.batch[:0]
+}
+
+// A turnSend is a connection's send in a turn's batch, and what says it
+// was made.
+type turnSend struct {
+	rawio.Sending
+	sent chan struct{}
 }
 
 // turnSends is the most sends a batch holds, a turn's most connections
