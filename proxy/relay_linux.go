@@ -745,28 +745,25 @@ const (
 // budget added.
 func (l *loop) sendTurn(again []*relay) []*relay {
 	for len(l.toSend) > 0 {
+		// A relay finished since (cut in the same turn) has its sockets
+		// closed and its bytes dropped: no send.
 		l.sendings, l.sendPtrs = l.sendings[:0], l.sendPtrs[:0]
 		for _, t := range l.toSend {
-			if t.r.fd[0] < 0 {
-				// Finished since (cut in the same turn): its sockets
-				// are closed and its bytes dropped.
-				l.sendings = append(l.sendings, rawio.Sending{FD: ^uintptr(0)})
-				continue
+			var s rawio.Sending
+			if t.r.fd[0] >= 0 {
+				s = rawio.Sending{FD: uintptr(t.r.fd[1-t.d]), P: l.held[t.from:t.to]}
 			}
-			l.sendings = append(l.sendings, rawio.Sending{FD: uintptr(t.r.fd[1-t.d]), P: l.held[t.from:t.to]})
+			l.sendings = append(l.sendings, s)
 		}
-		for i := range l.sendings {
-			if l.sendings[i].FD != ^uintptr(0) {
+		for i, t := range l.toSend {
+			if t.r.fd[0] >= 0 {
 				l.sendPtrs = append(l.sendPtrs, &l.sendings[i])
 			}
 		}
-		switch len(l.sendPtrs) {
-		case 0:
-		case 1:
-			s := l.sendPtrs[0]
-			s.N, s.Err = rawio.Send(s.FD, s.P)
-		default:
+		if len(l.sendPtrs) > 0 {
 			l.ring.Send(l.sendPtrs)
+		}
+		if len(l.sendPtrs) > 1 {
 			l.sentTogether.Add(uint64(len(l.sendPtrs)))
 		}
 		turn := l.toSend
@@ -782,7 +779,7 @@ func (l *loop) sendTurn(again []*relay) []*relay {
 			x.n += int64(w)
 			switch {
 			case w == t.to-t.from:
-			case err != nil && err != syscall.EAGAIN && err != syscall.EINTR:
+			case err != nil && err != syscall.EAGAIN:
 				r.fail(d)
 			default: // what the socket did not take waits for its room
 				x.pend = copyBuffers.Get().(*[32 << 10]byte)

@@ -162,9 +162,14 @@ func (r *SendRing) Close() error {
 
 // Send makes each of ss's sends (at most Size), in one system call as a
 // rule, and sets each one's N and Err as Send would: a short count when
-// its socket took part of it, EAGAIN when it took nothing. The sockets
+// its socket took part of it, EAGAIN when it took nothing. A batch of
+// one is a Send, a sendto costing less than a ring's call. The sockets
 // must be valid until Send returns.
 func (r *SendRing) Send(ss []*Sending) {
+	if len(ss) == 1 {
+		ss[0].N, ss[0].Err = Send(ss[0].FD, ss[0].P)
+		return
+	}
 	tail := atomic.LoadUint32(r.sqTail)
 	for i, s := range ss {
 		at := (tail + uint32(i)) & r.sqMask
@@ -205,9 +210,12 @@ func (r *SendRing) Send(ss []*Sending) {
 		for ; head != end; head++ {
 			c := (*uringCQE)(unsafe.Add(r.cqes, uintptr(head&r.cqMask)*unsafe.Sizeof(uringCQE{})))
 			s := ss[c.userData]
-			if c.res < 0 {
+			switch {
+			case c.res == -int32(syscall.EINTR): // made again, as Send makes it
+				s.N, s.Err = Send(s.FD, s.P)
+			case c.res < 0:
 				s.N, s.Err = 0, syscall.Errno(-c.res)
-			} else {
+			default:
 				s.N, s.Err = int(c.res), nil
 			}
 			got++

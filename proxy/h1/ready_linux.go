@@ -235,9 +235,6 @@ func (q *readyQueue) sendWithTurn(w *waiter, fd uintptr, p []byte) (int, error) 
 	}
 	n, err := t.N, t.Err
 	t.Sending = rawio.Sending{}
-	if err == syscall.EINTR {
-		err = nil
-	}
 	if err == nil && n < len(p) {
 		m, err := rawio.Write(fd, p[n:])
 		return n + m, err
@@ -250,11 +247,8 @@ func (q *readyQueue) sendWithTurn(w *waiter, fd uintptr, p []byte) (int, error) 
 func (q *readyQueue) sendBatch() {
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
-	if len(q.batch) == 1 {
-		s := q.batch[0]
-		s.N, s.Err = rawio.Send(s.FD, s.P)
-	} else {
-		q.ring.Send(q.batch)
+	q.ring.Send(q.batch)
+	if len(q.batch) > 1 {
 		q.sentTogether.Add(int64(len(q.batch)))
 	}
 	for _, w := range q.sends[1:] {
