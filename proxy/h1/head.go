@@ -187,17 +187,22 @@ func (c *headChunk) text(p []byte) string {
 	return c.b.String()[at:]
 }
 
-// putHeadBlock gives a back to headBlocks, zeroed so that it holds
-// nothing of its request; the values' array, emptied, with it when
-// valsFree, else left to whatever holds it.
+// putHeadBlock gives a back to headBlocks, emptied (emptyHeadBlock).
 func putHeadBlock(a *headBlock, valsFree bool) {
+	emptyHeadBlock(a, valsFree)
+	headBlocks.Put(a)
+}
+
+// emptyHeadBlock zeroes a so that it holds nothing of its request; its
+// values' array, emptied, stays with it when valsFree, else is left to
+// whatever holds it.
+func emptyHeadBlock(a *headBlock, valsFree bool) {
 	vals := a.vals
 	*a = headBlock{}
 	if valsFree && vals != nil {
 		*vals = [8]string{}
 		a.vals = vals
 	}
-	headBlocks.Put(a)
 }
 
 // plainTarget fills u with what url.ParseRequestURI makes of target when

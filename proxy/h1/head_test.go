@@ -289,7 +289,7 @@ func TestSortFieldsAsStrings(t *testing.T) {
 	}
 }
 
-// A block given back keeps its values' array for the next head only when
+// A block emptied keeps its values' array for the next head only when
 // nothing holds the values any longer (HeaderDone): else the values a
 // header sent on shares stay as they were.
 func TestHeadBlockValues(t *testing.T) {
@@ -302,10 +302,12 @@ func TestHeadBlockValues(t *testing.T) {
 		}
 		return r.Header["X-A"]
 	}
+	// Emptied as putHeadBlock empties it, not given to the pool: a block
+	// in it twice would be two requests' at once.
 	held := read("1")
-	putHeadBlock(a, false)
+	emptyHeadBlock(a, false)
 	done := read("2")
-	putHeadBlock(a, true)
+	emptyHeadBlock(a, true)
 	read("3")
 	if held[0] != "1" {
 		t.Errorf("values held past their request: %q after later heads, want [1]", held)
