@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -223,7 +224,11 @@ func (s *Server) closeIdle() bool {
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		st := c.state.Load()
-		if st == stateIdle || st == stateNew && time.Since(c.accepted) > 5*time.Second {
+		if st == stateParked {
+			parks.close(c) // its goroutine, started again, closes it
+			continue
+		}
+		if st == stateIdle || st == stateParking || st == stateNew && time.Since(c.accepted) > 5*time.Second {
 			if c.state.CompareAndSwap(st, stateClosed) {
 				if c.tls != nil {
 					c.endTLSWait()
@@ -260,19 +265,27 @@ func (s *Server) ticker() {
 				switch st, at := c.state.Load(), c.idleAt.Load(); {
 				case st == stateHandler && c.started.Load() <= tick-2:
 					c.startWatch()
-				case st == stateIdle && idleTicks > 0 && tick-c.idleSince.Load() > idleTicks:
+				case (st == stateIdle || st == stateParked) && idleTicks > 0 && tick-c.idleSince.Load() > idleTicks:
 					// Idle for the idle timeout: the ticker, not a deadline
 					// set after every answer, ends it.
-					if c.state.CompareAndSwap(stateIdle, stateClosed) {
-						if c.tls != nil {
-							c.endTLSWait()
-						} else {
-							c.cut()
-						}
+					switch {
+					case st == stateParked:
+						parks.close(c)
+					case !c.state.CompareAndSwap(stateIdle, stateClosed):
+					case c.tls != nil:
+						c.endTLSWait()
+					default:
+						c.cut()
 					}
 				case st == stateIdle && at < tick-1 && c.idleAt.CompareAndSwap(at, math.MaxInt64):
-					// Idle through a whole tick, and asked once a spell.
-					c.closeIfEnded()
+					// Idle through a whole tick, and asked once a spell:
+					// to park, which also finds a client's end; with no
+					// park, whether the client has ended.
+					if canPark {
+						c.askPark()
+					} else {
+						c.closeIfEnded()
+					}
 				}
 			}
 			s.mu.Unlock()
@@ -314,6 +327,8 @@ const (
 	stateHandler              // the handler runs
 	stateWatched              // the handler runs and a goroutine reads the connection
 	stateClosed               // closed by the shutdown
+	stateParking              // idle, and its goroutine asked to leave it in the park (askPark)
+	stateParked               // idle in the park, with no goroutine
 )
 
 // bufSize is the read buffer: a head longer than it goes to net/http.
@@ -369,6 +384,9 @@ type clientConn struct {
 	watchN    int
 
 	ready waiter // its place in readySockets, where it waits for its next request
+
+	parkMu sync.Mutex // held while the state goes to parking or out of it, with the read deadline
+	park   parkSlot   // its place in the park, while parked (guarded by the park's lock)
 }
 
 func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
@@ -403,29 +421,19 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	return c, nil
 }
 
-// serve runs the connection's requests one after another until it closes
-// or is handed to net/http. They run inside one raw read of the socket
-// (step), so that the poller's readiness is reset once, when the
-// connection starts, and never again: after an answer, the connection
-// waits for the next request without a read that finds nothing, as the
-// readiness of any byte that came since its last read is still there.
+// serve runs the connection's requests one after another until it closes,
+// is handed to net/http or parks. They run inside one raw read of the
+// socket (step), so that the poller's readiness is reset once, when the
+// connection starts (or comes out of the park), and never again: after an
+// answer, the connection waits for the next request without a read that
+// finds nothing, as the readiness of any byte that came since its last
+// read is still there.
 func (c *clientConn) serve() {
-	handedOff := false
-	defer func() {
-		c.s.mu.Lock()
-		delete(c.s.conns, c)
-		c.s.mu.Unlock()
-		c.cancelRequest()
-		c.r = c.w
-		c.release()
-		if !handedOff {
-			c.close()
-		}
-	}()
 	start := c.accepted
 	if c.tls != nil {
-		var ok bool
-		if handedOff, ok = c.handshake(); !ok {
+		handedOff, ok := c.handshake()
+		if !ok {
+			c.finish(handedOff)
 			return
 		}
 		start = time.Now()
@@ -436,18 +444,76 @@ func (c *clientConn) serve() {
 		c.deadline = true
 	}
 	c.armed, c.mustRead = true, true
-	if c.tls != nil {
-		// Over TLS the reads wait in the TLS connection's own: step
-		// returns false only to wait for the next request, which its
-		// next read does.
-		for !c.step(0) {
-		}
-	} else {
-		if err := c.rc.Read(c.stepFn); c.end == endNone && err != nil {
-			c.end = endRead // the deadline, or the connection closed by the shutdown
-		}
-		readySockets.remove(&c.ready, c.rc)
+	if c.run() {
+		// Parked: its goroutine, grown by serving, serves the next to come
+		// out of the park.
+		parks.next().resume()
 	}
+}
+
+// resume serves c, out of the park, and then, on the same goroutine,
+// the connections that come out of it next (park.next), while one comes
+// within a tick: to read what came on each, or (its state closed) to
+// close it.
+func (c *clientConn) resume() {
+	for ; c != nil; c = parks.next() {
+		if c.state.Load() == stateClosed {
+			c.finish(false)
+			continue
+		}
+		c.wake()
+		c.run()
+	}
+}
+
+// wake lifts the read deadline that ended c's wait to park, unless c has
+// been asked to park again since it came out (its state idle, the ticker
+// may have): then its wait ends at once and it parks again, where lifted
+// it would wait asked and never go (nor be timed out, which takes idle
+// and parked connections).
+func (c *clientConn) wake() {
+	c.parkMu.Lock()
+	if c.state.Load() != stateParking {
+		c.tc.SetReadDeadline(time.Time{})
+	}
+	c.parkMu.Unlock()
+	c.deadline, c.end = false, endNone
+}
+
+// run serves the connection until it ends, is handed off or parks
+// (parked: the goroutine is free).
+func (c *clientConn) run() (parked bool) {
+	for {
+		if c.tls != nil {
+			// Over TLS the reads wait in the TLS connection's own: step
+			// returns false only to wait for the next request, which its
+			// next read does.
+			for !c.step(0) {
+			}
+		} else {
+			if err := c.rc.Read(c.stepFn); c.end == endNone && err != nil {
+				// The deadline, the connection closed by the shutdown, or
+				// the deadline of a wait ended to park.
+				c.end = endRead
+				if c.state.Load() == stateParking {
+					c.end = endPark
+				}
+			}
+			readySockets.remove(&c.ready, c.rc)
+		}
+		if c.end != endPark {
+			break
+		}
+		if parks.add(c) {
+			return true // the park's, with no goroutine, until it comes out
+		}
+		if !c.stayAwake(stateIdle) {
+			c.end = endClose // the shutdown closed it meanwhile
+			break
+		}
+		c.end = endNone // the park could not take it: it waits here
+	}
+	handedOff := false
 	switch c.end {
 	case endRead:
 		if c.w > c.r && c.mayHandOff() {
@@ -460,6 +526,49 @@ func (c *clientConn) serve() {
 	case endLinger:
 		c.lingeringClose()
 	}
+	c.finish(handedOff)
+	return false
+}
+
+// finish ends the server's part in the connection, closing it unless it
+// was handed off.
+func (c *clientConn) finish(handedOff bool) {
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	c.cancelRequest()
+	c.r = c.w
+	c.release()
+	if !handedOff {
+		c.close()
+	}
+}
+
+// askPark asks idle connection c's goroutine to leave it in the park: its
+// wait in Go's poller ends by the deadline, its wait in readySockets by a
+// poke. Called by the ticker.
+func (c *clientConn) askPark() {
+	c.parkMu.Lock()
+	if c.state.CompareAndSwap(stateIdle, stateParking) {
+		c.tc.SetReadDeadline(aLongTimeAgo)
+		c.ready.poke()
+	}
+	c.parkMu.Unlock()
+}
+
+// stayAwake takes a connection asked to park back to serving (a request
+// came before it parked: stateHead) or to waiting with its goroutine (the
+// park could not take it: stateIdle), its deadline lifted; false: it was
+// closed meanwhile.
+func (c *clientConn) stayAwake(state int32) bool {
+	c.parkMu.Lock()
+	defer c.parkMu.Unlock()
+	if !c.state.CompareAndSwap(stateParking, state) {
+		return false
+	}
+	c.tc.SetReadDeadline(time.Time{})
+	c.deadline = false
+	return true
 }
 
 // handshake does a TLS connection's handshake as net/http's server does,
@@ -538,6 +647,7 @@ const (
 	endHandOff // the head is net/http's
 	endLinger  // the answer was the last: close without losing it
 	endClose   // close at once
+	endPark    // wait in the park (askPark)
 )
 
 // step is the connection's loop inside the raw read: it reads when it
@@ -613,8 +723,12 @@ func (c *clientConn) step(fd uintptr) bool {
 // queue could not take it and it is to wait in Go's poller.
 func (c *clientConn) awaitRequest(fd uintptr) bool {
 	for readySockets.wait(&c.ready, fd) {
-		if c.state.Load() == stateClosed {
+		switch c.state.Load() {
+		case stateClosed:
 			c.end = endClose // closed by the shutdown while it waited
+			return false
+		case stateParking:
+			c.end = endPark // asked to park while it waited
 			return false
 		}
 		if c.read(fd) {
@@ -659,16 +773,23 @@ func (c *clientConn) read(fd uintptr) bool {
 		return false
 	case err != nil || n <= 0:
 		c.end = endRead
+		if c.tls != nil && c.state.Load() == stateParking && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Its wait ended to park: a TLS connection goes on after
+			// a read past its deadline, with what it read kept.
+			c.end = endPark
+		}
 		return false
 	}
 	c.w += n
 	c.mustRead = false
 	if st != stateHead {
-		if !c.state.CompareAndSwap(st, stateHead) {
-			c.end = endClose // the shutdown closed it meanwhile
+		// Asked to park (before the read or since), it stays for the
+		// request that came; otherwise the shutdown closed it meanwhile.
+		if (st == stateParking || !c.state.CompareAndSwap(st, stateHead)) && !c.stayAwake(stateHead) {
+			c.end = endClose
 			return false
 		}
-		if st == stateIdle {
+		if st == stateIdle || st == stateParking {
 			c.setHeadBy()
 		}
 	}
