@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"log"
@@ -17,8 +16,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 func init() {
@@ -49,15 +46,7 @@ func startParkTest(t testing.TB, over parkOver, idle time.Duration) *parkTest {
 	})
 	p := &parkTest{t: t, s: s, addr: ln.Addr().String()}
 	if over.tls {
-		certPEM, keyPEM := testtool.SelfSigned(t)
-		cert, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(certPEM)
-		s.HTTP.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
-		p.client = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}
+		s.HTTP.TLSConfig, p.client = SelfSignedTLS(t)
 		go s.ServeTLS(ln)
 	} else {
 		go s.Serve(ln)
@@ -92,13 +81,7 @@ type client struct {
 
 func (p *parkTest) dial() *client {
 	p.t.Helper()
-	var c net.Conn
-	var err error
-	if p.client != nil {
-		c, err = tls.Dial("tcp", p.addr, p.client)
-	} else {
-		c, err = net.Dial("tcp", p.addr)
-	}
+	c, err := DialOver(p.addr, p.client)
 	if err != nil {
 		p.t.Fatal(err)
 	}

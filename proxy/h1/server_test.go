@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -98,27 +97,11 @@ func exchangeOver(t testing.TB, addr, raw string, cfg *tls.Config) string {
 }
 
 // dialOver connects to addr, over TLS with cfg when it is not nil.
-func dialOver(addr string, cfg *tls.Config) (net.Conn, error) {
-	if cfg != nil {
-		return tls.Dial("tcp", addr, cfg)
-	}
-	return net.Dial("tcp", addr)
-}
+func dialOver(addr string, cfg *tls.Config) (net.Conn, error) { return h1.DialOver(addr, cfg) }
 
 // testTLS returns a server's TLS config with a self-signed certificate,
 // and a client's that trusts it and offers HTTP/1.1.
-func testTLS(t testing.TB) (server, client *tls.Config) {
-	t.Helper()
-	certPEM, keyPEM := testtool.SelfSigned(t)
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
-	return &tls.Config{Certificates: []tls.Certificate{cert}},
-		&tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}
-}
+func testTLS(t testing.TB) (server, client *tls.Config) { return h1.SelfSignedTLS(t) }
 
 // echo answers with what the handler saw of the request.
 func echo(w http.ResponseWriter, r *http.Request) {
