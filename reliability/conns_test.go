@@ -33,6 +33,7 @@ func TestIdleKeepAlive(t *testing.T) {
 		getOn(t, c)
 		return c
 	})
+	time.Sleep(parkWait)
 	rss, g, fds := p.rss(), p.metric("go_goroutines"), p.fds()
 	per := float64(rss-baseRSS) / float64(n)
 	for _, c := range conns {
@@ -46,11 +47,16 @@ func TestIdleKeepAlive(t *testing.T) {
 	if fds-baseFD < n || fds-baseFD > n+20 {
 		t.Fatalf("%d descriptors for %d idle connections, want one each", fds-baseFD, n)
 	}
-	// Idle through a tick, each waits in the park with no goroutine.
+	// Idle a second, each waits in the park with no goroutine.
 	if g-baseG > float64(n)/10 {
 		t.Fatalf("%d idle connections hold %.0f goroutines, want none (parked)", n, g-baseG)
 	}
 }
+
+// parkWait is long enough for an idle connection of the short way to
+// park, after holdIdle's settling: a second idle (proxy/h1's parkTicks),
+// the tick that asks it, and the park.
+const parkWait = time.Second
 
 // getOn sends a GET on c and reads its answer to the end, leaving c idle.
 func getOn(t *testing.T, c net.Conn) {
@@ -314,6 +320,7 @@ func idleTLS(t *testing.T, what, proto string, maxHeap, maxG float64, kept strin
 	baseRSS, baseHeap, baseFD, baseG := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
 	n := scale(500, 2000)
 	holdIdle(t, n, open)
+	time.Sleep(parkWait)
 	rss, heap, fds, g := p.rss(), p.metric("go_memstats_heap_inuse_bytes"), p.fds(), p.metric("go_goroutines")
 	perRSS, perHeap, perG := float64(rss-baseRSS)/float64(n), (heap-baseHeap)/float64(n), (g-baseG)/float64(n)
 	figure(t, what, "%d idle after one request: %.1f KB RSS and %.1f KB of Go heap each, %.2f goroutines each, %d descriptors more",

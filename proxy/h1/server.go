@@ -74,6 +74,14 @@ func NewServer(hs *http.Server) *Server {
 // going away (one to two ticks).
 const tickEvery = 100 * time.Millisecond
 
+// parkTicks is how long a connection waits for its next request, in
+// ticks, before it parks (park_linux.go): a second. A park and the wake
+// after it cost rotor 20-30 us of CPU (docs/BENCHMARKS.md, "Idle
+// connections parked"), paid at most once a second a client so, while a
+// client that comes back sooner keeps its goroutine and pays nothing.
+// Tests set it lower.
+var parkTicks = int64(time.Second / tickEvery)
+
 // Serve accepts connections on ln until the server shuts down, when it
 // returns http.ErrServerClosed.
 func (s *Server) Serve(ln net.Listener) error { return s.serve(ln, nil) }
@@ -278,14 +286,12 @@ func (s *Server) ticker() {
 						c.cut()
 					}
 				case st == stateIdle && at < tick-1 && c.idleAt.CompareAndSwap(at, math.MaxInt64):
-					// Idle through a whole tick, and asked once a spell:
-					// to park, which also finds a client's end; with no
-					// park, whether the client has ended.
-					if canPark {
-						c.askPark()
-					} else {
-						c.closeIfEnded()
-					}
+					// Idle through a whole tick, and asked once a spell.
+					c.closeIfEnded()
+				case st == stateIdle && canPark && at == math.MaxInt64 && tick-c.idleSince.Load() >= parkTicks &&
+					c.idleAt.CompareAndSwap(at, math.MaxInt64-1):
+					// Idle for parkTicks, and asked once a spell.
+					c.askPark()
 				}
 			}
 			s.mu.Unlock()
