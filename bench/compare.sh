@@ -45,16 +45,9 @@ LIB_ROUNDS=${LIB_ROUNDS:-$ROUNDS}
 LIB_BENCHTIME=${LIB_BENCHTIME:-200ms}
 out=bench/out/compare
 rm -rf "$out" && mkdir -p "$out"
-base_tree=$(mktemp -d)
 pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
-}
-trap cleanup EXIT
-
-git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
-(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor && go test -c -o "$OLDPWD/$out/balance-base.test" ./balance)
+build_base "$BASE"
+(cd "$base_tree" && go test -c -o "$OLDPWD/$out/balance-base.test" ./balance)
 go build -o "$out/rotor-new" ./cmd/rotor
 go test -c -o "$out/balance-new.test" ./balance
 go build -o "$out/upstream" ./bench/upstream

@@ -22,20 +22,9 @@ CONNS=${CONNS:-500}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 EVERIES=${EVERIES:-50ms 300ms 2s}
-out=bench/out/idle
-rm -rf "$out" && mkdir -p "$out"
-base_tree=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"
-}
-trap cleanup EXIT
-
-git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
-(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
-go build -o "$out/rotor-new" ./cmd/rotor
-go build -o "$out/upstream" ./bench/upstream
+setup idle
+mv "$out/rotor" "$out/rotor-new"
+build_base "$BASE"
 go build -o "$out/idlers" ./bench/idlers
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19501 & pids+=($!)

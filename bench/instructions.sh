@@ -35,10 +35,7 @@ needs valgrind callgrind_control callgrind_annotate h2load taskset git
 BASE=${1:-main}
 N=${N:-20000}
 setup instructions
-base_tree=$(mktemp -d)
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
-git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
-(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
+build_base "$BASE"
 mv "$out/rotor" "$out/rotor-new"
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19601 127.0.0.1:19602 127.0.0.1:19603 & pids+=($!)

@@ -63,6 +63,17 @@ setup() {
 	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "${tmpfiles[@]}"' EXIT
 }
 
+# build_base REV checks the git revision REV out in a worktree of its own
+# ($base_tree) and builds its rotor as $out/rotor-base; the worktree is
+# removed when the script exits, as the processes in pids are killed and
+# the files in tmpfiles removed. $out and pids are set first (setup).
+build_base() {
+	base_tree=$(mktemp -d)
+	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f ${tmpfiles[@]+"${tmpfiles[@]}"}; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
+	git worktree add --detach "$base_tree" "$1" >/dev/null 2>&1
+	(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
+}
+
 # selfsigned writes a certificate for 127.0.0.1 and its key to
 # $out/cert.pem and $out/key.pem, for the TLS listeners.
 selfsigned() {

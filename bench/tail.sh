@@ -90,10 +90,7 @@ start_rotor() {
 start_rotor rotor "$out/rotor" 18170
 targets="rotor=18170"
 if [ -n "$BASE" ]; then
-	base_tree=$(mktemp -d)
-	trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; git worktree remove --force "$base_tree" 2>/dev/null || rm -rf "$base_tree"' EXIT
-	git worktree add --detach "$base_tree" "$BASE" >/dev/null 2>&1
-	(cd "$base_tree" && go build -o "$OLDPWD/$out/rotor-base" ./cmd/rotor)
+	build_base "$BASE"
 	read -ra base_env <<<"${BASE_ENV:-}"
 	start_rotor base "$out/rotor-base" 18174 "${base_env[@]}"
 	targets+=" base=18174"
