@@ -51,9 +51,7 @@ import (
 type park struct {
 	mu    sync.Mutex
 	ep    *rawio.Epoll // nil while none runs
-	slots []*clientConn
-	gens  []int32 // by slot, its generation: an event of its last socket is not its next one's
-	free  []int32
+	slots slots[*clientConn]
 	live  int         // connections parked
 	sweep *time.Timer // ends the set once empty for parkLinger
 	// Goroutines that left a connection in the park, waiting to serve one
@@ -100,19 +98,10 @@ func (p *park) add(c *clientConn) bool {
 		}
 		p.ep = ep
 	}
-	if n := len(p.free); n > 0 {
-		c.park.slot = p.free[n-1]
-		p.free = p.free[:n-1]
-		p.gens[c.park.slot]++
-	} else {
-		c.park.slot = int32(len(p.slots))
-		p.slots, p.gens = append(p.slots, nil), append(p.gens, 0)
-	}
-	c.park.gen = p.gens[c.park.slot]
+	c.park.slot, c.park.gen = p.slots.put(c)
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: c.park.slot, Pad: c.park.gen}
 	err := p.ctl(c, syscall.EPOLL_CTL_ADD, &ev)
 	if err == nil && c.state.CompareAndSwap(stateParking, stateParked) {
-		p.slots[c.park.slot] = c
 		p.live++
 		ep := p.ep
 		p.mu.Unlock()
@@ -124,7 +113,7 @@ func (p *park) add(c *clientConn) bool {
 	if err == nil {
 		_ = p.ctl(c, syscall.EPOLL_CTL_DEL, nil)
 	}
-	p.free = append(p.free, c.park.slot)
+	p.slots.release(c.park.slot)
 	var end *rawio.Epoll
 	if start {
 		end, p.ep = p.ep, nil
@@ -163,12 +152,11 @@ func (p *park) ctl(c *clientConn, op int, ev *syscall.EpollEvent) error {
 // parkLinger after its last connection leaves, if none came meanwhile.
 // p.mu is held.
 func (p *park) take(c *clientConn, state int32) bool {
-	if p.slots[c.park.slot] != c || !c.state.CompareAndSwap(stateParked, state) {
+	if p.slots.at(c.park.slot, c.park.gen) != c || !c.state.CompareAndSwap(stateParked, state) {
 		return false
 	}
 	_ = p.ctl(c, syscall.EPOLL_CTL_DEL, nil)
-	p.slots[c.park.slot] = nil
-	p.free = append(p.free, c.park.slot)
+	p.slots.release(c.park.slot)
 	if p.live--; p.live == 0 {
 		if p.sweep == nil {
 			p.sweep = time.AfterFunc(parkLinger, p.ended)
@@ -204,7 +192,7 @@ func (p *park) run(ep *rawio.Epoll) {
 			}
 			p.mu.Lock()
 			for _, ev := range events[:n] {
-				if c := p.slots[ev.Fd]; c != nil && p.gens[ev.Fd] == ev.Pad && p.take(c, stateIdle) {
+				if c := p.slots.at(ev.Fd, ev.Pad); c != nil && p.take(c, stateIdle) {
 					woken = append(woken, c)
 				}
 			}

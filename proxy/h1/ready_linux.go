@@ -105,13 +105,11 @@ type readyQueue struct {
 	sentTogether atomic.Int64
 
 	mu    sync.Mutex
-	set   *readySet     // nil while no socket is in it; guarded by mu
-	slots []*waiter     // by slot, nil when free; guarded by mu
-	gens  []int32       // by slot, its generation: an event of its last socket is not its next one's; guarded by mu
-	free  []int32       // guarded by mu
-	live  int           // sockets in the set; guarded by mu
-	cpu   time.Duration // rotor's CPU time at the last look; guarded by mu
-	ticks cores.Ticks   // its cores' clock ticks at the last look; guarded by mu
+	set   *readySet      // nil while no socket is in it; guarded by mu
+	slots slots[*waiter] // the waiters in the set; guarded by mu
+	live  int            // sockets in the set; guarded by mu
+	cpu   time.Duration  // rotor's CPU time at the last look; guarded by mu
+	ticks cores.Ticks    // its cores' clock ticks at the last look; guarded by mu
 	// readCores reads the cores' ticks (nil: cores.Now); tests set it.
 	readCores func() (cores.Ticks, bool)
 }
@@ -396,7 +394,7 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 func (q *readyQueue) standAside() {
 	q.aside.Store(true)
 	q.holding.Store(false)
-	for _, w := range q.slots {
+	for _, w := range q.slots.held {
 		if w != nil {
 			w.poke()
 		}
@@ -428,18 +426,11 @@ func (q *readyQueue) add(w *waiter, fd int) bool {
 		q.set = &readySet{Epoll: ep, q: q}
 		q.set.turnFn = q.set.turn
 	}
-	if n := len(q.free); n > 0 {
-		w.slot = q.free[n-1]
-		q.free = q.free[:n-1]
-		q.gens[w.slot]++
-	} else {
-		w.slot = int32(len(q.slots))
-		q.slots, q.gens = append(q.slots, nil), append(q.gens, 0)
-	}
-	q.slots[w.slot] = w
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | rawio.EdgeTriggered, Fd: w.slot, Pad: q.gens[w.slot]}
+	var gen int32
+	w.slot, gen = q.slots.put(w)
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | rawio.EdgeTriggered, Fd: w.slot, Pad: gen}
 	if err := syscall.EpollCtl(q.set.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		q.release(w)
+		q.slots.release(w.slot)
 		if start {
 			q.set.File.Close() // no goroutine runs it yet
 			q.set = nil
@@ -473,7 +464,7 @@ func (q *readyQueue) drop(w *waiter, del func(set int)) {
 	q.mu.Lock()
 	s := q.set
 	del(s.FD)
-	q.release(w)
+	q.slots.release(w.slot)
 	if q.live--; q.live > 0 {
 		s = nil
 	} else {
@@ -485,12 +476,6 @@ func (q *readyQueue) drop(w *waiter, del func(set int)) {
 		// for a turn that runs, which takes it.
 		s.File.Close()
 	}
-}
-
-// release frees w's slot; q.mu is held.
-func (q *readyQueue) release(w *waiter) {
-	q.slots[w.slot] = nil
-	q.free = append(q.free, w.slot)
 }
 
 // run wakes the connections of the set's events, in turns, until the set
@@ -515,7 +500,7 @@ func (s *readySet) turn(uintptr) bool {
 		s.woken = s.woken[:0]
 		s.q.mu.Lock()
 		for _, ev := range s.events[:n] {
-			if w := s.q.slots[ev.Fd]; w != nil && s.q.gens[ev.Fd] == ev.Pad {
+			if w := s.q.slots.at(ev.Fd, ev.Pad); w != nil {
 				s.woken = append(s.woken, w)
 			}
 		}

@@ -382,7 +382,7 @@ func TestReadyQueueStandsAsideForMorePs(t *testing.T) {
 	readyMaxProcs = runtime.GOMAXPROCS(0) - 1 // one P more than it serves
 	w := &waiter{}
 	w.init()
-	q.slots = []*waiter{w} // waiting in the set
+	q.slots.put(w) // waiting in the set
 	look(true)
 	if !q.aside.Load() {
 		t.Fatalf("first look with more Ps than it serves: in use, want aside")
