@@ -93,10 +93,14 @@ func PutBuffer(b []byte) { buffers.Put((*[CopyBuffer]byte)(b[:CopyBuffer])) }
 // A caller whose head has gone out aborts the client's connection on
 // either, so that a cut body is not taken for a whole one (a chunked
 // answer would otherwise end with its last chunk).
+//
+// A dst that frames what it is given (Framer) says where in the buffer
+// each read goes.
 func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
-	buf := GetBuffer()
-	defer PutBuffer(buf)
+	whole := GetBuffer()
+	defer PutBuffer(whole)
 	for {
+		buf := WindowOf(dst, whole)
 		n, err := src.Read(buf)
 		if n > 0 {
 			m, err := dst.Write(buf[:n])

@@ -50,3 +50,44 @@ func (zeros) Read(p []byte) (int, error) {
 type failing struct{ err error }
 
 func (f failing) Read([]byte) (int, error) { return 0, f.err }
+
+// framed is a Framer: it gives copies a window inside their buffer and
+// counts the writes that did not come from it.
+type framed struct {
+	bytes.Buffer
+	window  []byte
+	windows int
+	outside int
+}
+
+func (f *framed) Window(b []byte) []byte {
+	f.windows++
+	f.window = b[10 : len(b)-20]
+	return f.window
+}
+
+func (f *framed) Write(p []byte) (int, error) {
+	if len(p) > len(f.window) || &p[0] != &f.window[0] {
+		f.outside++
+	}
+	return f.Buffer.Write(p)
+}
+
+// CopyAnswer reads each piece of an answer into the window its writer
+// gives, and the bytes come through whole.
+func TestCopyAnswerReadsIntoTheWindow(t *testing.T) {
+	body := make([]byte, 3*proxy.CopyBuffer+99)
+	for i := range body {
+		body[i] = byte(i % 251)
+	}
+	var f framed
+	if rerr, werr := proxy.CopyAnswer(&f, bytes.NewReader(body)); rerr != nil || werr != nil {
+		t.Fatalf("copy: %v, %v", rerr, werr)
+	}
+	if !bytes.Equal(f.Bytes(), body) {
+		t.Fatalf("%d bytes came through, not the %d sent", f.Len(), len(body))
+	}
+	if f.windows < 4 || f.outside > 0 {
+		t.Fatalf("%d windows asked for, %d writes from outside the window", f.windows, f.outside)
+	}
+}

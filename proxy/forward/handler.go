@@ -358,8 +358,14 @@ func (c *counter) Write(p []byte) (int, error) {
 
 func (c *counter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
+// Window passes the client's writer's on (proxy.Framer).
+func (c *counter) Window(b []byte) []byte { return proxy.WindowOf(c.ResponseWriter, b) }
+
 // flushWriter flushes after each write, so streams reach the client.
 type flushWriter struct{ w *counter }
+
+// Window passes the counter's on (proxy.Framer).
+func (f flushWriter) Window(b []byte) []byte { return f.w.Window(b) }
 
 func (f flushWriter) Write(p []byte) (int, error) {
 	n, err := f.w.Write(p)

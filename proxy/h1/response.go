@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
 // response is the short way's http.ResponseWriter. It frames an answer
@@ -159,6 +161,18 @@ func (w *response) commit(next []byte) {
 
 // sniffLen is what http.DetectContentType reads at most.
 const sniffLen = 512
+
+// Window is where a copy reads the bytes of a body this answer sends
+// chunked (proxy.Framer): at rawio.ChunkWindow's offset in buf, so that the
+// kernel copies each into the client's socket aligned. An answer with a
+// length, or not chunked, reads into the whole buffer.
+func (w *response) Window(buf []byte) []byte {
+	chunks := w.chunked || w.wait && w.cl < 0 && !w.head && w.req.ProtoMinor == 1
+	if !chunks {
+		return buf
+	}
+	return rawio.ChunkWindow(buf)
+}
 
 func (w *response) writeBody(p []byte) (int, error) {
 	bw := w.writer()

@@ -289,6 +289,14 @@ func (f *flusher) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Window passes the recorder's on (proxy.Framer), under the lock: the
+// head's flush from the timer decides the answer's framing.
+func (f *flusher) Window(b []byte) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.w.Window(b)
+}
+
 func (f *flusher) flushHead() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

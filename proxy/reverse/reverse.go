@@ -459,6 +459,9 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// Window passes the client's writer's on (proxy.Framer).
+func (r *recorder) Window(b []byte) []byte { return proxy.WindowOf(r.ResponseWriter, b) }
+
 // Flush passes flushes on (streams are flushed at once).
 func (r *recorder) Flush() {
 	if f, ok := r.ResponseWriter.(http.Flusher); ok {
