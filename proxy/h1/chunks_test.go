@@ -1,0 +1,138 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// pieces copies itself out in writes of the given size, as proxy's lent
+// body does in 256 KiB ones.
+type pieces struct {
+	b    []byte
+	size int
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if len(p.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.b)
+	p.b = p.b[n:]
+	return n, nil
+}
+
+func (p *pieces) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	for len(p.b) > 0 {
+		m, err := w.Write(p.b[:min(len(p.b), p.size)])
+		n += int64(m)
+		p.b = p.b[m:]
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// readChunks reads a chunked body's chunks from tp, their sizes and
+// their bytes.
+func readChunks(tp *textproto.Reader) (sizes []int, body []byte, err error) {
+	for {
+		line, err := tp.ReadLine()
+		if err != nil {
+			return sizes, body, err
+		}
+		n, err := strconv.ParseInt(line, 16, 64)
+		if err != nil {
+			return sizes, body, fmt.Errorf("size line %q: %v", line, err)
+		}
+		if n == 0 {
+			_, err = tp.ReadLine() // no trailers
+			return sizes, body, err
+		}
+		sizes = append(sizes, int(n))
+		chunk := make([]byte, n+2)
+		if _, err := io.ReadFull(tp.R, chunk); err != nil || !bytes.HasSuffix(chunk, []byte("\r\n")) {
+			return sizes, body, fmt.Errorf("a chunk of %d: %v", n, err)
+		}
+		body = append(body, chunk[:n]...)
+	}
+}
+
+// A request body of no known length goes on connections of its own, in
+// chunks of at most maxChunk however large the pieces it is copied out
+// in, byte for byte; the connection is kept for the next such request,
+// and closed with the transport's idle connections.
+func TestChunkedBodies(t *testing.T) {
+	type seen struct {
+		sizes []int
+		body  []byte
+		err   error
+	}
+	got := make(chan seen, 4)
+	ended := make(chan struct{}, 4)
+	backend := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		defer func() { ended <- struct{}{} }()
+		tp := textproto.NewReader(br)
+		for {
+			if _, err := tp.ReadLine(); err != nil { // the request line
+				return
+			}
+			head, err := tp.ReadMIMEHeader()
+			if err != nil {
+				return
+			}
+			if te := head.Get("Transfer-Encoding"); te != "chunked" {
+				got <- seen{err: fmt.Errorf("Transfer-Encoding %q", te)}
+				return
+			}
+			sizes, body, err := readChunks(tp)
+			got <- seen{sizes, body, err}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, 5*time.Second)
+	if tr.chunks.WriteBufferSize != chunkWriteBuffer || tr.chunks.MaxIdleConnsPerHost > maxIdleChunking {
+		t.Fatalf("the chunked bodies' transport: a write buffer of %d, %d idle a host", tr.chunks.WriteBufferSize, tr.chunks.MaxIdleConnsPerHost)
+	}
+	body := make([]byte, 3*256<<10+17)
+	for i := range body {
+		body[i] = byte(i % 251)
+	}
+	for i, size := range []int{256 << 10, 1000} {
+		req, _ := http.NewRequest("POST", backend.url(), nil)
+		req.Body, req.ContentLength = io.NopCloser(&pieces{body, size}), -1
+		if _, answer := fetch(t, tr, req); answer != "ok" {
+			t.Fatalf("request %d: answered %q", i, answer)
+		}
+		g := <-got
+		if g.err != nil || !bytes.Equal(g.body, body) {
+			t.Fatalf("request %d (pieces of %d): the backend read %d bytes (%v), want the %d sent", i, size, len(g.body), g.err, len(body))
+		}
+		for _, n := range g.sizes {
+			if n > maxChunk {
+				t.Fatalf("request %d (pieces of %d): a chunk of %d, over %d: %v", i, size, n, maxChunk, g.sizes)
+			}
+		}
+		if size > maxChunk && len(g.sizes) > len(body)/maxChunk+1 {
+			t.Errorf("request %d (pieces of %d): %d chunks for %d bytes, want them full", i, size, len(g.sizes), len(body))
+		}
+	}
+	if n := backend.accepted.Load(); n != 1 {
+		t.Fatalf("%d backend connections for two chunked requests, want one kept", n)
+	}
+	tr.CloseIdleConnections()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle chunked connection is still open after CloseIdleConnections")
+	}
+}
