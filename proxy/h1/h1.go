@@ -55,6 +55,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // MaxResponseHeader is the bound rotor's transports give a response's
@@ -75,7 +76,10 @@ var (
 // Transport sends requests the short way when it can, and through HTTP
 // otherwise.
 type Transport struct {
-	// HTTP carries what the short way does not.
+	// HTTP carries what the short way does not, bodies of no known
+	// length aside: a copy of the transport New was given, whose
+	// connections send a body of a known length in large writes
+	// (bulkConn).
 	HTTP *http.Transport
 	// chunks carries the requests whose bodies have no known length (sent
 	// chunked): HTTP's settings, but a write buffer a chunk of up to
@@ -115,7 +119,7 @@ type idleList struct {
 }
 
 // New returns a transport that sends what it can the short way, and the
-// rest through ht. The short way follows ht's settings, with the meanings
+// rest through copies of ht. The short way follows ht's settings, with the meanings
 // net/http gives them: it dials with DialContext (none, or a Proxy set:
 // everything goes through ht); ResponseHeaderTimeout bounds writing a
 // request and waiting for the answer's head; MaxIdleConnsPerHost (0: 2)
@@ -126,7 +130,7 @@ type idleList struct {
 // can make it hold.
 func New(ht *http.Transport) *Transport {
 	t := &Transport{
-		HTTP: ht, try: ht.ResponseHeaderTimeout, idleTimeout: ht.IdleConnTimeout,
+		HTTP: ht.Clone(), try: ht.ResponseHeaderTimeout, idleTimeout: ht.IdleConnTimeout,
 		maxIdle: ht.MaxIdleConnsPerHost, maxTotal: ht.MaxIdleConns, maxHead: ht.MaxResponseHeaderBytes,
 		idle: map[string]*idleList{},
 	}
@@ -142,7 +146,18 @@ func New(ht *http.Transport) *Transport {
 	if t.maxTotal <= 0 {
 		t.maxTotal = math.MaxInt
 	}
-	t.chunks = ht.Clone()
+	dial := ht.DialContext
+	if dial == nil {
+		dial = new(net.Dialer).DialContext // as net/http dials without one
+	}
+	t.HTTP.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return bulkConn{c}, nil
+	}
+	t.chunks = t.HTTP.Clone()
 	t.chunks.WriteBufferSize = chunkWriteBuffer
 	t.chunks.MaxIdleConnsPerHost = min(t.maxIdle, maxIdleChunking)
 	t.chunks.MaxIdleConns = min(t.maxTotal, 16*maxIdleChunking)
@@ -164,6 +179,50 @@ const (
 	chunkWriteBuffer = maxChunk + 64
 	maxIdleChunking  = 16
 )
+
+// bulkConn is a connection of net/http's way. net/http sends a body of a
+// known length as io.LimitReader(body, length) copied into the
+// connection's ReadFrom, which copies anything not a socket or a file
+// through a 32 KiB buffer of its own: a 1 GiB upload left in 32,768
+// writes, each a system call and a wake of the backend. bulkConn's
+// ReadFrom copies through a lent proxy.CopyBuffer, eight times as large.
+// (Under TLS the connection net/http writes to is the tls.Conn, and this
+// ReadFrom is not asked.) An upgrade's connection is handed over as the
+// 101's body, this one itself when nothing came behind the head: it
+// half-closes, and gives its socket to the relay, as the socket would.
+type bulkConn struct{ net.Conn }
+
+func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := proxy.GetBuffer()
+	defer proxy.PutBuffer(buf)
+	// Hide the connection's own ReadFrom, and the reader's WriteTo: the
+	// copy goes through buf.
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, struct{ io.Reader }{r}, buf)
+}
+
+// CloseWrite shuts the connection's sending side, when it has one to
+// shut.
+func (c bulkConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// PlainTCP returns the socket, when the connection is a plain one: what
+// is read from it is the socket's bytes and nothing else.
+func (c bulkConn) PlainTCP() (*net.TCPConn, bool) {
+	tc, ok := c.Conn.(*net.TCPConn)
+	return tc, ok
+}
+
+// SyscallConn returns the socket's raw connection, when it has one.
+func (c bulkConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
 
 // Idle returns the idle connections of the short way.
 func (t *Transport) Idle() int {

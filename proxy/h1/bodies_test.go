@@ -3,14 +3,19 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/textproto"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // pieces copies itself out in writes of the given size, as proxy's lent
@@ -134,5 +139,68 @@ func TestChunkedBodies(t *testing.T) {
 	case <-ended:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the idle chunked connection is still open after CloseIdleConnections")
+	}
+}
+
+// writeSizes is a connection that keeps the size of every write made to
+// it.
+type writeSizes struct {
+	net.Conn
+	mu    *sync.Mutex
+	sizes *[]int
+}
+
+func (c writeSizes) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	*c.sizes = append(*c.sizes, len(p))
+	c.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+// A request body of a known length too long for the short way leaves in
+// writes of up to proxy.CopyBuffer, not in net/http's 32 KiB ones, and
+// arrives byte for byte.
+func TestLongBodiesLeaveInLargeWrites(t *testing.T) {
+	body := make([]byte, 4*proxy.CopyBuffer+17)
+	for i := range body {
+		body[i] = byte(i % 251)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(b, body) || r.ContentLength != int64(len(body)) {
+			http.Error(w, fmt.Sprintf("read %d bytes of %d (%v)", len(b), r.ContentLength, err), http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	var sizes []int
+	dialer := &net.Dialer{Timeout: time.Second}
+	tr := New(&http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeSizes{c, &mu, &sizes}, nil
+	}})
+	t.Cleanup(tr.Close)
+	req, _ := http.NewRequest("PUT", srv.URL, nil)
+	// As the proxy hands a body on: its own WriteTo, hidden by the
+	// io.LimitReader net/http wraps it in.
+	req.Body, req.ContentLength = io.NopCloser(&pieces{body, proxy.CopyBuffer}), int64(len(body))
+	if _, answer := fetch(t, tr, req); answer != "ok" {
+		t.Fatalf("answered %q", answer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var sent int
+	for _, n := range sizes {
+		sent += n
+	}
+	// The head and the first bytes leave from the write buffer, the rest
+	// in writes of the copy buffer's size.
+	if sent < len(body) || len(sizes) > len(body)/proxy.CopyBuffer+3 {
+		t.Fatalf("%d bytes in %d writes for a body of %d, want writes of up to %d: %v", sent, len(sizes), len(body), proxy.CopyBuffer, sizes)
 	}
 }
