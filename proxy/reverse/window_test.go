@@ -4,28 +4,20 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
-
-// framerWriter is a client's writer that frames: its window is a part
-// of the buffer.
-type framerWriter struct{ *httptest.ResponseRecorder }
-
-func (framerWriter) Window(b []byte) []byte { return b[7:100] }
 
 // The writers an answer is copied through pass the client's writer's
 // window on: the recorder, and the flusher of a stream over it.
 func TestWritersPassTheWindowOn(t *testing.T) {
-	buf := make([]byte, 1000)
-	rec := &recorder{ResponseWriter: framerWriter{httptest.NewRecorder()}}
-	f := &flusher{w: rec}
-	for name, w := range map[string]interface{ Write([]byte) (int, error) }{"recorder": rec, "flusher": f} {
-		if got := proxy.WindowOf(w, buf); len(got) != 93 || &got[0] != &buf[7] {
-			t.Errorf("%s: a window of %d, not the client's writer's", name, len(got))
-		}
-	}
+	rec := &recorder{ResponseWriter: testtool.Framing{ResponseRecorder: httptest.NewRecorder()}}
 	plain := &recorder{ResponseWriter: httptest.NewRecorder()}
-	if got := proxy.WindowOf(&flusher{w: plain}, buf); len(got) != len(buf) {
-		t.Errorf("over a writer that does not frame: a window of %d, want the buffer", len(got))
+	for name, w := range map[string][2]interface{ Write([]byte) (int, error) }{
+		"recorder": {rec, plain},
+		"flusher":  {&flusher{w: rec}, &flusher{w: plain}},
+	} {
+		if framing, whole := testtool.Windows(w[0], w[1]); !framing || !whole {
+			t.Errorf("%s: the client's writer's window passed on: %v; the whole buffer over a writer that does not frame: %v", name, framing, whole)
+		}
 	}
 }
