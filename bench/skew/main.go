@@ -21,9 +21,9 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/cores"
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
@@ -106,7 +106,7 @@ func proxy(src, dst, mode string) error {
 	line := []byte(strconv.FormatInt(int64(len(read)), 16) + "\r\n")
 	crlf := []byte("\r\n")
 	const total = 4 << 30
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), cores.CPU()
 	for moved := 0; moved < total; moved += len(read) {
 		if _, err := io.ReadFull(s, read); err != nil {
 			return err
@@ -119,13 +119,7 @@ func proxy(src, dst, mode string) error {
 			return err
 		}
 	}
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu := time.Since(start), cores.CPU()-cpu0
 	fmt.Printf("%-8s %6.0f MB/s  %.2f s of CPU a GiB\n", mode, total/elapsed.Seconds()/1e6, cpu.Seconds()/(total>>30))
 	return nil
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
