@@ -13,8 +13,10 @@ import (
 )
 
 // An answer the short way sends chunked gives copies rawio.ChunkWindow's
-// window on their buffer; one with a length, to HTTP/1.0 or to HEAD, the
-// whole buffer. A body copied through the window arrives whole.
+// window on their buffer (net/http's, where the short way's server hands
+// it every request, the whole buffer); one with a length, to HTTP/1.0 or
+// to HEAD, the whole buffer. A body copied through the window arrives
+// whole.
 func TestServerChunkWindow(t *testing.T) {
 	body := make([]byte, 3*proxy.CopyBuffer+17)
 	for i := range body {
@@ -35,12 +37,16 @@ func TestServerChunkWindow(t *testing.T) {
 	if chunked == len(buf) {
 		t.Fatalf("the chunk window is the whole buffer")
 	}
+	viaShort := chunked
+	if !rawio.Supported { // the short way's server hands every request to net/http's
+		viaShort = len(buf)
+	}
 	for _, tt := range []struct {
 		path   string
 		window int
 		te     string
 	}{
-		{"/", chunked, "chunked"},
+		{"/", viaShort, "chunked"},
 		{"/?length", len(buf), ""},
 	} {
 		res, err := http.Get("http://" + short + tt.path)
