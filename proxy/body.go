@@ -66,11 +66,16 @@ func (lent) Close() error { return nil }
 // bytes. A transport copies a request body with io.Copy, which takes this
 // when it is there: a large body goes out in large writes (and, chunked,
 // in large chunks) instead of 32 KiB ones.
-func (l lent) WriteTo(w io.Writer) (int64, error) {
+func (l lent) WriteTo(w io.Writer) (int64, error) { return Copy(w, l.Body) }
+
+// Copy copies src to dst through a lent buffer of CopyBuffer bytes,
+// hiding dst's ReadFrom and src's WriteTo, whose own copies would go
+// through smaller buffers (a socket's ReadFrom copies a reader it cannot
+// splice 32 KiB at a time).
+func Copy(dst io.Writer, src io.Reader) (int64, error) {
 	buf := GetBuffer()
 	defer PutBuffer(buf)
-	// Hide every other fast path, so that the copy goes through buf.
-	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{l.Body}, buf)
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
 }
 
 // CopyBuffer is the size of the buffers bodies are copied through: large

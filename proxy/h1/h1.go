@@ -119,9 +119,9 @@ type idleList struct {
 }
 
 // New returns a transport that sends what it can the short way, and the
-// rest through copies of ht. The short way follows ht's settings, with the meanings
-// net/http gives them: it dials with DialContext (none, or a Proxy set:
-// everything goes through ht); ResponseHeaderTimeout bounds writing a
+// rest through copies of ht. The short way follows ht's settings, with
+// the meanings net/http gives them: it dials with DialContext (none, or a
+// Proxy set: everything goes through HTTP); ResponseHeaderTimeout bounds writing a
 // request and waiting for the answer's head; MaxIdleConnsPerHost (0: 2)
 // and MaxIdleConns (0: no bound; over it, the longest idle is closed)
 // bound the idle connections, and IdleConnTimeout (0: none) how long one
@@ -185,20 +185,15 @@ const (
 // connection's ReadFrom, which copies anything not a socket or a file
 // through a 32 KiB buffer of its own: a 1 GiB upload left in 32,768
 // writes, each a system call and a wake of the backend. bulkConn's
-// ReadFrom copies through a lent proxy.CopyBuffer, eight times as large.
+// ReadFrom copies through a lent proxy.CopyBuffer, eight times as large
+// (proxy.Copy).
 // (Under TLS the connection net/http writes to is the tls.Conn, and this
 // ReadFrom is not asked.) An upgrade's connection is handed over as the
 // 101's body, this one itself when nothing came behind the head: it
 // half-closes, and gives its socket to the relay, as the socket would.
 type bulkConn struct{ net.Conn }
 
-func (c bulkConn) ReadFrom(r io.Reader) (int64, error) {
-	buf := proxy.GetBuffer()
-	defer proxy.PutBuffer(buf)
-	// Hide the connection's own ReadFrom, and the reader's WriteTo: the
-	// copy goes through buf.
-	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, struct{ io.Reader }{r}, buf)
-}
+func (c bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c.Conn, r) }
 
 // CloseWrite shuts the connection's sending side, when it has one to
 // shut.
