@@ -1,6 +1,7 @@
 // Package cores reads how busy the cores a process may run on are, and
-// how much CPU time the process has used: what rotor's ready queue and
-// its count of Ps go by.
+// how much CPU time the process has used: what rotor's ready queue, its
+// relay loop and its count of Ps go by; and it says when an event loop
+// holds its turns (Holds), and holds them (Hold).
 package cores
 
 import (

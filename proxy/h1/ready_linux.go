@@ -51,25 +51,11 @@ import (
 // backends is full with rotor at 70% of it, and a turn's order counts
 // there as much as where rotor alone fills it.
 //
-// Between holdAt and openAt the core has room, and with requests enough
-// in service at once (holdServing) the queue is used to hold each turn
-// for a moment (hold) before it takes the turn's events. A proxy that
-// takes each arrival as it comes sends each client and backend one
-// message at a time, and wakes them as often; one that lets arrivals
-// gather sends them several together. Where clients and backends are
-// what is busy (rotor's core with room, theirs full), their switches
-// between each other set the rate: with Go's backends on the load's
-// core, HAProxy's neighbours switched 0.27-0.31 times a request and
-// rotor's 0.41-0.42, and held turns brought them level and rotor's rate
-// with HAProxy's (docs/BENCHMARKS.md, "Turns held while the core has
-// room"). A hold spins: a sleep as short served 0.82x the rate at ten
-// connections, where the spin served 1.10x. The time spun is left out
-// of how busy the next look finds the core. With few requests in
-// service a hold would gather only their own next steps, each the later
-// for it; with the core full it would only idle it: at openAt and over,
-// turns are not held, nor once the core with the holds is 95% busy (the
-// holds then spin on time the work needed, and left out of the share
-// they would hide that the core is full).
+// Between holds.From and openAt the core has room, and with requests
+// enough in service at once (holdServing) the queue is used to hold each
+// turn for a moment (hold) before it takes the turn's events, so that
+// the turn's arrivals gather and what they send leaves together
+// (cores.Holds says when, for this queue and the TCP relay loop alike).
 
 // readyQueue is an epoll set of sockets whose connections wait to read,
 // and the goroutine that wakes them.
@@ -80,16 +66,17 @@ type readyQueue struct {
 	// busy; every 0: no look, used throughout).
 	openAt float64
 	every  time.Duration
-	// How busy the core must be, under openAt, for the queue to be used
-	// with its turns held, and for how long a turn is (hold 0: never).
-	holdAt float64
-	hold   time.Duration
+	// When the queue is used with its turns held (holds.From, under
+	// openAt, to holds.Until), and for how long a turn is (hold 0: never).
+	holds cores.Holds
+	hold  time.Duration
+	// gauge reads how busy the core was at each look.
+	lookMu sync.Mutex
+	gauge  cores.Gauge // guarded by lookMu
 
 	aside     atomic.Bool  // the queue stands aside: waits are Go's poller's
-	holding   atomic.Bool  // turns are held: the queue in use with the core's room
 	inService atomic.Int32 // requests the short way's client connections are serving
 	peak      atomic.Int32 // the most in service at once since the last look (roughly: not a CAS)
-	held      atomic.Int64 // the time turns were held since the last look, in ns
 	turnSize  atomic.Int32 // the connections the last turn woke
 	lookAt    atomic.Int64 // when the last look was, in ns since readyEpoch; 0: none yet
 
@@ -108,10 +95,6 @@ type readyQueue struct {
 	set   *readySet      // nil while no socket is in it; guarded by mu
 	slots slots[*waiter] // the waiters in the set; guarded by mu
 	live  int            // sockets in the set; guarded by mu
-	cpu   time.Duration  // rotor's CPU time at the last look; guarded by mu
-	ticks cores.Ticks    // its cores' clock ticks at the last look; guarded by mu
-	// readCores reads the cores' ticks (nil: cores.Now); tests set it.
-	readCores func() (cores.Ticks, bool)
 }
 
 // How far under openAt the core's busy share falls before the queue
@@ -284,7 +267,7 @@ const togetherFrom = 4
 // its turns held 10 us from 50% to 90% (10 us gained at ten connections
 // and at fifty; 20 us gained more at fifty and nothing at ten), looked
 // at ten times a second.
-var readySockets = readyQueue{openAt: 0.9, holdAt: 0.5, hold: 10 * time.Microsecond, every: 100 * time.Millisecond}
+var readySockets = readyQueue{openAt: 0.9, holds: cores.Holds{From: 0.5, Until: 0.9}, hold: cores.HoldFor, every: 100 * time.Millisecond}
 
 // wait waits for a token: the socket fd (valid throughout: the caller is
 // in a raw read of it) was found readable, or the waiter was poked. The
@@ -325,19 +308,11 @@ func (q *readyQueue) wait(w *waiter, fd uintptr) bool {
 // readyMaxProcs it stands aside, first look or not.
 func (q *readyQueue) look(first bool, since time.Duration) {
 	procs := runtime.GOMAXPROCS(0)
-	cpu := cores.CPU()
-	read := q.readCores
-	if read == nil {
-		read = cores.Now
-	}
-	ticks, ticksOK := read()
+	q.lookMu.Lock()
+	busy, full, ok := q.gauge.Look(since, procs)
+	q.lookMu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	used := cpu - q.cpu
-	q.cpu = cpu
-	last := q.ticks
-	q.ticks = ticks
-	held := time.Duration(q.held.Swap(0)) // spun, not worked
 	if procs > readyMaxProcs {
 		// More Ps than the queue serves (from the start, or Go's count
 		// raised since): aside, whatever the core.
@@ -346,27 +321,14 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 		}
 		return
 	}
-	if first {
+	if first || !ok {
 		return
-	}
-	// How busy the core was with work (busy), and with the holds too
-	// (full): a hold spins on time the core would have had to spare,
-	// unless the core was full, when it spins on time the work needed.
-	busy := float64(used-held) / float64(since) / float64(procs)
-	full := float64(used) / float64(since) / float64(procs)
-	if ticksOK {
-		if share, ok := ticks.ShareWithout(last, held); ok {
-			busy = max(busy, share)
-		}
-		if share, ok := ticks.Share(last); ok {
-			full = max(full, share)
-		}
 	}
 	// Requests enough at once, since the last look, for a hold to gather.
 	many := q.hold > 0 && q.peak.Swap(q.inService.Load()) >= holdServing
 	in := q.openAt // how busy the core must be for the queue to step in
 	if many {
-		in = min(in, q.holdAt)
+		in = min(in, q.holds.From)
 	}
 	standing := q.aside.Load()
 	switch {
@@ -376,15 +338,8 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 		q.standAside()
 		return
 	}
-	if q.aside.Load() {
-		return
-	}
-	holding := q.holding.Load()
-	switch {
-	case holding && (busy >= q.openAt || full >= q.openAt+readyHysteresis || !many):
-		q.holding.Store(false)
-	case !holding && many && busy < q.openAt-readyHysteresis:
-		q.holding.Store(true)
+	if !q.aside.Load() {
+		q.holds.Decide(busy, full, many)
 	}
 }
 
@@ -393,7 +348,7 @@ func (q *readyQueue) look(first bool, since time.Duration) {
 // not waiting is a read more at its next wait); q.mu is held.
 func (q *readyQueue) standAside() {
 	q.aside.Store(true)
-	q.holding.Store(false)
+	q.holds.Off()
 	for _, w := range q.slots.held {
 		if w != nil {
 			w.poke()
@@ -489,8 +444,8 @@ func (s *readySet) run() {
 // last, the turn held first while the queue holds them; false: wait in
 // Go's poller until more are pending.
 func (s *readySet) turn(uintptr) bool {
-	if s.q.holding.Load() {
-		s.q.holdTurn()
+	if s.q.holds.On() {
+		cores.Hold(s.q.hold)
 	}
 	for {
 		n, err := rawio.PollNow(s.FD, s.events[:])
@@ -517,15 +472,4 @@ func (s *readySet) turn(uintptr) bool {
 			return false // drained: the set is readable again with its next event
 		}
 	}
-}
-
-// holdTurn lets a turn's arrivals gather for q.hold before the turn
-// takes them: it spins (Go's poller sleeps a millisecond at the least,
-// and a sleep of the thread as short served 0.82x the rate at ten
-// connections), and counts the time for the next look to leave out.
-func (q *readyQueue) holdTurn() {
-	start := time.Now()
-	for time.Since(start) < q.hold {
-	}
-	q.held.Add(int64(time.Since(start)))
 }

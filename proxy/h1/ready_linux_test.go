@@ -261,7 +261,8 @@ func waitEach(servers []syscall.RawConn, wait func(i int, src syscall.RawConn, w
 func TestReadyQueueLooksAtItsCores(t *testing.T) {
 	ticks := cores.Ticks{Busy: 3000, Total: 10000} // since the machine started
 	ok := true
-	q := &readyQueue{openAt: 0.9, readCores: func() (cores.Ticks, bool) { return ticks, ok }}
+	q := &readyQueue{openAt: 0.9}
+	q.gauge.ReadCores = func() (cores.Ticks, bool) { return ticks, ok }
 	// look has a slice of the cores' time pass, busy for the share given,
 	// and rotor's own CPU a speck of the hour it says went by.
 	look := func(share float64) {
@@ -302,8 +303,10 @@ func TestReadyQueueLooksAtItsCores(t *testing.T) {
 // the holds stop, as they spun on time the work needed.
 func TestReadyQueueHoldsWithRoom(t *testing.T) {
 	ticks := cores.Ticks{Busy: 3000, Total: 10000}
-	q := &readyQueue{openAt: 0.9, holdAt: 0.5, hold: 10 * time.Microsecond,
-		readCores: func() (cores.Ticks, bool) { return ticks, true }}
+	var spun time.Duration
+	q := &readyQueue{openAt: 0.9, holds: cores.Holds{From: 0.5, Until: 0.9}, hold: 10 * time.Microsecond}
+	q.gauge.ReadCores = func() (cores.Ticks, bool) { return ticks, true }
+	q.gauge.ReadSpun = func() time.Duration { return spun }
 	// look has 1000 ticks (ten seconds) of the cores pass, busy for the
 	// share given, with n requests in service at once since the last
 	// look and held spent holding.
@@ -314,7 +317,7 @@ func TestReadyQueueHoldsWithRoom(t *testing.T) {
 		for range n {
 			q.serving(-1)
 		}
-		q.held.Add(int64(held))
+		spun += held
 		ticks.Busy += uint64(share * 1000)
 		ticks.Total += 1000
 		q.look(false, 10*time.Second)
@@ -342,26 +345,12 @@ func TestReadyQueueHoldsWithRoom(t *testing.T) {
 		if got := q.aside.Load(); got != step.aside {
 			t.Errorf("%s: aside %v, want %v", step.name, got, step.aside)
 		}
-		if got := q.holding.Load(); got != step.holding {
+		if got := q.holds.On(); got != step.holding {
 			t.Errorf("%s: holding %v, want %v", step.name, got, step.holding)
 		}
 	}
 	if n := q.inService.Load(); n != 0 {
 		t.Errorf("in service after every request left: %d", n)
-	}
-}
-
-// TestHoldTurnSpinsForTheHold: a held turn waits the hold out, and the
-// time is counted for the next look to leave out.
-func TestHoldTurnSpinsForTheHold(t *testing.T) {
-	q := &readyQueue{hold: 200 * time.Microsecond}
-	start := time.Now()
-	q.holdTurn()
-	if took := time.Since(start); took < q.hold {
-		t.Errorf("a held turn took %v, want at least %v", took, q.hold)
-	}
-	if held := time.Duration(q.held.Load()); held < q.hold {
-		t.Errorf("held %v counted, want at least %v", held, q.hold)
 	}
 }
 
@@ -371,7 +360,8 @@ func TestHoldTurnSpinsForTheHold(t *testing.T) {
 // at the next look. (The Ps change while rotor runs: internal/procs.)
 func TestReadyQueueStandsAsideForMorePs(t *testing.T) {
 	ticks := cores.Ticks{Busy: 3000, Total: 10000}
-	q := &readyQueue{openAt: 0.9, readCores: func() (cores.Ticks, bool) { return ticks, true }}
+	q := &readyQueue{openAt: 0.9}
+	q.gauge.ReadCores = func() (cores.Ticks, bool) { return ticks, true }
 	look := func(first bool) {
 		ticks.Busy += 1000 // full
 		ticks.Total += 1000
