@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/cores"
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
 
@@ -482,4 +483,83 @@ func fdOf(t *testing.T, c *net.TCPConn) (fd int) {
 	}
 	rc.Control(func(f uintptr) { fd = int(f) })
 	return fd
+}
+
+// TestRelayLoopHoldsItsTurns: with its core busy but not full and many
+// relays with events since its last look, a loop holds its turns (the
+// time counted as spun, for the next look to leave out), and the bytes go
+// through as before; once the core is full the holds stop.
+func TestRelayLoopHoldsItsTurns(t *testing.T) {
+	saved := holdMaxProcs
+	holdMaxProcs = 1 << 10
+	defer func() { holdMaxProcs = saved }()
+	var share atomic.Uint64 // how busy the cores are, in thousandths
+	share.Store(700)
+	var ticks cores.Ticks // the loop's goroutine alone reads them
+	l := newLoop()
+	l.gauge.ReadCores = func() (cores.Ticks, bool) {
+		ticks.Busy += share.Load()
+		ticks.Total += 1000
+		return ticks, true
+	}
+	l.gauge.ReadCPU = func() time.Duration { return 0 }
+	l.gauge.ReadSpun = func() time.Duration { return 0 }
+	clients := make([]*net.TCPConn, relayMany)
+	var conns []net.Conn
+	var dones []<-chan struct{}
+	for i := range clients {
+		client, backend, done := relayed(t, l)
+		go func() { // echoes
+			_, _ = io.Copy(backend, backend)
+			_ = backend.CloseWrite()
+		}()
+		_ = client.SetDeadline(time.Now().Add(20 * time.Second))
+		clients[i] = client
+		conns = append(conns, client, backend)
+		dones = append(dones, done)
+	}
+	// exchange has every client send a message and read it back, in
+	// turn, for d: every relay has events in every look.
+	exchange := func(d time.Duration) {
+		buf := make([]byte, 8)
+		for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
+			for j, c := range clients {
+				msg := []byte{byte(i), byte(i >> 8), byte(j), 'x'}
+				if _, err := c.Write(msg); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf[:len(msg)]); err != nil || !bytes.Equal(buf[:len(msg)], msg) {
+					t.Fatalf("round trip %d of relay %d: %q, %v", i, j, buf[:len(msg)], err)
+				}
+			}
+		}
+	}
+	spun := cores.Spun()
+	exchange(3 * relayLook)
+	if !l.holds.On() {
+		t.Fatal("the core busy with room and many relays: the loop does not hold its turns")
+	}
+	exchange(relayLook)
+	if cores.Spun() == spun {
+		t.Fatal("the loop holds its turns, and nothing was spun")
+	}
+	share.Store(970)
+	exchange(3 * relayLook)
+	if l.holds.On() {
+		t.Fatal("the core full: the loop still holds its turns")
+	}
+	for _, c := range clients {
+		_ = c.CloseWrite()
+	}
+	for _, ch := range dones {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a relay did not end after both its sides did")
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	waitStopped(t, l)
 }
