@@ -66,6 +66,7 @@ wait_port 19479
 # Each target's figures, a column a round: SET, GET, SET -P 16, GET -P
 # 16, CPU us a request plain, and pipelined.
 declare -A fig
+hz=$(getconf CLK_TCK)
 for round in $(seq "$ROUNDS"); do
 	for t in $(turn "$targets" "$round"); do
 		t0=$(cpu_ticks "${pid[$t]}")
@@ -73,7 +74,6 @@ for round in $(seq "$ROUNDS"); do
 		t1=$(cpu_ticks "${pid[$t]}")
 		read -r pset pget <<<"$(redis_rps taskset -c 1 redis-benchmark -p "${port[$t]}" -n "$((REQUESTS * 10))" -c 50 -P 16 -t set,get -q)"
 		t2=$(cpu_ticks "${pid[$t]}")
-		hz=$(getconf CLK_TCK)
 		cpu=$(awk -v t=$((t1 - t0)) -v n="$REQUESTS" -v hz="$hz" 'BEGIN {printf "%.2f", t / hz * 1e6 / (2 * n)}')
 		pcpu=$(awk -v t=$((t2 - t1)) -v n="$((REQUESTS * 10))" -v hz="$hz" 'BEGIN {printf "%.3f", t / hz * 1e6 / (2 * n)}')
 		echo "$round $t $set $get $pset $pget $cpu $pcpu" >>"$out/rounds.txt"

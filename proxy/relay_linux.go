@@ -58,8 +58,8 @@ import (
 // P, as the ready queue of the short way does (with more Ps Go's poller
 // spreads the work, and holds were not measured there). It looks every
 // relayLook. Through redis-server on the load's core, held turns served
-// 1.02-1.07x the messages (docs/BENCHMARKS.md, "Held turns in the relay
-// loop").
+// 1.01-1.10x the messages of the loop without them in eleven of twelve
+// paired medians (docs/BENCHMARKS.md, "Held turns in the relay loop").
 const (
 	relayLook = 100 * time.Millisecond
 	relayMany = 16
@@ -292,7 +292,7 @@ func startRelay(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)
 var loopIDs atomic.Uint64
 
 func newLoop() *loop {
-	return &loop{buf: make([]byte, 32<<10), id: loopIDs.Add(1), holds: cores.Holds{From: 0.5, Until: 0.9}}
+	return &loop{buf: make([]byte, 32<<10), id: loopIDs.Add(1), holds: cores.Holds{From: cores.HoldFrom, Until: cores.HoldUntil}}
 }
 
 // relay starts relaying ta and tb in the loop l: the relay's done is

@@ -32,6 +32,14 @@ import (
 // at ten.
 const HoldFor = 10 * time.Microsecond
 
+// HoldFrom and HoldUntil are the loops' band (Holds' From and Until):
+// turns are held from 50% busy, where a hold finds something to gather,
+// to 90%, where it would idle a core the work needs.
+const (
+	HoldFrom  = 0.5
+	HoldUntil = 0.9
+)
+
 // holdHysteresis is how far past a line the share moves before a loop's
 // holds change back.
 const holdHysteresis = 0.05

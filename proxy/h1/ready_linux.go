@@ -267,7 +267,7 @@ const togetherFrom = 4
 // its turns held 10 us from 50% to 90% (10 us gained at ten connections
 // and at fifty; 20 us gained more at fifty and nothing at ten), looked
 // at ten times a second.
-var readySockets = readyQueue{openAt: 0.9, holds: cores.Holds{From: 0.5, Until: 0.9}, hold: cores.HoldFor, every: 100 * time.Millisecond}
+var readySockets = readyQueue{openAt: cores.HoldUntil, holds: cores.Holds{From: cores.HoldFrom, Until: cores.HoldUntil}, hold: cores.HoldFor, every: 100 * time.Millisecond}
 
 // wait waits for a token: the socket fd (valid throughout: the caller is
 // in a raw read of it) was found readable, or the waiter was poked. The
