@@ -8,6 +8,7 @@
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
 # TLS listener (self-signed certificate), HTTP/1.1 to the backends;
 # PROTO=tls, HTTP/1.1 over TLS: wrk to the same listener.
+# POST_BYTES=N makes wrk's requests POSTs of N-byte bodies.
 # STRACE=1 also counts rotor's system calls per request (strace);
 # PERF=1 counts its reads, writes, sends, receives, poller waits, futex
 # calls, sleeps and all its system calls a request with perf's
@@ -52,6 +53,7 @@ for url in http://127.0.0.1:19201/ "$scheme://127.0.0.1:18200/"; do
 done
 
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+wrk_scripts
 # load [SHORT]: one run of the load (SHORT: a 3 s wrk run, or 30,000
 # HTTP/2 requests, for the counts below); prints the requests it made.
 served=0
@@ -64,14 +66,14 @@ load() {
 	else
 		local d=$DURATION
 		[ -n "${1:-}" ] && d=3s
-		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency "$scheme://127.0.0.1:18200/" >"$out/load.txt"
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency ${POST_BYTES:+-s "$out/post.lua"} "$scheme://127.0.0.1:18200/" >"$out/load.txt"
 		awk '/requests in/ {print $1}' "$out/load.txt"
 	fi
 }
 if [ "$PROTO" = h2 ]; then
 	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor ($CORES core(s)), $rev"
 else
-	echo "# wrk -t$CORES -c$CONNS -d$DURATION through rotor ($CORES core(s)), $scheme, $rev"
+	echo "# wrk -t$CORES -c$CONNS -d$DURATION${POST_BYTES:+, POSTs of $POST_BYTES bytes,} through rotor ($CORES core(s)), $scheme, $rev"
 fi
 n=$(load)
 served=$((served + n))

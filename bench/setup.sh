@@ -225,12 +225,13 @@ pools:
 YAML
 }
 
-# wrk_scripts writes wrk's scripts into $out: post.lua POSTs 100-byte
-# bodies; forward.lua asks a forward proxy for the backend on 19301.
+# wrk_scripts writes wrk's scripts into $out: post.lua POSTs bodies of
+# POST_BYTES (100 unless set); forward.lua asks a forward proxy for the
+# backend on 19301.
 wrk_scripts() {
-	cat > "$out/post.lua" <<'LUA'
+	cat > "$out/post.lua" <<LUA
 wrk.method = "POST"
-wrk.body = string.rep("x", 100)
+wrk.body = string.rep("x", ${POST_BYTES:-100})
 wrk.headers["Content-Type"] = "text/plain"
 LUA
 	cat > "$out/forward.lua" <<'LUA'

@@ -35,7 +35,7 @@
 # "get" and "post", in place of nginx's: the load's side, not the
 # proxy, is the limit then, and the load columns say what each proxy's
 # way of sending costs it. REQUEST=post sends POSTs of 100-byte bodies
-# (peers.sh's post.lua) in place of GETs.
+# (peers.sh's post.lua; POST_BYTES=N: N-byte ones) in place of GETs.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git, GNU time (Debian: nginx-light
@@ -170,7 +170,7 @@ run() {
 
 what="GETs, the proxy's cores the limit"
 [ "$BACKENDS" = go ] && what="GETs, the load's side the limit"
-[ "$REQUEST" = post ] && what="POSTs of 100 bytes, the load's side the limit"
+[ "$REQUEST" = post ] && what="POSTs of ${POST_BYTES:-100} bytes, the load's side the limit"
 echo "# HTTP/1.1 $what: each proxy on cores $pin ($CORES worker(s) or P(s)), wrk -t$CORES -d$DURATION on cores $load, $kind $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 forwarding_note
