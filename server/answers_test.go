@@ -397,3 +397,52 @@ func TestCutAnswerIsAbortedAndRecorded(t *testing.T) {
 			strings.Contains(metrics, `rotor_requests_total{code="200",endpoint="a",kind="http",listener="web",pool="app"} 1`)
 	})
 }
+
+// A body of up to 64 KiB that comes after its head is read whole before
+// the request goes on: the backend gets it as it was sent, the client's
+// connection stays open for its next request, and a client that expects
+// 100 Continue is sent it by rotor, whose request then reaches the backend
+// without the Expect (rotor has the body already, as nginx has).
+func TestBodiesReadBeforeTheyGoOn(t *testing.T) {
+	got := make(chan seen, 4)
+	be := answersBackend(t, got, nil)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	body := strings.Repeat("0123456789abcdef", 2000) // 32,000 bytes
+	fmt.Fprintf(c, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+	for i := 0; i < len(body); i += 8000 {
+		time.Sleep(10 * time.Millisecond)
+		io.WriteString(c, body[i:i+8000])
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoed, _ := io.ReadAll(resp.Body)
+	if s := <-got; resp.StatusCode != 200 || string(echoed) != body || s.Body != body {
+		t.Fatalf("a body in pieces: %d, %d bytes echoed, %d at the backend; want %d each way", resp.StatusCode, len(echoed), len(s.Body), len(body))
+	}
+
+	fmt.Fprintf(c, "PUT /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(body))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("after the head of a request expecting 100 Continue, on the same connection: %v, %v", resp, err)
+	}
+	io.WriteString(c, body)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoed, _ = io.ReadAll(resp.Body)
+	s := <-got
+	if resp.StatusCode != 200 || string(echoed) != body || s.Body != body || s.Header.Get("Expect") != "" {
+		t.Fatalf("a body after 100 Continue: %d, %d bytes echoed, %d at the backend with Expect %q; want %d each way and no Expect",
+			resp.StatusCode, len(echoed), len(s.Body), s.Header.Get("Expect"), len(body))
+	}
+}

@@ -242,7 +242,7 @@ func (s *Server) Start() error {
 					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ReadHeaderTimeout: l.Timeouts.ReadHeader,
 					ErrorLog: li.http.ErrorLog}
 				h2s.Configure(li.http)
-				li.short = h1.NewServer(li.http)
+				li.short = s.shortServer(l, li.http)
 				go s.serve(name, func() error { return li.short.ServeTLS(ln) })
 			} else {
 				s.serveCleartext(li, ln)
@@ -324,8 +324,17 @@ func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 // requests the short way (h1.Server), the rest (bodies, upgrades,
 // CONNECT) by li.http, which the short way hands them to.
 func (s *Server) serveCleartext(li *listener, ln net.Listener) {
-	li.short = h1.NewServer(li.http)
+	li.short = s.shortServer(li.cfg, li.http)
 	go s.serve(li.cfg.Name, func() error { return li.short.Serve(ln) })
+}
+
+// shortServer is the short way's server in front of hs, for listener l:
+// the bodies it reads before their handler runs held to the listener's
+// limits, as the handler (limits) holds those it reads.
+func (s *Server) shortServer(l config.Listener, hs *http.Server) *h1.Server {
+	short := h1.NewServer(hs)
+	short.BodyTimeout, short.MaxBody = l.Timeouts.Body, l.MaxBodyBytes
+	return short
 }
 
 func (s *Server) serve(name string, f func() error) {

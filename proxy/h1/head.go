@@ -72,8 +72,10 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 			hosts++
 			r.Host = value
 			continue
-		case "Transfer-Encoding", "Expect", "Upgrade":
+		case "Transfer-Encoding", "Upgrade":
 			return nil, "", 0
+		case "Expect":
+			a.expect = true
 		case "Content-Length":
 			// One length, of a body small enough to come whole with its
 			// head (the server checks that it did): as net/http reads it,
@@ -140,6 +142,9 @@ type headBlock struct {
 	u    url.URL
 	vals *[8]string
 	read ReadHead // the head read (RequestHead)
+	// expect: the head has an Expect field, which the server meets only
+	// for a body it reads before the handler runs (startBody).
+	expect bool
 }
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
@@ -229,9 +234,10 @@ func plainTarget(target string, u *url.URL) bool {
 	return true
 }
 
-// shortLength parses a Content-Length of one to four decimal digits.
+// shortLength parses a Content-Length of one to five decimal digits:
+// every length up to maxInHand, read the short way, and some over it.
 func shortLength(v string) (int64, bool) {
-	if len(v) == 0 || len(v) > 4 {
+	if len(v) == 0 || len(v) > 5 {
 		return 0, false
 	}
 	n := int64(0)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,6 +51,12 @@ import (
 // read the next head into, as the answer's header map is.
 type Server struct {
 	HTTP *http.Server
+	// BodyTimeout bounds the time between two reads of a request body the
+	// server reads whole before its handler runs (the head timeout when
+	// 0); MaxBody, when over 0, is the longest such body: a longer one is
+	// left for the handler to refuse without a byte of it read.
+	BodyTimeout time.Duration
+	MaxBody     int64
 
 	mu         sync.Mutex
 	conns      map[*clientConn]struct{}  // guarded by mu
@@ -324,6 +331,13 @@ func (s *Server) headTimeout() time.Duration {
 	return s.HTTP.ReadTimeout
 }
 
+func (s *Server) bodyTimeout() time.Duration {
+	if s.BodyTimeout > 0 {
+		return s.BodyTimeout
+	}
+	return s.headTimeout()
+}
+
 // A connection's state, for the shutdown (which closes idle ones) and the
 // ticker (which watches a request that takes long).
 const (
@@ -339,6 +353,31 @@ const (
 
 // bufSize is the read buffer: a head longer than it goes to net/http.
 const bufSize = 4 << 10
+
+// maxInHand is the longest request body the server reads whole before its
+// handler runs when it did not come with its head, as nginx reads a body
+// before it passes the request on; inHandBudget bounds the bytes of such
+// bodies (and their heads) all connections hold while they are still
+// being read. A longer body, one waiting past the budget, a chunked one
+// and one asking for any Expect but 100-continue go to net/http's server,
+// which streams them to the handler.
+const maxInHand = 64 << 10
+
+var inHandBudget int64 = 64 << 20 // tests set it lower
+
+// inHandHeld is the bytes connections hold of bodies still being read.
+var inHandHeld atomic.Int64
+
+// pendingBody is a request whose body is being read whole before its
+// handler runs.
+type pendingBody struct {
+	r       *http.Request // nil: none
+	buf     []byte        // the head as it came, then the body
+	head    int           // the head's length
+	got     int           // the body's bytes read
+	by      time.Time     // when the next read of it must have come (zero: no bound)
+	expired bool          // a read waited past by
+}
 
 var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
 
@@ -363,6 +402,7 @@ type clientConn struct {
 	armed    bool          // the connection's read deadline is the one its next read needs
 	deadline bool          // a read deadline is set on the connection
 
+	pend    pendingBody    // a request whose body is being read before it is served
 	buf     *[bufSize]byte // nil while nothing is buffered
 	first   [1]byte        // over TLS, the first byte after an idle wait, read before a buffer is taken
 	r, w    int            // buf[r:w] is read and not yet taken
@@ -504,6 +544,7 @@ func (c *clientConn) run() (parked bool) {
 				if c.state.Load() == stateParking {
 					c.end = endPark
 				}
+				c.pend.expired = c.pend.r != nil && errors.Is(err, os.ErrDeadlineExceeded)
 			}
 			readySockets.remove(&c.ready, c.rc)
 		}
@@ -522,9 +563,10 @@ func (c *clientConn) run() (parked bool) {
 	handedOff := false
 	switch c.end {
 	case endRead:
-		if c.w > c.r && c.mayHandOff() {
-			// Part of a head, then the end, a reset or the deadline:
-			// net/http's to answer (or not) as it would.
+		if c.pend.r != nil || c.w > c.r && c.mayHandOff() {
+			// Part of a head, or a head and part of its body, then the
+			// end, a reset or the deadline: net/http's to answer (or not)
+			// as it would.
 			handedOff = c.handOff()
 		}
 	case endHandOff:
@@ -542,6 +584,7 @@ func (c *clientConn) finish(handedOff bool) {
 	c.s.mu.Lock()
 	delete(c.s.conns, c)
 	c.s.mu.Unlock()
+	c.dropBody()
 	c.cancelRequest()
 	c.r = c.w
 	c.release()
@@ -662,21 +705,31 @@ const (
 // the connection is done with, c.end saying why.
 func (c *clientConn) step(fd uintptr) bool {
 	for {
-		if c.mustRead {
-			if !c.read(fd) {
+		var r *http.Request
+		if c.pend.r != nil {
+			if !c.readBody(fd) {
 				return c.end != endNone
 			}
+			r = c.takeBody()
+		} else {
+			if c.mustRead {
+				if !c.read(fd) {
+					return c.end != endNone
+				}
+			}
+			var n int
+			var theirs bool
+			r, n, theirs = c.nextHead()
+			switch {
+			case theirs:
+				c.end = endHandOff
+				return true
+			case r == nil:
+				c.mustRead = c.pend.r == nil
+				continue
+			}
+			c.r, c.scanned = c.r+n, 0
 		}
-		r, n, theirs := c.nextHead()
-		switch {
-		case theirs:
-			c.end = endHandOff
-			return true
-		case r == nil:
-			c.mustRead = true
-			continue
-		}
-		c.r, c.scanned = c.r+n, 0
 		if c.r == c.w {
 			c.release() // nothing of the next request yet: hold no buffer meanwhile
 		}
@@ -853,7 +906,15 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 		}
 		if r != nil && r.ContentLength > 0 {
 			if end := c.r + n + int(r.ContentLength); end > c.w {
-				r = nil // its body is not all here: net/http's
+				if c.startBody(r, n) {
+					// Served once its body is read (step).
+					a.read.addr = c.addr
+					c.block = a
+					return nil, 0, false
+				}
+				r = nil // its body is not all here, nor to be read first: net/http's
+			} else if a.expect {
+				r = nil // net/http's, which answers an Expect as it reads the body
 			} else {
 				// A copy: a transport may still read a request's body
 				// after the handler has returned, and the buffer is the
@@ -861,6 +922,9 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 				r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
 				n = end - c.r
 			}
+		}
+		if r != nil && r.ContentLength == 0 && a.expect {
+			r = nil // net/http's: it answers an Expect it does not meet 417
 		}
 		if r == nil {
 			putHeadBlock(a, true) // net/http reads the head again: nothing holds this reading
@@ -875,7 +939,136 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 	return nil, 0, theirs && c.mayHandOff()
 }
 
-// wholeBody is a request body that came whole with its head.
+// startBody begins to read the body of r, whose head is the n bytes
+// buffered at c.r, whole before r is served, unless it goes to net/http
+// (false). What is buffered past the head is the body's first bytes; the
+// buffer is left empty. A request that expects 100 Continue is sent it
+// now, and its Expect field dropped: the body is read here, not by the
+// backend (as nginx does).
+func (c *clientConn) startBody(r *http.Request, n int) bool {
+	cl := r.ContentLength
+	if cl > maxInHand || c.s.MaxBody > 0 && cl > c.s.MaxBody || r.Method == http.MethodConnect || upgrading(r) {
+		return false
+	}
+	expect, ok := r.Header["Expect"]
+	if ok && (r.ProtoMinor == 0 || len(expect) != 1 || !strings.EqualFold(strings.TrimSpace(expect[0]), "100-continue")) {
+		return false // net/http answers 417, or ignores it (HTTP/1.0)
+	}
+	size := int64(n) + cl
+	if inHandHeld.Add(size) > inHandBudget {
+		inHandHeld.Add(-size)
+		return false
+	}
+	buf := make([]byte, size)
+	copy(buf, c.buf[c.r:c.w])
+	c.pend = pendingBody{r: r, buf: buf, head: n, got: c.w - c.r - n}
+	c.r, c.scanned = c.w, 0
+	c.release()
+	c.armed = true
+	c.pend.by = c.bodyDeadline()
+	if ok {
+		delete(r.Header, "Expect")
+		// A failed write leaves the client's end, or its silence, to
+		// the body's read.
+		_, _ = c.out.Write(continue100)
+	}
+	return true
+}
+
+var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+
+// bodyDeadline sets the read deadline of the next read of a pending body
+// and returns it (zero: none).
+func (c *clientConn) bodyDeadline() time.Time {
+	var by time.Time
+	if d := c.s.bodyTimeout(); d > 0 {
+		by = time.Now().Add(d)
+	} else if !c.deadline {
+		return by
+	}
+	c.tc.SetReadDeadline(by)
+	c.deadline = !by.IsZero()
+	return by
+}
+
+// readBody reads what the socket has of the pending body; true once the
+// body is whole. False with c.end unset: wait for more (cleartext); with
+// c.end set: the client ended, failed or was too slow (the request is
+// handed to net/http with what came of it, run).
+func (c *clientConn) readBody(fd uintptr) bool {
+	p := &c.pend
+	came := false
+	for {
+		dst := p.buf[p.head+p.got:]
+		var n int
+		var err error
+		if c.tls != nil {
+			n, err = c.tls.Read(dst)
+		} else {
+			n, err = rawio.Read(fd, dst)
+		}
+		if err == syscall.EAGAIN {
+			if came {
+				p.by = c.bodyDeadline()
+			}
+			return false
+		}
+		if n > 0 {
+			// A short read is not the socket found empty: the client's end
+			// may have come behind the bytes, with no event of its own.
+			p.got += n
+			if n == len(dst) {
+				return true
+			}
+			came = true
+			if c.tls != nil {
+				p.by = c.bodyDeadline()
+			}
+			continue
+		}
+		c.end = endRead
+		var ne net.Error
+		p.expired = errors.As(err, &ne) && ne.Timeout()
+		return false
+	}
+}
+
+// takeBody ends the read of the pending body and returns its request,
+// the body in hand. The socket may hold the next request already.
+func (c *clientConn) takeBody() *http.Request {
+	p := &c.pend
+	r := p.r
+	r.Body = &wholeBody{b: p.buf[p.head:]}
+	inHandHeld.Add(-int64(len(p.buf)))
+	*p = pendingBody{}
+	if c.deadline {
+		c.tc.SetReadDeadline(time.Time{})
+		c.deadline = false
+	}
+	c.drained = false
+	return r
+}
+
+// dropBody gives up the pending body, if any, and returns what was read
+// of its request (its head, then what came of the body) and whether a
+// read of it waited too long.
+func (c *clientConn) dropBody() (read []byte, expired bool) {
+	p := &c.pend
+	if p.r == nil {
+		return nil, false
+	}
+	read, expired = p.buf[:p.head+p.got], p.expired
+	inHandHeld.Add(-int64(len(p.buf)))
+	*p = pendingBody{}
+	if c.block != nil {
+		putHeadBlock(c.block, true)
+		c.block = nil
+	}
+	return read, expired
+}
+
+// wholeBody is a request body that came whole with its head, or was read
+// whole before its request was served.
 type wholeBody struct{ b []byte }
 
 // BodyInHand reports whether r's body came whole with its head, the
@@ -928,13 +1121,20 @@ func (c *clientConn) release() {
 // handOff gives the connection and what was read of it to net/http's
 // server; a head that was being read keeps the deadline it had.
 func (c *clientConn) handOff() bool {
-	var pre []byte
+	pending, by := c.pend.r != nil, c.pend.by
+	pre, expired := c.dropBody()
 	if c.buf != nil {
 		pre = append(pre, c.buf[c.r:c.w]...)
 		c.r = c.w
 	}
-	c.boundHead()
-	p := prefix{pre: pre, clamp: c.headBy}
+	p := prefix{pre: pre}
+	if pending {
+		// A body that ran out of time runs out of it at once there too.
+		p.clamp, p.hard = by, expired
+	} else {
+		c.boundHead()
+		p.clamp = c.headBy
+	}
 	if c.tls != nil {
 		return c.s.handoff.give(&tlsPrefixConn{Conn: c.tls, prefix: p})
 	}
@@ -1308,7 +1508,8 @@ func (o tlsOut) Writev(bufs [][]byte) (int, error) {
 // bounds the deadlines net/http sets until it clears one.
 type prefix struct {
 	pre   []byte
-	clamp time.Time // zero once a deadline was cleared (the head was read)
+	clamp time.Time // zero once a deadline was cleared (the head was read), unless hard
+	hard  bool      // clamp bounds every deadline, a cleared one too: a body read before the hand-off ran out of time
 }
 
 func (p *prefix) read(b []byte, next io.Reader) (int, error) {
@@ -1322,9 +1523,14 @@ func (p *prefix) read(b []byte, next io.Reader) (int, error) {
 
 // deadline is the read deadline to set in place of t.
 func (p *prefix) deadline(t time.Time) time.Time {
-	if t.IsZero() {
+	switch {
+	case p.hard:
+		if t.IsZero() || p.clamp.Before(t) {
+			t = p.clamp
+		}
+	case t.IsZero():
 		p.clamp = time.Time{}
-	} else if !p.clamp.IsZero() && p.clamp.Before(t) {
+	case !p.clamp.IsZero() && p.clamp.Before(t):
 		t = p.clamp
 	}
 	return t

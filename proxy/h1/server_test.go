@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -117,6 +119,13 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := io.ReadAll(r.Body)
 	fmt.Fprintf(w, "read %q\n", b)
+}
+
+// sum answers with what the handler read of the request's body, read
+// whole: its length, its hash and how the read ended.
+func sum(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	fmt.Fprintf(w, "%s cl=%d read %d %x %v\n", r.Method, r.ContentLength, len(b), sha256.Sum256(b), err)
 }
 
 // The short way answers every request byte for byte as net/http's
@@ -258,7 +267,14 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 		{"body not read by the handler", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello" + get,
 			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Method) }},
 		{"body shorter than its length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\nabc", echo},
-		{"body longer than the buffer", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + big + get, echo},
+		// Read whole before the handler runs (the handler reads it whole
+		// too: the pieces it reads it in are not the answer's), up to
+		// 64 KiB; a longer one streams through net/http's server.
+		{"body longer than the buffer", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + big + get, sum},
+		{"body longer than the buffer, expecting 100 Continue", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n" + big + get, sum},
+		{"body of the most read first", fmt.Sprintf("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", h1.MaxInHand, strings.Repeat("m", h1.MaxInHand)) + get, sum},
+		{"body over the most read first", fmt.Sprintf("PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s", h1.MaxInHand+1, strings.Repeat("m", h1.MaxInHand+1)) + get, sum},
+		{"body longer than the buffer, cut short", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 9000\r\n\r\n" + big, sum},
 		{"length with a sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc", echo},
 		{"two lengths alike", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", echo},
 		{"GET with a body", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi" + get, echo},
@@ -823,12 +839,12 @@ func TestServerCloseCutsBusyHandlers(t *testing.T) {
 	}
 }
 
-// A body that comes whole with its head is served the short way (the
-// connection stays on it for the requests after), and is the request's
-// own: read after the handler returned, when the connection's buffer has
-// the next request in it, it is still what was sent. One that does not
-// fit in the buffer goes to net/http's server. BodyInHand tells the
-// two apart.
+// A body that comes whole with its head, or one of up to 64 KiB read
+// whole before the handler runs, is served the short way (the connection
+// stays on it for the requests after), and is the request's own: read
+// after the handler returned, when the connection's buffer has the next
+// request in it, it is still what was sent. A longer one goes to
+// net/http's server. BodyInHand tells the two apart.
 func TestServerServesBodiesWithTheirHead(t *testing.T) {
 	testtool.NeedsRaw(t)
 	kept := make(chan io.ReadCloser, 1)
@@ -846,7 +862,9 @@ func TestServerServesBodiesWithTheirHead(t *testing.T) {
 		{"POST /keep HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n" + body, "*h1.response 1000 true"},
 		{"GET / HTTP/1.1\r\nHost: a\r\nX-Fill: " + strings.Repeat("z", 1500) + "\r\n\r\n", "*h1.response 0 false"},
 		{"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "*h1.response 3 true"},
-		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*http.response 5000 false"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*h1.response 5000 true"},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "*h1.response 0 false"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("x", 70000), "*http.response 70000 false"},
 	} {
 		io.WriteString(c, step.req)
 		if _, got := readAnswer(t, br); got != step.want {
@@ -1156,5 +1174,156 @@ func TestRequestHead(t *testing.T) {
 	}
 	if h1.RequestHead(httptest.NewRecorder()) != nil {
 		t.Error("a recorder has a head")
+	}
+}
+
+// startWith is start with set given the server before it serves.
+func (o over) startWith(t *testing.T, hs *http.Server, set func(*h1.Server)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.ErrorLog = discardLog
+	s := h1.NewServer(hs)
+	set(s)
+	if o.server != nil {
+		hs.TLSConfig = o.server.Clone()
+		go s.ServeTLS(ln)
+	} else {
+		go s.Serve(ln)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ln.Addr().String()
+}
+
+// seenBody answers with the kind of answer it writes, whether the body
+// was in hand, what it read of it and how the read ended, and whether the
+// request still expected 100 Continue.
+func seenBody(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	_, expect := r.Header["Expect"]
+	fmt.Fprintf(w, "%T %v read %d %x %v expect=%v", w, h1.BodyInHand(r), len(b), sha256.Sum256(b), err, expect)
+}
+
+// wantSeen is seenBody's answer to body: the short way's with it in
+// hand, net/http's streaming it.
+func wantSeen(body string, inHand bool) string {
+	kind := "*http.response"
+	if inHand || body == "" {
+		kind = "*h1.response"
+	}
+	return fmt.Sprintf("%s %v read %d %x <nil> expect=false", kind, inHand, len(body), sha256.Sum256([]byte(body)))
+}
+
+// A body of up to 64 KiB that does not come with its head is read whole
+// before the handler runs, in as many pieces as the client sends it, and
+// the connection stays on the short way; a client that expects 100
+// Continue is sent it before the body is read, and its request reaches the
+// handler without the Expect field. Over cleartext and TLS.
+func TestServerReadsBodiesFirst(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(seenBody), ReadHeaderTimeout: 5 * time.Second},
+				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+			c, br := o.dial(t, addr)
+			body := strings.Repeat("0123456789", 3000)
+			io.WriteString(c, "POST /pieces HTTP/1.1\r\nHost: a\r\nContent-Length: 30000\r\n\r\n")
+			for i := 0; i < len(body); i += 10000 {
+				time.Sleep(20 * time.Millisecond)
+				io.WriteString(c, body[i:i+10000])
+			}
+			if _, got := readAnswer(t, br); got != wantSeen(body, true) {
+				t.Fatalf("a body sent in pieces: %q, want %q", got, wantSeen(body, true))
+			}
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			if _, got := readAnswer(t, br); got != wantSeen("", false) {
+				t.Fatalf("the request after it: %q, want the short way's", got)
+			}
+
+			io.WriteString(c, "PUT /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 20000\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusContinue {
+				t.Fatalf("before the body: %v, %v; want 100 Continue", resp, err)
+			}
+			io.WriteString(c, body[:20000])
+			if _, got := readAnswer(t, br); got != wantSeen(body[:20000], true) {
+				t.Fatalf("a body after 100 Continue: %q, want %q", got, wantSeen(body[:20000], true))
+			}
+		})
+	}
+}
+
+// A body read before its handler runs is bounded: past the body timeout
+// between two reads, its request goes to net/http's server with what came
+// of it and no time left to read more (not the body timeout again), so
+// the handler's read fails at once; a client that ends it early is
+// handed on the same way, and its handler reads the end. A body over the
+// listener's maximum, or past the bytes all connections may hold, is not
+// read first. Over cleartext and TLS.
+func TestServerBodiesReadFirstAreBounded(t *testing.T) {
+	testtool.NeedsRaw(t)
+	h1.SetInHandBudget(t, 50000)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			const timeout = 300 * time.Millisecond
+			errs := make(chan error, 1)
+			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/stall" || r.URL.Path == "/end" {
+						b, err := io.ReadAll(r.Body)
+						errs <- fmt.Errorf("%T read %d: %w", w, len(b), err)
+						return
+					}
+					seenBody(w, r)
+				})},
+				func(s *h1.Server) { s.BodyTimeout, s.MaxBody = timeout, 40000 })
+
+			c, _ := o.dial(t, addr)
+			start := time.Now()
+			io.WriteString(c, "POST /stall HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("s", 100))
+			err := <-errs
+			if d := time.Since(start); !errors.Is(err, os.ErrDeadlineExceeded) || !strings.HasPrefix(err.Error(), "*http.response read 100:") || d > 3*timeout {
+				t.Errorf("a stalled body: %v after %v; want net/http's handler to read its 100 bytes, then the deadline, within about %v", err, d, timeout)
+			}
+
+			c, _ = o.dial(t, addr)
+			io.WriteString(c, "POST /end HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("e", 200))
+			time.Sleep(50 * time.Millisecond)
+			closeWrite(t, c)
+			if err := <-errs; !errors.Is(err, io.ErrUnexpectedEOF) || !strings.HasPrefix(err.Error(), "*http.response read 200:") {
+				t.Errorf("a body the client ended early: %v; want net/http's handler to read its 200 bytes, then the end", err)
+			}
+
+			for _, tc := range []struct {
+				name string
+				size int
+			}{{"over the maximum", 45000}, {"past the budget", 30000}} {
+				c, br := o.dial(t, addr)
+				body := strings.Repeat("b", tc.size)
+				if tc.name == "past the budget" {
+					// Another connection holds most of the budget.
+					hold, _ := o.dial(t, addr)
+					io.WriteString(hold, "POST /stall HTTP/1.1\r\nHost: a\r\nContent-Length: 30000\r\n\r\nh")
+					time.Sleep(50 * time.Millisecond)
+					defer func() { <-errs }()
+				}
+				fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", tc.size)
+				time.Sleep(20 * time.Millisecond)
+				io.WriteString(c, body)
+				if _, got := readAnswer(t, br); got != wantSeen(body, false) {
+					t.Errorf("a body %s: %q, want net/http's %q", tc.name, got, wantSeen(body, false))
+				}
+			}
+		})
+	}
+}
+
+// closeWrite half-closes c: a TLS connection with its close_notify.
+func closeWrite(t *testing.T, c net.Conn) {
+	t.Helper()
+	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
 	}
 }
