@@ -263,7 +263,15 @@ func (t *Transport) closeIdle(final bool) {
 // maxBody is the longest request body the short way sends: it is read
 // whole before the request is written, and goes with its head in one
 // write. A longer one, or one of no known length, goes through net/http.
-const maxBody = 4 << 10
+// As long as the longest the short way's server reads whole before its
+// handler runs (maxInHand), so that such a body goes on the short way
+// here too.
+const maxBody = maxInHand
+
+// smallBody is the longest body read into a buffer of bodies; a longer
+// one takes one of largeBodies, and its request a writer of
+// largeWriters, which takes its head and it whole.
+const smallBody = 4 << 10
 
 // short reports whether r may go the short way: a bodiless GET, HEAD,
 // OPTIONS or TRACE (an upgrade among them), or a request with a body of a
@@ -639,7 +647,11 @@ func (c *conn) Read(p []byte) (int, error) {
 
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
-var bodies = sync.Pool{New: func() any { return new([maxBody]byte) }}
+var (
+	bodies       = sync.Pool{New: func() any { return new([smallBody]byte) }}
+	largeBodies  = sync.Pool{New: func() any { return new([maxBody]byte) }}
+	largeWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, maxBody+4<<10) }}
+)
 
 // HeadError is the error to report for a response head that failed to
 // read with err when a read under it failed with readErr (nil: none did).
@@ -907,8 +919,16 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 		// try begins: a client slow to send it is not the backend's
 		// delay. A failure to read it is the client's body's (proxy.Body
 		// keeps it), and nothing was sent.
-		b := bodies.Get().(*[maxBody]byte)
-		defer bodies.Put(b)
+		var b []byte
+		if r.ContentLength <= smallBody {
+			small := bodies.Get().(*[smallBody]byte)
+			defer bodies.Put(small)
+			b = small[:]
+		} else {
+			large := largeBodies.Get().(*[maxBody]byte)
+			defer largeBodies.Put(large)
+			b = large[:]
+		}
 		n, err := io.ReadFull(r.Body, b[:r.ContentLength])
 		r.Body.Close()
 		if err != nil {
@@ -927,7 +947,13 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 		stop = c.cutOnCancel(ctx)
 	}
 	c.read, c.limit, c.readErr = 0, c.t.maxHead, nil
-	bw := writers.Get().(*bufio.Writer)
+	// The head and the body leave in one write: a body longer than the
+	// room the head leaves in writers' buffers takes a larger one.
+	pool := &writers
+	if len(reqBody) > smallBody/2 {
+		pool = &largeWriters
+	}
+	bw := pool.Get().(*bufio.Writer)
 	bw.Reset(&c.last)
 	c.last.final = false
 	err := writeRequest(bw, r, reqBody, trace, read)
@@ -936,7 +962,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 		err = bw.Flush()
 	}
 	bw.Reset(nil)
-	writers.Put(bw)
+	pool.Put(bw)
 	var resp *http.Response
 	var a *answerBlock
 	hopFree := false
