@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rotor-lb/rotor/internal/rawio"
 	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
@@ -441,7 +442,9 @@ func TestBodiesReadBeforeTheyGoOn(t *testing.T) {
 	}
 	echoed, _ = io.ReadAll(resp.Body)
 	s := <-got
-	if resp.StatusCode != 200 || string(echoed) != body || s.Body != body || s.Header.Get("Expect") != "" {
+	// Built without the short way (norawio), net/http's server and
+	// transport pass the Expect on, as they do a body over 64 KiB.
+	if resp.StatusCode != 200 || string(echoed) != body || s.Body != body || rawio.Supported && s.Header.Get("Expect") != "" {
 		t.Fatalf("a body after 100 Continue: %d, %d bytes echoed, %d at the backend with Expect %q; want %d each way and no Expect",
 			resp.StatusCode, len(echoed), len(s.Body), s.Header.Get("Expect"), len(body))
 	}
