@@ -62,6 +62,30 @@ type lent struct{ *Body }
 
 func (lent) Close() error { return nil }
 
+// InHand is a body whose bytes are all in memory already (the short way's
+// server read it whole before the request was served): a transport that
+// sends it whole takes them rather than reading them into a buffer of its
+// own.
+type InHand interface {
+	// Take returns the rest of the body, if it is n bytes, and leaves
+	// the body ended; false (nothing taken) otherwise. The bytes are the
+	// request's: the taker must not keep them past the request.
+	Take(n int64) ([]byte, bool)
+}
+
+// Take takes the rest of a body in hand (InHand), counted as read.
+func (l lent) Take(n int64) ([]byte, bool) {
+	h, ok := l.rc.(InHand)
+	if !ok {
+		return nil, false
+	}
+	p, ok := h.Take(n)
+	if ok {
+		l.n.Add(int64(len(p)))
+	}
+	return p, ok
+}
+
 // WriteTo sends the rest of the body to w in writes of up to CopyBuffer
 // bytes. A transport copies a request body with io.Copy, which takes this
 // when it is there: a large body goes out in large writes (and, chunked,

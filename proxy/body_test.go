@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/rotor-lb/rotor/proxy"
@@ -89,5 +90,57 @@ func TestCopyAnswerReadsIntoTheWindow(t *testing.T) {
 	}
 	if f.windows < 4 || f.outside > 0 {
 		t.Fatalf("%d windows asked for, %d writes from outside the window", f.windows, f.outside)
+	}
+}
+
+// inHand is a body in memory, as the short way's server hands one on.
+type inHand struct{ b []byte }
+
+func (h *inHand) Read(p []byte) (int, error) {
+	if len(h.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, h.b)
+	h.b = h.b[n:]
+	return n, nil
+}
+
+func (h *inHand) Close() error { return nil }
+
+func (h *inHand) Take(n int64) ([]byte, bool) {
+	if int64(len(h.b)) != n {
+		return nil, false
+	}
+	p := h.b
+	h.b = nil
+	return p, true
+}
+
+// A lent body in hand gives its bytes whole when they are all that is
+// asked for, counted as read (the body is spent, as read it would be);
+// asked for another length, or with some of it read, it gives nothing
+// and stays as it was; a body not in hand gives nothing.
+func TestLentBodyTakesWhatIsInHand(t *testing.T) {
+	b := proxy.NewBody(&inHand{b: []byte("hello")})
+	h := b.Lend().(proxy.InHand)
+	if p, ok := h.Take(4); ok || p != nil || b.Spent() {
+		t.Fatalf("Take(4) of 5 bytes: %q, %v, spent %v; want nothing taken", p, ok, b.Spent())
+	}
+	if p, ok := h.Take(5); !ok || string(p) != "hello" || b.Len() != 5 || !b.Spent() {
+		t.Fatalf("Take(5): %q, %v, %d read; want the 5 bytes, counted", p, ok, b.Len())
+	}
+	if n, err := b.Lend().Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("a read after the take: %d, %v; want the end", n, err)
+	}
+
+	b = proxy.NewBody(&inHand{b: []byte("hello")})
+	io.ReadFull(b.Lend(), make([]byte, 2))
+	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Len() != 2 {
+		t.Fatalf("Take(5) after 2 read: %q, %v, %d read; want nothing taken", p, ok, b.Len())
+	}
+
+	b = proxy.NewBody(io.NopCloser(strings.NewReader("hello")))
+	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Spent() {
+		t.Fatalf("Take of a body not in hand: %q, %v; want nothing", p, ok)
 	}
 }

@@ -919,23 +919,32 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 		// try begins: a client slow to send it is not the backend's
 		// delay. A failure to read it is the client's body's (proxy.Body
 		// keeps it), and nothing was sent.
+		if h, ok := r.Body.(proxy.InHand); ok {
+			// In hand already: its bytes go with the head as they are.
+			reqBody, _ = h.Take(r.ContentLength)
+		}
 		var b []byte
-		if r.ContentLength <= smallBody {
+		switch {
+		case reqBody != nil:
+		case r.ContentLength <= smallBody:
 			small := bodies.Get().(*[smallBody]byte)
 			defer bodies.Put(small)
 			b = small[:]
-		} else {
+		default:
 			large := largeBodies.Get().(*[maxBody]byte)
 			defer largeBodies.Put(large)
 			b = large[:]
 		}
-		n, err := io.ReadFull(r.Body, b[:r.ContentLength])
-		r.Body.Close()
-		if err != nil {
-			c.close()
-			return nil, fmt.Errorf("reading the request body: %w", err)
+		if b != nil {
+			n, err := io.ReadFull(r.Body, b[:r.ContentLength])
+			if err != nil {
+				r.Body.Close()
+				c.close()
+				return nil, fmt.Errorf("reading the request body: %w", err)
+			}
+			reqBody = b[:n]
 		}
-		reqBody = b[:n]
+		r.Body.Close()
 	}
 	if try > 0 {
 		c.beginTry(try)

@@ -1091,6 +1091,16 @@ func (w *wholeBody) Read(p []byte) (int, error) {
 
 func (w *wholeBody) Close() error { return nil }
 
+// Take takes the rest of the body whole (proxy.InHand).
+func (w *wholeBody) Take(n int64) ([]byte, bool) {
+	if int64(len(w.b)) != n {
+		return nil, false
+	}
+	p := w.b
+	w.b = nil
+	return p, true
+}
+
 // mayHandOff reports whether what is buffered may go to net/http's
 // server now: between requests it waits for four bytes before it reads a
 // head, and closes quietly on fewer.
