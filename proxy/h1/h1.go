@@ -923,28 +923,27 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 			// In hand already: its bytes go with the head as they are.
 			reqBody, _ = h.Take(r.ContentLength)
 		}
-		var b []byte
-		switch {
-		case reqBody != nil:
-		case r.ContentLength <= smallBody:
-			small := bodies.Get().(*[smallBody]byte)
-			defer bodies.Put(small)
-			b = small[:]
-		default:
-			large := largeBodies.Get().(*[maxBody]byte)
-			defer largeBodies.Put(large)
-			b = large[:]
-		}
-		if b != nil {
-			n, err := io.ReadFull(r.Body, b[:r.ContentLength])
-			if err != nil {
-				r.Body.Close()
-				c.close()
-				return nil, fmt.Errorf("reading the request body: %w", err)
+		var err error
+		if reqBody == nil {
+			var b []byte
+			if r.ContentLength <= smallBody {
+				small := bodies.Get().(*[smallBody]byte)
+				defer bodies.Put(small)
+				b = small[:]
+			} else {
+				large := largeBodies.Get().(*[maxBody]byte)
+				defer largeBodies.Put(large)
+				b = large[:]
 			}
+			var n int
+			n, err = io.ReadFull(r.Body, b[:r.ContentLength])
 			reqBody = b[:n]
 		}
 		r.Body.Close()
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("reading the request body: %w", err)
+		}
 	}
 	if try > 0 {
 		c.beginTry(try)

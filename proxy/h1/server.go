@@ -947,7 +947,7 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 // backend (as nginx does).
 func (c *clientConn) startBody(r *http.Request, n int) bool {
 	cl := r.ContentLength
-	if cl > maxInHand || c.s.MaxBody > 0 && cl > c.s.MaxBody || r.Method == http.MethodConnect || upgrading(r) {
+	if cl > maxInHand || c.s.MaxBody > 0 && cl > c.s.MaxBody || r.Method == http.MethodConnect {
 		return false
 	}
 	expect, ok := r.Header["Expect"]
