@@ -26,13 +26,15 @@ type limits struct {
 }
 
 func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 && !h1.BodyBounded(r) {
 		// RFC 9112, 6.1: after a request framed by both Content-Length and
 		// Transfer-Encoding the connection must close, or a hop that
 		// framed it by Content-Length would read the rest as another
 		// request. Go's parser removes the Content-Length of a chunked
-		// request, so the two cannot be told apart here: every chunked
-		// HTTP/1 request closes its connection after its answer.
+		// request, so the two cannot be told apart here: a chunked
+		// HTTP/1 request net/http's server read closes its connection
+		// after its answer. The short way reads chunked requests framed
+		// once alone (both framings go to net/http's).
 		w.Header().Set("Connection", "close")
 	}
 	bounded := l.maxHeader <= 0 || h1.HeadBounded(r)
@@ -47,9 +49,9 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.refuse(w, r, http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
-	// A body in hand is within max_body (its length was checked above)
-	// and has no read left to time.
-	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect && !h1.BodyInHand(r) {
+	// A body the short way reads is held to max_body and the body timeout
+	// by its server (h1.Server's MaxBody and BodyTimeout).
+	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect && !h1.BodyBounded(r) {
 		r.Body = proxy.LimitBody(r.Body, l.maxBody, l.bodyTimeout, http.NewResponseController(w).SetReadDeadline)
 	}
 	l.next.ServeHTTP(w, r)

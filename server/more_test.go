@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -311,8 +312,63 @@ func TestHTTP2OverTLS(t *testing.T) {
 	}
 }
 
+// Bodies read as the listener's handler reads them (chunked, or longer
+// than the 64 KiB read before it runs) reach the backend whole, and the
+// client's connection stays open for the requests after them, none
+// answered with a close: a chunked request framed once does not close
+// its connection (one framed both ways does, net/http's).
+func TestStreamedBodiesKeepTheConnection(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %d %x %v", r.ContentLength, len(b), sha256.Sum256(b), err)
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	long := strings.Repeat("0123456789", 30000)
+	chunked := func(body string, size int) string {
+		var b strings.Builder
+		b.WriteString("POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for ; len(body) > 0; body = body[min(size, len(body)):] {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", min(size, len(body)), body[:min(size, len(body))])
+		}
+		return b.String() + "0\r\nX-Sum: 1\r\n\r\n"
+	}
+	want := func(cl int, body string) string {
+		return fmt.Sprintf("%d %d %x <nil>", cl, len(body), sha256.Sum256([]byte(body)))
+	}
+	for _, tc := range []struct{ name, req, want string }{
+		{"chunked", chunked("hello, world", 5), want(-1, "hello, world")},
+		{"long", fmt.Sprintf("PUT /l HTTP/1.1\r\nHost: h.test\r\nContent-Length: %d\r\n\r\n%s", len(long), long), want(len(long), long)},
+		{"long chunked", chunked(long, 64<<10), want(-1, long)},
+		{"after them", "GET /g HTTP/1.1\r\nHost: h.test\r\n\r\n", want(0, "")},
+	} {
+		if _, err := io.WriteString(c, tc.req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		if string(got) != tc.want || resp.Close {
+			t.Errorf("%s: %q (close %v), want %q and the connection kept", tc.name, got, resp.Close, tc.want)
+		}
+	}
+	resp, _, _ := rawExchange(t, r.Addr("web").String(), "POST /b HTTP/1.1\r\nHost: h.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+	if resp == nil || !resp.Close {
+		t.Errorf("a request framed both ways: %v, want its connection closed after it", resp)
+	}
+}
+
 // HTTP/1.1 on a TLS listener: a plain GET (the short way's) and then a
-// POST with a chunked body (net/http's, handed the same connection) each
+// POST with a chunked body (read as the handler reads it) each
 // reach the backend as a request that came over TLS (X-Forwarded-Proto
 // https), the second on the first's connection.
 func TestHTTP1OverTLS(t *testing.T) {

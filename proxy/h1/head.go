@@ -20,10 +20,14 @@ import (
 // Taken: an origin-form target ("/..."), or an absolute-form one in
 // http:// (a forward proxy's), HTTP/1.1 or HTTP/1.0, exactly one
 // valid Host, every line ending in CRLF, names that are tokens and values
-// without control characters, and no body: no Transfer-Encoding and no
-// Content-Length but "0". Left to net/http: bodies, Expect, Upgrade (and
-// so h2c), obs-fold, "*", authority-form (CONNECT) and other absolute-form
-// targets, bare LF, and anything that does not parse. What is taken
+// without control characters, and a body framed once, if at all: a
+// Content-Length of up to 18 digits, or, on HTTP/1.1, one
+// Transfer-Encoding of chunked (then, as net/http reads it, not in the
+// header, in TransferEncoding, the length -1). Left to net/http: a body
+// framed both ways, other codings, Upgrade (and so h2c), obs-fold, "*",
+// authority-form (CONNECT) and other absolute-form targets, bare LF, and
+// anything that does not parse. The server decides which of the bodies
+// taken it reads, and how (Expect among them). What is taken
 // becomes the request net/http would have made of the same bytes: the
 // URL url.ParseRequestURI makes of the target, Host out of the header map, Pragma:
 // no-cache mirrored in Cache-Control, Close set by the Connection header
@@ -59,7 +63,7 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	}
 	fields, h := newHeaderLines(s, eol, bytes.Count(head, lf)-2, a.vals[:])
 	r.Header = h
-	hosts, length, hasConnection, pragma := 0, false, false, false
+	hosts, length, chunked, hasConnection, pragma := 0, false, false, false, false
 	sendable, agent := true, false
 	size = len(method) + len(target) + len(proto) + 4
 	for {
@@ -72,15 +76,22 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 			hosts++
 			r.Host = value
 			continue
-		case "Transfer-Encoding", "Upgrade":
+		case "Upgrade":
 			return nil, "", 0
+		case "Transfer-Encoding":
+			// One field, "chunked", on HTTP/1.1 (net/http ignores it on
+			// HTTP/1.0): not a field of the header, as net/http reads it,
+			// and not sent on as it came.
+			if chunked || proto != "HTTP/1.1" || !strings.EqualFold(value, "chunked") {
+				return nil, "", 0
+			}
+			chunked, sendable = true, false
+			continue
 		case "Expect":
 			a.expect = true
 		case "Content-Length":
-			// One length, of a body small enough to come whole with its
-			// head (the server checks that it did): as net/http reads it,
-			// decimal digits alone.
-			n, ok := shortLength(value)
+			// One length: as net/http reads it, decimal digits alone.
+			n, ok := bodyLength(value)
 			if !ok || length {
 				return nil, "", 0
 			}
@@ -100,6 +111,15 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 	}
 	if fields.bad || hosts != 1 || !httpguts.ValidHostHeader(r.Host) {
 		return nil, "", 0
+	}
+	if chunked {
+		if length {
+			// Framed twice: net/http's, which drops the length and
+			// closes the connection after the answer (RFC 9112, 6.1).
+			return nil, "", 0
+		}
+		a.te[0] = "chunked"
+		r.ContentLength, r.TransferEncoding = -1, a.te[:]
 	}
 	u := &a.u
 	if !plainTarget(target, u) {
@@ -143,8 +163,10 @@ type headBlock struct {
 	vals *[8]string
 	read ReadHead // the head read (RequestHead)
 	// expect: the head has an Expect field, which the server meets only
-	// for a body it reads before the handler runs (startBody).
+	// for a body it reads before the handler runs (startBody) or as the
+	// handler reads it (streamBody).
 	expect bool
+	te     [1]string // the request's TransferEncoding, when chunked
 }
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
@@ -234,10 +256,10 @@ func plainTarget(target string, u *url.URL) bool {
 	return true
 }
 
-// shortLength parses a Content-Length of one to five decimal digits:
-// every length up to maxInHand, read the short way, and some over it.
-func shortLength(v string) (int64, bool) {
-	if len(v) == 0 || len(v) > 5 {
+// bodyLength parses a Content-Length of one to eighteen decimal digits
+// (a longer one, which may not fit an int64, is net/http's to read).
+func bodyLength(v string) (int64, bool) {
+	if len(v) == 0 || len(v) > 18 {
 		return 0, false
 	}
 	n := int64(0)

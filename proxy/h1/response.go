@@ -75,7 +75,12 @@ func (w *response) WriteHeader(code int) {
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		// Informational: written at once, the header map with it (RFC
-		// 8297: 103 Early Hints), the map left as it is.
+		// 8297: 103 Early Hints), the map left as it is; never at once
+		// with a 100 Continue a read of the body sends.
+		if s := w.c.stream; s != nil {
+			s.contMu.Lock()
+			defer s.contMu.Unlock()
+		}
 		bw := w.writer()
 		var fields [16]headerField
 		b := appendStatusLine(bw.AvailableBuffer(), w.req.ProtoMinor == 1, code)
@@ -215,9 +220,15 @@ func (w *response) Flush() {
 }
 
 // SetReadDeadline bounds the reads of the request's body
-// (http.ResponseController): the short way takes a request whose body
-// came whole with its head, so there are none to bound.
-func (w *response) SetReadDeadline(time.Time) error { return nil }
+// (http.ResponseController): those of a body its handler reads from the
+// connection (streamBody; a deadline past ends a read waiting now). A
+// body read whole before the handler ran has none to bound.
+func (w *response) SetReadDeadline(t time.Time) error {
+	if s := w.c.stream; s != nil {
+		s.setDeadline(t)
+	}
+	return nil
+}
 
 func (w *response) writer() *bufio.Writer {
 	if w.bw == nil {
@@ -397,6 +408,9 @@ func (w *response) writeHeadOf(p []byte, f headFacts, fields []headerField) {
 	}
 	if f.connection == "close" || w.c.s.inShutdown.Load() {
 		w.closeAfter = true
+	}
+	if s := w.c.stream; s != nil && !s.headGoesOut() {
+		w.closeAfter = true // the rest of the body is not read
 	}
 	if body {
 		if !f.typed && f.encoding == "" && !hasTE && len(p) > 0 {

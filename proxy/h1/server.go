@@ -26,15 +26,16 @@ import (
 // (Serve) and on TLS ones (ServeTLS: HTTP/1.1 after the handshake, and
 // whatever else the client chose, HTTP/2, handed to net/http). A
 // request the strict reader takes (parseHead: origin form or http://
-// absolute form, a head within the buffer, no body or one with a
-// Content-Length that came whole with the head) is read, handed to the
-// handler and answered in the connection's own goroutine: no background
-// read and no context a request, and no buffer held while the connection
-// waits for its next request. The first request it does not take hands
-// the connection, with every byte read from it, to the net/http server,
-// which keeps it: chunked and longer bodies, bodies still on their way,
-// 100-continue, upgrades and whatever is malformed are net/http's to
-// answer, as they are on every other listener.
+// absolute form, a head within the buffer, a body framed once if any) is
+// read, handed to the handler and answered in the connection's own
+// goroutine: no background read and no context a request, and no buffer
+// held while the connection waits for its next request. A body of up to
+// maxInHand is read whole before the handler runs (startBody), any other
+// as the handler reads it (streamBody). The first request it does not
+// take hands the connection, with every byte read from it, to the
+// net/http server, which keeps it: bodies framed twice, an Expect other
+// than 100-continue, upgrades and whatever is malformed are net/http's
+// to answer, as they are on every other listener.
 //
 // What it takes from HTTP: Handler, ReadHeaderTimeout (the time to read a
 // head, from the first byte after an idle wait or from the accept),
@@ -51,10 +52,12 @@ import (
 // read the next head into, as the answer's header map is.
 type Server struct {
 	HTTP *http.Server
-	// BodyTimeout bounds the time between two reads of a request body the
-	// server reads whole before its handler runs (the head timeout when
-	// 0); MaxBody, when over 0, is the longest such body: a longer one is
-	// left for the handler to refuse without a byte of it read.
+	// BodyTimeout bounds the time between two reads of a request body,
+	// whether the server reads it whole before its handler runs or as the
+	// handler reads it (the head timeout when 0); MaxBody, when over 0, is
+	// the longest body: one whose length is over it is not read before the
+	// handler runs, which may refuse it without a byte of it read, and the
+	// handler's reads of one stop there (proxy.ErrBodyTooLarge).
 	BodyTimeout time.Duration
 	MaxBody     int64
 
@@ -278,7 +281,7 @@ func (s *Server) ticker() {
 			s.mu.Lock()
 			for c := range s.conns {
 				switch st, at := c.state.Load(), c.idleAt.Load(); {
-				case st == stateHandler && c.started.Load() <= tick-2:
+				case st == stateHandler && c.started.Load() <= tick-2 && !c.streaming.Load():
 					c.startWatch()
 				case (st == stateIdle || st == stateParked) && idleTicks > 0 && tick-c.idleSince.Load() > idleTicks:
 					// Idle for the idle timeout: the ticker, not a deadline
@@ -358,9 +361,9 @@ const bufSize = 4 << 10
 // handler runs when it did not come with its head, as nginx reads a body
 // before it passes the request on; inHandBudget bounds the bytes of such
 // bodies (and their heads) all connections hold while they are still
-// being read. A longer body, one waiting past the budget, a chunked one
-// and one asking for any Expect but 100-continue go to net/http's server,
-// which streams them to the handler.
+// being read. A longer body, one waiting past the budget and a chunked
+// one are read as the handler reads them (streamBody); one asking for
+// any Expect but 100-continue goes to net/http's server.
 const maxInHand = 64 << 10
 
 var inHandBudget int64 = 64 << 20 // tests set it lower
@@ -403,6 +406,7 @@ type clientConn struct {
 	deadline bool          // a read deadline is set on the connection
 
 	pend    pendingBody    // a request whose body is being read before it is served
+	stream  *streamBody    // the body of the request being served, when its handler reads it from the connection
 	buf     *[bufSize]byte // nil while nothing is buffered
 	first   [1]byte        // over TLS, the first byte after an idle wait, read before a buffer is taken
 	r, w    int            // buf[r:w] is read and not yet taken
@@ -418,6 +422,7 @@ type clientConn struct {
 	afterPOST  bool   // the last was a POST: CRLFs before the next head are dropped
 	peeked     bool   // four bytes of this head came (net/http's Peek(4) between requests)
 	state      atomic.Int32
+	streaming  atomic.Bool  // the handler runs and its body is still to read from the connection: no watch
 	started    atomic.Int64 // the tick the request in the handler started at
 	idleAt     atomic.Int64 // the tick the connection last went idle at; MaxInt64 once the ticker asked
 	idleSince  atomic.Int64 // the tick the connection last went idle at
@@ -719,7 +724,7 @@ func (c *clientConn) step(fd uintptr) bool {
 			}
 			var n int
 			var theirs bool
-			r, n, theirs = c.nextHead()
+			r, n, theirs = c.nextHead(fd)
 			switch {
 			case theirs:
 				c.end = endHandOff
@@ -878,8 +883,9 @@ func (c *clientConn) readTLS() (int, error) {
 
 // nextHead looks for a whole head in what is buffered and returns its
 // request and length; no request: more must be read, or, theirs, the head
-// is net/http's.
-func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
+// is net/http's. fd is the connection's descriptor (cleartext), for a
+// body the handler reads.
+func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) {
 	if c.w-c.r >= 4 {
 		c.peeked = true
 	}
@@ -904,23 +910,22 @@ func (c *clientConn) nextHead() (r *http.Request, n int, theirs bool) {
 		if max := c.s.HTTP.MaxHeaderBytes; r != nil && max > 0 && size > max {
 			r = nil // net/http's, and the handler's to refuse (HeadBounded)
 		}
-		if r != nil && r.ContentLength > 0 {
-			if end := c.r + n + int(r.ContentLength); end > c.w {
-				if c.startBody(r, n) {
-					// Served once its body is read (step).
-					a.read.addr = c.addr
-					c.block = a
-					return nil, 0, false
-				}
-				r = nil // its body is not all here, nor to be read first: net/http's
-			} else if a.expect {
-				r = nil // net/http's, which answers an Expect as it reads the body
-			} else {
+		if r != nil && r.ContentLength != 0 {
+			end := int64(c.r+n) + r.ContentLength
+			switch {
+			case r.ContentLength > 0 && end <= int64(c.w) && !a.expect:
 				// A copy: a transport may still read a request's body
 				// after the handler has returned, and the buffer is the
 				// next request's by then.
 				r.Body = &wholeBody{b: bytes.Clone(c.buf[c.r+n : end])}
-				n = end - c.r
+				n = int(end) - c.r
+			case r.ContentLength > 0 && end > int64(c.w) && c.startBody(r, n):
+				// Served once its body is read (step).
+				a.read.addr = c.addr
+				c.block = a
+				return nil, 0, false
+			case !c.startStream(r, a.expect, fd):
+				r = nil // net/http's
 			}
 		}
 		if r != nil && r.ContentLength == 0 && a.expect {
@@ -1071,13 +1076,25 @@ func (c *clientConn) dropBody() (read []byte, expired bool) {
 // whole before its request was served.
 type wholeBody struct{ b []byte }
 
-// BodyInHand reports whether r's body came whole with its head, the
-// short way: it is r.ContentLength bytes already read, and reading it
-// waits for nothing, so a bound on its size or on the time between its
-// reads has nothing left to hold.
+// BodyInHand reports whether r's body came whole with its head, or was
+// read whole before its handler ran: it is r.ContentLength bytes already
+// read, and reading it waits for nothing.
 func BodyInHand(r *http.Request) bool {
 	_, ok := r.Body.(*wholeBody)
 	return ok
+}
+
+// BodyBounded reports whether r's body is the short way's, which holds
+// it to the server's MaxBody and BodyTimeout itself: one read whole
+// before the handler ran (r.ContentLength bytes in hand, whose reads wait
+// for nothing), or one the handler reads from the connection
+// (streamBody), with the errors proxy.LimitBody gives.
+func BodyBounded(r *http.Request) bool {
+	switch r.Body.(type) {
+	case *wholeBody, *streamBody:
+		return true
+	}
+	return false
 }
 
 func (w *wholeBody) Read(p []byte) (int, error) {
@@ -1184,6 +1201,13 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	c.started.Store(c.s.tick.Load())
 	c.state.Store(stateHandler)
 	aborted := c.runHandler(w, r)
+	if c.stream != nil {
+		// No read of the body from here on (a transport may still be
+		// at it). Read whole or not, the answer says (headGoesOut):
+		// if not, the connection ends after it.
+		c.stream.end()
+		defer func() { c.stream = nil }()
+	}
 	if !c.state.CompareAndSwap(stateHandler, stateHead) {
 		c.stopWatch()
 	}

@@ -121,6 +121,28 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "read %q\n", b)
 }
 
+// chunkRead answers with what the handler read of the request's body,
+// whether the read failed (not how: the two servers word it alike only
+// for the errors they share), and the trailer.
+func chunkRead(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	fmt.Fprintf(w, "cl=%d te=%q read %q failed=%v trailer=%v\n", r.ContentLength, r.TransferEncoding, b, err != nil, r.Trailer)
+}
+
+// chunkedPost is a chunked POST of body in chunks of up to size bytes,
+// with trailer (its lines) after the last.
+func chunkedPost(body string, size int, trailer string) string {
+	var b strings.Builder
+	b.WriteString("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for len(body) > 0 {
+		n := min(size, len(body))
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", n, body[:n])
+		body = body[n:]
+	}
+	b.WriteString("0\r\n" + trailer + "\r\n")
+	return b.String()
+}
+
 // sum answers with what the handler read of the request's body, read
 // whole: its length, its hash and how the read ended.
 func sum(w http.ResponseWriter, r *http.Request) {
@@ -279,6 +301,28 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 		{"two lengths alike", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", echo},
 		{"GET with a body", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi" + get, echo},
 		{"chunked body", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", echo},
+		// Read as the handler reads it: chunked, or longer than is
+		// read first.
+		{"chunked body of many chunks, then a request", chunkedPost(strings.Repeat("c", 6000), 100, "") + get, sum},
+		{"chunked body of one chunk longer than the buffer", chunkedPost(big+big, 10000, "") + get, sum},
+		{"chunked body, sizes in upper case, extensions and spaces", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n" +
+			"A;name=value\r\n0123456789\r\n1 \t\r\nx\r\n0;last\r\n\r\n" + get, chunkRead},
+		{"chunked body with a trailer", chunkedPost("abc", 3, "X-Sum: 1\r\nX-Two: a \r\nx-two: b\r\n") + get, chunkRead},
+		{"chunked body, trailer declared", "POST / HTTP/1.1\r\nHost: a\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-Sum: 2\r\n\r\n" + get, chunkRead},
+		{"chunked body, bad size", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked body, size too long", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked body, space before an extension", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 ;x\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked body, no CRLF after the data", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked body, bare LF after a size", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked body cut short", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", chunkRead},
+		{"chunked body cut in its trailer", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\nX: 1\r\n", chunkRead},
+		{"chunked body, expecting 100 Continue", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n" + get, echo},
+		{"chunked and a length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
+		{"chunked on HTTP/1.0", "POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", chunkRead},
+		{"gzip, chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", chunkRead},
+		{"length of 18 digits", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000000000000000\r\n\r\nabc", chunkRead},
+		{"length of 19 digits", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000000000000000\r\n\r\nabc", chunkRead},
 		{"expect", "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi", echo},
 		{"two hosts", get + "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", echo},
 		{"no host", "GET / HTTP/1.1\r\n\r\n", echo},
@@ -361,7 +405,9 @@ func TestServerTLS(t *testing.T) {
 	readAnswer(t, br)
 	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
 	readAnswer(t, br)
-	for i, short := range []bool{rawio.Supported, false} {
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n")
+	readAnswer(t, br)
+	for i, short := range []bool{rawio.Supported, rawio.Supported, false} {
 		s := <-got
 		if s.short != short {
 			t.Errorf("request %d served the short way: %v, want %v", i, s.short, short)
@@ -847,8 +893,9 @@ func TestServerCloseCutsBusyHandlers(t *testing.T) {
 // whole before the handler runs, is served the short way (the connection
 // stays on it for the requests after), and is the request's own: read
 // after the handler returned, when the connection's buffer has the next
-// request in it, it is still what was sent. A longer one goes to
-// net/http's server. BodyInHand tells the two apart.
+// request in it, it is still what was sent. A longer one is read as the
+// handler reads it, and the connection stays on the short way too.
+// BodyInHand tells the two apart.
 func TestServerServesBodiesWithTheirHead(t *testing.T) {
 	testtool.NeedsRaw(t)
 	kept := make(chan io.ReadCloser, 1)
@@ -868,7 +915,8 @@ func TestServerServesBodiesWithTheirHead(t *testing.T) {
 		{"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", "*h1.response 3 true"},
 		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("x", 5000), "*h1.response 5000 true"},
 		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "*h1.response 0 false"},
-		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("x", 70000), "*http.response 70000 false"},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat("x", 70000), "*h1.response 70000 false"},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "*h1.response 0 false"},
 	} {
 		io.WriteString(c, step.req)
 		if _, got := readAnswer(t, br); got != step.want {
@@ -1151,7 +1199,7 @@ func abortThenShutDown(t *testing.T, srv *h1.Server, addr, req string) {
 
 // RequestHead gives a handler of the short way the head its request was
 // read from, for the transport to write what it sends on of it without
-// checking it again; a request net/http's server reads (a chunked body
+// checking it again; a request net/http's server reads (an obs-fold
 // hands the connection over) has none, nor does a writer of another
 // server.
 func TestRequestHead(t *testing.T) {
@@ -1168,13 +1216,15 @@ func TestRequestHead(t *testing.T) {
 	readAnswer(t, br)
 	fmt.Fprint(c, "POST /chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n")
 	readAnswer(t, br)
+	fmt.Fprint(c, "GET /folded HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n")
+	readAnswer(t, br)
 	mu.Lock()
 	defer mu.Unlock()
 	// Without raw I/O the short way's server hands every request to
 	// net/http's, and none has a head.
-	if heads["/short"] != rawio.Supported || heads["/chunked"] {
-		t.Errorf("a head given to the short way's request: %v; to net/http's: %v; want %v and false",
-			heads["/short"], heads["/chunked"], rawio.Supported)
+	if heads["/short"] != rawio.Supported || heads["/chunked"] != rawio.Supported || heads["/folded"] {
+		t.Errorf("a head given to the short way's requests: %v, %v; to net/http's: %v; want %v, %v and false",
+			heads["/short"], heads["/chunked"], heads["/folded"], rawio.Supported, rawio.Supported)
 	}
 	if h1.RequestHead(httptest.NewRecorder()) != nil {
 		t.Error("a recorder has a head")
@@ -1210,14 +1260,10 @@ func seenBody(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%T %v read %d %x %v expect=%v", w, h1.BodyInHand(r), len(b), sha256.Sum256(b), err, expect)
 }
 
-// wantSeen is seenBody's answer to body: the short way's with it in
-// hand, net/http's streaming it.
+// wantSeen is seenBody's answer to body, the short way's, with the body
+// in hand or read as the handler reads it.
 func wantSeen(body string, inHand bool) string {
-	kind := "*http.response"
-	if inHand || body == "" {
-		kind = "*h1.response"
-	}
-	return fmt.Sprintf("%s %v read %d %x <nil> expect=false", kind, inHand, len(body), sha256.Sum256([]byte(body)))
+	return fmt.Sprintf("*h1.response %v read %d %x <nil> expect=false", inHand, len(body), sha256.Sum256([]byte(body)))
 }
 
 // A body of up to 64 KiB that does not come with its head is read whole
@@ -1263,9 +1309,10 @@ func TestServerReadsBodiesFirst(t *testing.T) {
 // between two reads, its request goes to net/http's server with what came
 // of it and no time left to read more (not the body timeout again), so
 // the handler's read fails at once; a client that ends it early is
-// handed on the same way, and its handler reads the end. A body over the
-// listener's maximum, or past the bytes all connections may hold, is not
-// read first. Over cleartext and TLS.
+// handed on the same way, and its handler reads the end. A body past the
+// bytes all connections may hold is not read first, but as the handler
+// reads it; one over the listener's maximum neither, and the handler's
+// read of it stops at the maximum. Over cleartext and TLS.
 func TestServerBodiesReadFirstAreBounded(t *testing.T) {
 	testtool.NeedsRaw(t)
 	h1.SetInHandBudget(t, 50000)
@@ -1303,7 +1350,12 @@ func TestServerBodiesReadFirstAreBounded(t *testing.T) {
 			for _, tc := range []struct {
 				name string
 				size int
-			}{{"over the maximum", 45000}, {"past the budget", 30000}} {
+				want string
+			}{
+				{"over the maximum", 45000, fmt.Sprintf("*h1.response false read 40000 %x request body too large expect=false",
+					sha256.Sum256([]byte(strings.Repeat("b", 40000))))},
+				{"past the budget", 30000, wantSeen(strings.Repeat("b", 30000), false)},
+			} {
 				c, br := o.dial(t, addr)
 				body := strings.Repeat("b", tc.size)
 				if tc.name == "past the budget" {
@@ -1316,8 +1368,8 @@ func TestServerBodiesReadFirstAreBounded(t *testing.T) {
 				fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", tc.size)
 				time.Sleep(20 * time.Millisecond)
 				io.WriteString(c, body)
-				if _, got := readAnswer(t, br); got != wantSeen(body, false) {
-					t.Errorf("a body %s: %q, want net/http's %q", tc.name, got, wantSeen(body, false))
+				if _, got := readAnswer(t, br); got != tc.want {
+					t.Errorf("a body %s: %q, want %q", tc.name, got, tc.want)
 				}
 			}
 		})

@@ -1,0 +1,523 @@
+package h1
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// streamBody is a request body the short way reads as its handler reads
+// it, as net/http's server does, where it is not read whole before the
+// handler runs (startBody): one longer than maxInHand (or than the bytes
+// the in-hand budget has left), and every chunked one. It reads what came
+// with the head first, out of the connection's buffer, then the socket:
+// over TLS through the TLS connection; in cleartext with a read of the
+// connection's descriptor that does not wait (the handler runs inside the
+// connection's raw read, which holds it) and, when the socket has nothing,
+// through a second descriptor of it that waits in Go's poller, as the
+// watch of a long request does. A chunked body's sizes, ends and trailer
+// are read through the buffer, its data straight into the reader's bytes
+// when none is buffered; a body of a known length is read straight into
+// them. What comes after the body stays in the buffer: the next request.
+//
+// Its reads may come from another goroutine than the handler's (a
+// transport that writes a request while it reads the answer) and go on
+// after the handler has returned: the server ends the body then (end),
+// which stops a read that waits and fails those after it, before the
+// connection goes on. A request that asked for 100 Continue is sent it
+// before the first read that waits for the body, unless the answer's head
+// has gone out (as net/http sends it). An answer whose head goes out
+// before the body is read whole closes the connection after it: the rest
+// of the body is not read, and the client may still be sending it.
+//
+// It is held to the server's limits, as proxy.LimitBody holds a body
+// net/http's server reads: at most MaxBody bytes (proxy.ErrBodyTooLarge
+// past them), and each read waiting at most the body timeout
+// (proxy.ErrBodyTimeout), or until the deadline the handler gave
+// (http.ResponseController's SetReadDeadline); a chunk's size line and
+// the trailer are held to the connection's buffer (4 KiB), as net/http
+// holds them to its reader's.
+type streamBody struct {
+	c       *clientConn
+	r       *http.Request
+	fd      uintptr // the connection's descriptor (cleartext)
+	chunked bool
+
+	mu     sync.Mutex  // held by a read, and taken by end
+	left   int64       // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
+	phase  int         // chunked: what comes next (guarded by mu)
+	err    error       // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
+	closed bool        // closed by its reader, or ended (guarded by mu)
+	trail  int         // the trailer's bytes read so far (guarded by mu)
+	fields http.Header // the trailer's fields read so far, the request's once all came (guarded by mu)
+	got    int64       // the body's bytes read so far (guarded by mu)
+
+	whole   atomic.Bool  // read to its end
+	ending  atomic.Bool  // ended by the server: no read waits any longer
+	by      atomic.Int64 // the reads' deadline SetReadDeadline gave, in ns since the epoch (0: none)
+	byGiven atomic.Bool  // SetReadDeadline was called: by, not the server's body timeout, bounds the reads
+
+	contMu  sync.Mutex
+	expect  bool // 100 Continue is owed (guarded by contMu)
+	headOut bool // the answer's head is going out: 100 Continue no longer (guarded by contMu)
+
+	waitMu sync.Mutex // guards waitF against end's deadline
+	waitF  *os.File   // the second descriptor of the socket (cleartext), once a read has had to wait
+	waitRC syscall.RawConn
+	tlsBy  bool // a read deadline was set on a TLS connection
+}
+
+// Where a chunked body is.
+const (
+	chunkSize    = iota // a size line comes next
+	chunkData           // the chunk's data (left bytes of it)
+	chunkEnd            // the CRLF after a chunk's data
+	chunkTrailer        // the trailer's lines, up to the empty one
+)
+
+// Errors of a body read as its handler reads it: the client's.
+var (
+	errBodyCut     = errors.New("h1: request body cut short")
+	errChunkLine   = errors.New("h1: malformed chunk size line")
+	errChunkEnd    = errors.New("h1: chunk data not followed by CRLF")
+	errLongTrailer = errors.New("h1: request trailer too long")
+	errBadTrailer  = errors.New("h1: malformed request trailer")
+	errBodyEnded   = errors.New("h1: request body read after its handler returned")
+)
+
+// startStream makes r's body one read as its handler reads it, unless it
+// goes to net/http (false): a CONNECT with a body, a request that
+// declares a trailer, and an Expect other than one 100-continue on
+// HTTP/1.1, which net/http answers as it does.
+func (c *clientConn) startStream(r *http.Request, expect bool, fd uintptr) bool {
+	if r.Method == http.MethodConnect {
+		return false
+	}
+	if _, ok := r.Header["Trailer"]; ok {
+		return false // net/http's, which checks the names it declares and gives them to the request first
+	}
+	if expect {
+		v := r.Header["Expect"]
+		if r.ProtoMinor == 0 || len(v) != 1 || !strings.EqualFold(strings.TrimSpace(v[0]), "100-continue") {
+			return false
+		}
+	}
+	b := &streamBody{c: c, r: r, fd: fd, chunked: r.ContentLength < 0, left: r.ContentLength, expect: expect}
+	if b.chunked {
+		b.left = 0
+	}
+	r.Body = b
+	c.stream = b
+	c.streaming.Store(true)
+	return true
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return 0, http.ErrBodyReadAfterClose
+	case b.err != nil:
+		return 0, b.err
+	case len(p) == 0:
+		return 0, nil
+	}
+	max := b.c.s.MaxBody
+	if max > 0 && int64(len(p)) > max-b.got+1 {
+		p = p[:max-b.got+1] // a byte more than allowed tells the body is over
+	}
+	var n int
+	var err error
+	if b.chunked {
+		n, err = b.readChunked(p)
+	} else {
+		n, err = b.readLength(p)
+	}
+	if b.got += int64(n); max > 0 && b.got > max {
+		n -= int(b.got - max)
+		err = proxy.ErrBodyTooLarge
+	}
+	if err != nil {
+		b.err = err
+		if err == io.EOF {
+			if b.tlsBy {
+				// The watch may read the connection from now on.
+				_ = b.c.tc.SetReadDeadline(time.Time{})
+				b.tlsBy = false
+			}
+			b.whole.Store(true)
+			b.c.streaming.Store(false) // the connection may be watched from now on
+		}
+	}
+	return n, err
+}
+
+// Close closes the body to its reader: what is left of it is not read,
+// and the connection closes after the answer.
+func (b *streamBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *streamBody) readLength(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n := b.fromBuffer(p)
+	if n == 0 {
+		var err error
+		if n, err = b.readSocket(p); err != nil {
+			return 0, err
+		}
+	}
+	b.left -= int64(n)
+	if b.left == 0 {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readChunked reads chunks' data into p until it is full, or until the
+// next thing to read must be waited for and some data is read already.
+func (b *streamBody) readChunked(p []byte) (n int, err error) {
+	for n < len(p) {
+		if b.phase == chunkData {
+			q := p[n:]
+			if int64(len(q)) > b.left {
+				q = q[:b.left]
+			}
+			m := b.fromBuffer(q)
+			if m == 0 {
+				if n > 0 {
+					return n, nil
+				}
+				if m, err = b.readSocket(q); err != nil {
+					return 0, err
+				}
+			}
+			n += m
+			if b.left -= int64(m); b.left == 0 {
+				b.phase = chunkEnd
+			}
+			continue
+		}
+		line, ok, err := b.line(n == 0)
+		if err != nil {
+			return n, err
+		}
+		if !ok {
+			return n, nil // the rest waits for the next read
+		}
+		switch b.phase {
+		case chunkEnd:
+			if len(line) != 0 {
+				return n, errChunkEnd
+			}
+			b.phase = chunkSize
+		case chunkSize:
+			size, ok := chunkSizeOf(line)
+			if !ok {
+				return n, errChunkLine
+			}
+			b.left, b.phase = size, chunkData
+			if size == 0 {
+				b.phase = chunkTrailer
+			}
+		case chunkTrailer:
+			if len(line) == 0 {
+				if b.fields != nil {
+					if b.r.Trailer == nil {
+						b.r.Trailer = make(http.Header, len(b.fields))
+					}
+					for k, v := range b.fields {
+						b.r.Trailer[k] = append(b.r.Trailer[k], v...)
+					}
+				}
+				return n, io.EOF
+			}
+			if b.trail += len(line) + 2; b.trail > bufSize {
+				return n, errLongTrailer
+			}
+			name, value, ok := field(string(line))
+			if !ok {
+				return n, errBadTrailer
+			}
+			if b.fields == nil {
+				b.fields = make(http.Header)
+			}
+			b.fields[name] = append(b.fields[name], value)
+		}
+	}
+	return n, nil
+}
+
+// chunkSizeOf reads a chunk's size line as net/http's chunked reader
+// does: hexadecimal digits, then whatever extension after a semicolon
+// (ignored), whitespace at the end dropped; at most 15 digits here.
+func chunkSizeOf(line []byte) (int64, bool) {
+	line = bytes.TrimRight(line, " \t")
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	if len(line) == 0 || len(line) > 15 {
+		return 0, false
+	}
+	n := int64(0)
+	for _, c := range line {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		n = n<<4 | int64(d)
+	}
+	return n, true
+}
+
+// line takes the next line of the body's framing out of the buffer,
+// without its CRLF; ok false: it is not all buffered and may not be waited
+// for. A line longer than the buffer, or one that ends in a bare LF, is
+// an error.
+func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
+	c := b.c
+	for {
+		if c.buf != nil {
+			if i := bytes.IndexByte(c.buf[c.r:c.w], '\n'); i >= 0 {
+				end := c.r + i
+				if i == 0 || c.buf[end-1] != '\r' {
+					return nil, false, errChunkLine
+				}
+				line = c.buf[c.r : end-1]
+				c.r = end + 1
+				return line, true, nil
+			}
+		}
+		if !wait {
+			return nil, false, nil
+		}
+		if c.buf == nil {
+			c.take()
+		}
+		c.compact()
+		if c.w == bufSize {
+			if b.phase == chunkTrailer {
+				return nil, false, errLongTrailer
+			}
+			return nil, false, errChunkLine
+		}
+		n, err := b.readSocket(c.buf[c.w:])
+		if err != nil {
+			return nil, false, err
+		}
+		c.w += n
+	}
+}
+
+// fromBuffer copies into p what the connection's buffer holds.
+func (b *streamBody) fromBuffer(p []byte) int {
+	c := b.c
+	if c.buf == nil || c.r == c.w {
+		return 0
+	}
+	n := copy(p, c.buf[c.r:c.w])
+	c.r += n
+	if c.r == c.w {
+		c.release()
+	}
+	return n
+}
+
+// readSocket reads what the socket has into p, waiting for it up to the
+// reads' deadline: at least a byte, or an error (io.ErrUnexpectedEOF at
+// the client's end, proxy.ErrBodyTimeout past the deadline).
+func (b *streamBody) readSocket(p []byte) (int, error) {
+	b.sendContinue()
+	by := b.deadline()
+	c := b.c
+	if c.tls != nil {
+		_ = c.tc.SetReadDeadline(by)
+		b.tlsBy = true
+		if b.ending.Load() {
+			return 0, errBodyEnded
+		}
+		n, err := c.tls.Read(p)
+		if n == 0 && b.ending.Load() {
+			return 0, errBodyEnded // stopped by end
+		}
+		return readResult(n, err)
+	}
+	if b.waitF == nil {
+		n, err := rawio.Read(b.fd, p)
+		if err != syscall.EAGAIN {
+			return readResult(n, os.NewSyscallError("read", err))
+		}
+		if err := b.openWait(); err != nil {
+			return 0, err
+		}
+	}
+	_ = b.waitF.SetReadDeadline(by)
+	if b.ending.Load() {
+		return 0, errBodyEnded
+	}
+	var n int
+	var rerr error
+	err := b.waitRC.Read(func(fd uintptr) bool {
+		n, rerr = rawio.Read(fd, p)
+		return rerr != syscall.EAGAIN
+	})
+	if err != nil {
+		if b.ending.Load() {
+			return 0, errBodyEnded // stopped by end
+		}
+		return readResult(0, err) // past the deadline (os.ErrDeadlineExceeded)
+	}
+	return readResult(n, os.NewSyscallError("read", rerr))
+}
+
+// readResult is what a read of the socket says of the body: an end
+// before the body's is a cut body.
+func readResult(n int, err error) (int, error) {
+	switch {
+	case n > 0:
+		return n, nil
+	case err == nil, err == io.EOF:
+		return 0, io.ErrUnexpectedEOF
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return 0, errors.Join(proxy.ErrBodyTimeout, err)
+	}
+	return 0, errors.Join(errBodyCut, err)
+}
+
+// openWait opens the second descriptor of the socket that reads wait on.
+func (b *streamBody) openWait() error {
+	f, err := b.c.tc.File()
+	if err != nil {
+		return err
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	b.waitMu.Lock()
+	b.waitF, b.waitRC = f, rc
+	b.waitMu.Unlock()
+	return nil
+}
+
+// deadline is when the next read of the body must have come: what
+// SetReadDeadline gave, else the server's body timeout from now.
+func (b *streamBody) deadline() time.Time {
+	if b.byGiven.Load() {
+		if ns := b.by.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+		return time.Time{}
+	}
+	if d := b.c.s.bodyTimeout(); d > 0 {
+		return time.Now().Add(d)
+	}
+	return time.Time{}
+}
+
+// setDeadline bounds the body's reads from now on (SetReadDeadline).
+func (b *streamBody) setDeadline(t time.Time) {
+	ns := int64(0)
+	if !t.IsZero() {
+		ns = max(t.UnixNano(), 1)
+	}
+	b.by.Store(ns)
+	b.byGiven.Store(true)
+	if !t.IsZero() && !t.After(time.Now()) {
+		b.stopWait() // a deadline past ends a read that waits now
+	}
+}
+
+// sendContinue sends the 100 Continue the request asked for, once,
+// unless the answer's head has gone out.
+func (b *streamBody) sendContinue() {
+	b.contMu.Lock()
+	defer b.contMu.Unlock()
+	if !b.expect {
+		return
+	}
+	b.expect = false
+	if b.headOut {
+		return
+	}
+	// A failed write leaves the client's end, or its silence, to the read.
+	if b.c.tls != nil {
+		_, _ = b.c.tls.Write(continue100)
+	} else {
+		_, _ = b.c.tc.Write(continue100)
+	}
+}
+
+// headGoesOut says the answer's head is about to be written, and whether
+// the body was read whole: if not, the connection closes after the
+// answer.
+func (b *streamBody) headGoesOut() (whole bool) {
+	b.contMu.Lock()
+	b.headOut = true
+	b.contMu.Unlock()
+	return b.whole.Load()
+}
+
+// stopWait ends a read of the body waiting for the client now.
+func (b *streamBody) stopWait() {
+	if b.c.tls != nil {
+		_ = b.c.tc.SetReadDeadline(aLongTimeAgo)
+		return
+	}
+	b.waitMu.Lock()
+	if b.waitF != nil {
+		_ = b.waitF.SetReadDeadline(aLongTimeAgo)
+	}
+	b.waitMu.Unlock()
+}
+
+// end ends the body once its handler has returned: a read waiting for
+// the client is stopped, and those after it fail. It reports whether the
+// body was read whole; if not, the connection must close. Called by the
+// connection's goroutine, which reads the connection again after it.
+func (b *streamBody) end() (whole bool) {
+	if !b.whole.Load() {
+		b.ending.Store(true)
+		b.stopWait()
+	}
+	b.mu.Lock() // a read in flight has returned
+	b.closed = true
+	whole = b.whole.Load()
+	b.mu.Unlock()
+	b.c.streaming.Store(false)
+	if b.waitF != nil {
+		b.waitF.Close()
+	}
+	if b.c.tls != nil && (b.tlsBy || !whole) {
+		_ = b.c.tc.SetReadDeadline(time.Time{})
+	}
+	b.c.drained = false // the socket may hold what came since: read it before a wait
+	return whole
+}

@@ -1,0 +1,229 @@
+package h1_test
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
+	"github.com/rotor-lb/rotor/proxy"
+	"github.com/rotor-lb/rotor/proxy/h1"
+)
+
+// streamed answers with what its handler read of the body, as it read
+// it: the answer's kind, the bytes, how the read ended and the trailer.
+func streamed(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	fmt.Fprintf(w, "%T %v read %d %x %v trailer=%v", w, h1.BodyInHand(r), len(b), sha256.Sum256(b), err, r.Trailer)
+}
+
+func wantStreamed(body, trailer string) string {
+	return fmt.Sprintf("*h1.response false read %d %x <nil> trailer=%s", len(body), sha256.Sum256([]byte(body)), trailer)
+}
+
+// writeSlowly writes the pieces with a pause before each.
+func writeSlowly(c net.Conn, pause time.Duration, pieces ...string) {
+	for _, p := range pieces {
+		time.Sleep(pause)
+		io.WriteString(c, p)
+	}
+}
+
+// A chunked body, and one longer than is read before the handler runs,
+// are read as the handler reads them, in whatever pieces the client
+// sends them (a size line cut in two, a trailer), for longer than the
+// ticker takes to watch a request (the watch reads nothing of a body
+// still to come), and the connection stays on the short way, kept alive:
+// the requests after them, pipelined or not, are its. A client that
+// expects 100 Continue is sent it when the handler first waits for the
+// body. Over cleartext and TLS.
+func TestServerStreamsBodies(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
+				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+			c, br := o.dial(t, addr)
+			next := func(what string) {
+				t.Helper()
+				io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+				if resp, got := readAnswer(t, br); got != wantStreamed("", "map[]") || resp.Close {
+					t.Fatalf("the request after %s: %q (close %v), want the short way's, kept alive", what, got, resp.Close)
+				}
+			}
+
+			io.WriteString(c, "POST /chunked HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+			writeSlowly(c, 80*time.Millisecond, "1", "0\r\n0123456789ab", "cdef\r\n3;ext=1\r\nx", "y", "z", "\r", "\n0\r\nX-Sum: 1", "9\r\n\r\n")
+			resp, got := readAnswer(t, br)
+			if want := wantStreamed("0123456789abcdefxyz", "map[X-Sum:[19]]"); got != want || resp.Close {
+				t.Fatalf("a chunked body in pieces: %q (close %v), want %q kept alive", got, resp.Close, want)
+			}
+			next("a chunked body")
+
+			body := strings.Repeat("0123456789", 20000)
+			fmt.Fprintf(c, "PUT /long HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n", len(body))
+			writeSlowly(c, 60*time.Millisecond, body[:50000], body[50000:120000], body[120000:])
+			if resp, got := readAnswer(t, br); got != wantStreamed(body, "map[]") || resp.Close {
+				t.Fatalf("a long body in pieces: %q (close %v), want %q kept alive", got, resp.Close, wantStreamed(body, "map[]"))
+			}
+			next("a long body")
+
+			io.WriteString(c, "POST /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusContinue {
+				t.Fatalf("before the body: %v, %v; want 100 Continue", resp, err)
+			}
+			io.WriteString(c, "5\r\nhello\r\n0\r\n\r\n")
+			if _, got := readAnswer(t, br); got != wantStreamed("hello", "map[]") {
+				t.Fatalf("a chunked body after 100 Continue: %q", got)
+			}
+
+			// Pipelined: two chunked requests and a GET in one write.
+			io.WriteString(c, chunkedPost("first", 2, "")+chunkedPost(body, 7000, "")+"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			for _, want := range []string{wantStreamed("first", "map[]"), wantStreamed(body, "map[]"), wantStreamed("", "map[]")} {
+				if _, got := readAnswer(t, br); got != want {
+					t.Fatalf("pipelined: %q, want %q", got, want)
+				}
+			}
+		})
+	}
+}
+
+// The rest of a body its handler did not read is not read: the answer
+// says the connection closes, and it closes once the answer is out; a
+// client that expected 100 Continue is not sent it once the answer's head
+// has gone. A read of the body after the handler returned fails, and so
+// does one it left waiting for the client, at once. Over cleartext and
+// TLS.
+func TestServerStreamedBodyNotRead(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			late := make(chan error, 1)
+			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					switch r.URL.Path {
+					case "/waiting":
+						started := make(chan struct{})
+						body := r.Body
+						go func() {
+							close(started)
+							_, err := io.ReadAll(body)
+							late <- err
+						}()
+						<-started
+						time.Sleep(50 * time.Millisecond) // the read waits for the client
+					case "/after":
+						body := r.Body // the request is the server's again once the handler returned
+						defer func() {
+							go func() {
+								time.Sleep(50 * time.Millisecond)
+								_, err := body.Read(make([]byte, 10))
+								late <- err
+							}()
+						}()
+					}
+					io.WriteString(w, "not read")
+				})},
+				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+
+			for _, head := range []string{
+				"POST /ignore HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+				"POST /ignore HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nhello",
+				"POST /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n",
+				"POST /after HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+				"POST /waiting HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+			} {
+				c, br := o.dial(t, addr)
+				io.WriteString(c, head)
+				start := time.Now()
+				resp, got := readAnswer(t, br)
+				if resp.StatusCode != 200 || got != "not read" || !resp.Close {
+					t.Errorf("%q: %d %q (close %v), want 200, not read, and the close", head, resp.StatusCode, got, resp.Close)
+				}
+				if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
+					t.Errorf("%q: after the answer %q, %v; want the end", head, b, err)
+				}
+				if strings.Contains(head, "/after") || strings.Contains(head, "/waiting") {
+					err := <-late
+					if err == nil || time.Since(start) > 2*time.Second {
+						t.Errorf("%q: a read of the body after its handler returned: %v after %v; want an error at once", head, err, time.Since(start))
+					}
+				}
+			}
+		})
+	}
+}
+
+// A body read as its handler reads it is held to the server's limits,
+// with proxy.LimitBody's errors: a read that waits past the body timeout
+// fails with ErrBodyTimeout, a body over MaxBody with ErrBodyTooLarge
+// after the maximum's bytes, and a client that ends it early, or sends
+// framing net/http would refuse (or a trailer field that is not one),
+// fails the read; each closes the connection after the answer. Over
+// cleartext and TLS.
+func TestServerStreamedBodiesAreBounded(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			const timeout = 300 * time.Millisecond
+			type seen struct {
+				n   int
+				err error
+			}
+			got := make(chan seen, 1)
+			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					b, err := io.ReadAll(r.Body)
+					got <- seen{len(b), err}
+					w.WriteHeader(proxy.ClientStatus(err))
+				})},
+				func(s *h1.Server) { s.BodyTimeout, s.MaxBody = timeout, 100000 })
+
+			for _, tc := range []struct {
+				name, req string
+				end       bool // the client ends its side after the request
+				n         int
+				is        error
+				status    int
+			}{
+				{"stalled", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", false, 3, proxy.ErrBodyTimeout, 408},
+				{"stalled long", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 90000\r\n\r\nabc", false, 3, proxy.ErrBodyTimeout, 408},
+				{"over the maximum", chunkedPost(strings.Repeat("m", 100001), 30000, ""), false, 100000, proxy.ErrBodyTooLarge, 413},
+				{"cut", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 90000\r\n\r\nabcd", true, 4, io.ErrUnexpectedEOF, 400},
+				{"cut chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcd", true, 4, io.ErrUnexpectedEOF, 400},
+				{"bad size", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n-1\r\n", false, 2, nil, 400},
+				{"size line too long", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" + strings.Repeat("e", 5000), false, 0, nil, 400},
+				{"bad trailer", chunkedPost("abc", 3, "X Y: 1\r\n"), false, 3, nil, 400},
+				{"trailer too long", chunkedPost("abc", 3, strings.Repeat("X-Long: "+strings.Repeat("v", 90)+"\r\n", 50)), false, 3, nil, 400},
+			} {
+				c, br := o.dial(t, addr)
+				start := time.Now()
+				io.WriteString(c, tc.req)
+				if tc.end {
+					time.Sleep(20 * time.Millisecond)
+					closeWrite(t, c)
+				}
+				s := <-got
+				if s.n != tc.n || s.err == nil || tc.is != nil && !errors.Is(s.err, tc.is) {
+					t.Errorf("%s: read %d, %v; want %d, then %v", tc.name, s.n, s.err, tc.n, tc.is)
+				}
+				if d := time.Since(start); tc.is == proxy.ErrBodyTimeout && (d < timeout || d > 3*timeout) {
+					t.Errorf("%s: failed after %v, want about %v", tc.name, d, timeout)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(br), nil)
+				if err != nil || resp.StatusCode != tc.status || !resp.Close {
+					t.Errorf("%s: answer %v, %v; want %d and the close", tc.name, resp, err, tc.status)
+				}
+				c.Close()
+			}
+		})
+	}
+}
