@@ -324,13 +324,6 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 	}))
 	t.Cleanup(be.Close)
 	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
-	c, err := net.Dial("tcp", r.Addr("web").String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(c)
 	long := strings.Repeat("0123456789", 30000)
 	chunked := func(body string, size int) string {
 		var b strings.Builder
@@ -343,18 +336,24 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 	want := func(cl int, body string) string {
 		return fmt.Sprintf("%d %d %x <nil>", cl, len(body), sha256.Sum256([]byte(body)))
 	}
+	var c net.Conn // one connection for them all
+	var br *bufio.Reader
 	for _, tc := range []struct{ name, req, want string }{
 		{"chunked", chunked("hello, world", 5), want(-1, "hello, world")},
 		{"long", fmt.Sprintf("PUT /l HTTP/1.1\r\nHost: h.test\r\nContent-Length: %d\r\n\r\n%s", len(long), long), want(len(long), long)},
 		{"long chunked", chunked(long, 64<<10), want(-1, long)},
 		{"after them", "GET /g HTTP/1.1\r\nHost: h.test\r\n\r\n", want(0, "")},
 	} {
-		if _, err := io.WriteString(c, tc.req); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+		var resp *http.Response
+		if c == nil {
+			c, br, resp = rawSend(t, r.Addr("web").String(), tc.req)
+			defer c.Close()
+		} else {
+			io.WriteString(c, tc.req)
+			var err error
+			if resp, err = http.ReadResponse(br, nil); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
 		}
 		got, _ := io.ReadAll(resp.Body)
 		if string(got) != tc.want || resp.Close {
