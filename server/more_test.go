@@ -316,7 +316,8 @@ func TestHTTP2OverTLS(t *testing.T) {
 // than the 64 KiB read before it runs) reach the backend whole, and the
 // client's connection stays open for the requests after them, none
 // answered with a close: a chunked request framed once does not close
-// its connection (one framed both ways does, net/http's).
+// its connection (one framed both ways does, net/http's, and so does
+// every chunked one where net/http's server reads them all).
 func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -356,8 +357,15 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 			}
 		}
 		got, _ := io.ReadAll(resp.Body)
-		if string(got) != tc.want || resp.Close {
-			t.Errorf("%s: %q (close %v), want %q and the connection kept", tc.name, got, resp.Close, tc.want)
+		// Without raw socket access (-tags norawio) net/http's server
+		// reads every request, and a chunked one closes its connection.
+		wantClose := !rawio.Supported && strings.Contains(tc.req, "chunked")
+		if string(got) != tc.want || resp.Close != wantClose {
+			t.Errorf("%s: %q (close %v), want %q (close %v)", tc.name, got, resp.Close, tc.want, wantClose)
+		}
+		if resp.Close {
+			c.Close()
+			c = nil
 		}
 	}
 	resp, _, _ := rawExchange(t, r.Addr("web").String(), "POST /b HTTP/1.1\r\nHost: h.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
