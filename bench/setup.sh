@@ -226,13 +226,20 @@ YAML
 }
 
 # wrk_scripts writes wrk's scripts into $out: post.lua POSTs bodies of
-# POST_BYTES (100 unless set); forward.lua asks a forward proxy for the
-# backend on 19301.
+# POST_BYTES (100 unless set), chunked.lua the same bodies chunked (one
+# chunk, no Content-Length: as a client sends a body of no known length);
+# forward.lua asks a forward proxy for the backend on 19301.
 wrk_scripts() {
 	cat > "$out/post.lua" <<LUA
 wrk.method = "POST"
 wrk.body = string.rep("x", ${POST_BYTES:-100})
 wrk.headers["Content-Type"] = "text/plain"
+LUA
+	cat > "$out/chunked.lua" <<LUA
+local n = ${POST_BYTES:-100}
+local req = "POST / HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nContent-Type: text/plain\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n" ..
+  string.format("%x", n) .. "\\r\\n" .. string.rep("x", n) .. "\\r\\n0\\r\\n\\r\\n"
+request = function() return req end
 LUA
 	cat > "$out/forward.lua" <<'LUA'
 wrk.path = "http://127.0.0.1:19301/"

@@ -35,7 +35,8 @@
 # "get" and "post", in place of nginx's: the load's side, not the
 # proxy, is the limit then, and the load columns say what each proxy's
 # way of sending costs it. REQUEST=post sends POSTs of 100-byte bodies
-# (peers.sh's post.lua; POST_BYTES=N: N-byte ones) in place of GETs.
+# (peers.sh's post.lua; POST_BYTES=N: N-byte ones) in place of GETs;
+# REQUEST=chunked the same bodies chunked, with no Content-Length.
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git, GNU time (Debian: nginx-light
@@ -63,9 +64,9 @@ export WORKERS=$CORES
 BACKENDS=${BACKENDS:-nginx}
 REQUEST=${REQUEST:-get}
 case "$BACKENDS/$REQUEST" in
-nginx/get | go/get | go/post) ;;
-nginx/post) echo "REQUEST=post needs BACKENDS=go: nginx's return answers before a body arrives" >&2; exit 1 ;;
-*) echo "BACKENDS must be nginx or go, REQUEST get or post" >&2; exit 1 ;;
+nginx/get | go/get | go/post | go/chunked) ;;
+nginx/post | nginx/chunked) echo "REQUEST=$REQUEST needs BACKENDS=go: nginx's return answers before a body arrives" >&2; exit 1 ;;
+*) echo "BACKENDS must be nginx or go, REQUEST get, post or chunked" >&2; exit 1 ;;
 esac
 
 declare -A pid
@@ -107,7 +108,7 @@ for port in 19311 18170 18171 18172 ${BASE:+18174}; do wait_port "$port"; done
 # REQUEST=post, its requests peers.sh's POSTs.
 wrk_scripts
 {
-	[ "$REQUEST" = post ] && cat "$out/post.lua"
+	[ "$REQUEST" = get ] || cat "$out/$REQUEST.lua"
 	cat <<'LUA'
 done = function(summary, latency, requests)
   for _, p in ipairs({50, 75, 90, 99, 99.9}) do
@@ -171,6 +172,7 @@ run() {
 what="GETs, the proxy's cores the limit"
 [ "$BACKENDS" = go ] && what="GETs, the load's side the limit"
 [ "$REQUEST" = post ] && what="POSTs of ${POST_BYTES:-100} bytes, the load's side the limit"
+[ "$REQUEST" = chunked ] && what="chunked POSTs of ${POST_BYTES:-100} bytes, the load's side the limit"
 echo "# HTTP/1.1 $what: each proxy on cores $pin ($CORES worker(s) or P(s)), wrk -t$CORES -d$DURATION on cores $load, $kind $where, $ROUNDS rounds taking turns, medians; $(date -u +%Y-%m-%dT%H:%MZ), $(cores_note), $(go version | cut -d' ' -f3)"
 echo "# rotor: the working tree on $(git rev-parse --short HEAD)${BASE:+; base: $BASE}${BASE_ENV:+ with $BASE_ENV}; $(haproxy -v | head -1 | cut -d' ' -f1-3); $(nginx -v 2>&1 | cut -d' ' -f3)"
 forwarding_note
