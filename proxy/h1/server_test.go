@@ -782,6 +782,7 @@ func FuzzServerAgainstNetHTTP(f *testing.F) {
 		"GET /\r\n",
 		"PUT /x HTTP/1.1\r\nHost: a\r\nContent-Length: 0004\r\n\r\nbodyGET / HTTP/1.1\r\nHost: a\r\n\r\n",
 		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;e=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
 	} {
 		f.Add([]byte(seed))
 	}

@@ -86,6 +86,10 @@ const (
 	chunkTrailer        // the trailer's lines, up to the empty one
 )
 
+// discardMax is the most of a body net/http's server would read past
+// its handler, to keep the connection (its maxPostHandlerReadBytes).
+const discardMax = 256 << 10
+
 // Errors of a body read as its handler reads it: the client's.
 var (
 	errBodyCut     = errors.New("h1: request body cut short")
@@ -151,7 +155,12 @@ func (b *streamBody) Read(p []byte) (int, error) {
 	}
 	if err != nil {
 		b.err = err
-		if err == io.EOF {
+		// A body of a length the client's end cut short less than
+		// 256 KiB before its end counts as read to it, as net/http's
+		// does (its reader saw EOF, and it would discard that much): the
+		// answer does not say close, and the connection's next read
+		// finds the end. A chunked one cut short does not.
+		if err == io.EOF || err == io.ErrUnexpectedEOF && !b.chunked && b.left < discardMax {
 			if b.tlsBy {
 				// The watch may read the connection from now on.
 				_ = b.c.tc.SetReadDeadline(time.Time{})
