@@ -71,6 +71,10 @@ type InHand interface {
 	// the body ended; false (nothing taken) otherwise. The bytes are the
 	// request's: the taker must not keep them past the request.
 	Take(n int64) ([]byte, bool)
+	// Held returns the body's length when all of it is in hand and none
+	// of it was read, -1 otherwise: the length Take takes of a body of
+	// no known length (a chunked one that came whole with its head).
+	Held() int64
 }
 
 // Take takes the rest of a body in hand (InHand), counted as read.
@@ -84,6 +88,16 @@ func (l lent) Take(n int64) ([]byte, bool) {
 		l.n.Add(int64(len(p)))
 	}
 	return p, ok
+}
+
+// Held returns the length of a body in hand none of which was read
+// (InHand), -1 for any other.
+func (l lent) Held() int64 {
+	h, ok := l.rc.(InHand)
+	if !ok || l.n.Load() > 0 {
+		return -1
+	}
+	return h.Held()
 }
 
 // WriteTo sends the rest of the body to w in writes of up to CopyBuffer

@@ -107,6 +107,8 @@ func (h *inHand) Read(p []byte) (int, error) {
 
 func (h *inHand) Close() error { return nil }
 
+func (h *inHand) Held() int64 { return int64(len(h.b)) }
+
 func (h *inHand) Take(n int64) ([]byte, bool) {
 	if int64(len(h.b)) != n {
 		return nil, false
@@ -119,10 +121,14 @@ func (h *inHand) Take(n int64) ([]byte, bool) {
 // A lent body in hand gives its bytes whole when they are all that is
 // asked for, counted as read (the body is spent, as read it would be);
 // asked for another length, or with some of it read, it gives nothing
-// and stays as it was; a body not in hand gives nothing.
+// and stays as it was; a body not in hand gives nothing. Held says the
+// length Take takes, while all of it is in hand.
 func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 	b := proxy.NewBody(&inHand{b: []byte("hello")})
 	h := b.Lend().(proxy.InHand)
+	if n := h.Held(); n != 5 {
+		t.Fatalf("Held of 5 bytes in hand: %d", n)
+	}
 	if p, ok := h.Take(4); ok || p != nil || b.Spent() {
 		t.Fatalf("Take(4) of 5 bytes: %q, %v, spent %v; want nothing taken", p, ok, b.Spent())
 	}
@@ -138,9 +144,15 @@ func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Len() != 2 {
 		t.Fatalf("Take(5) after 2 read: %q, %v, %d read; want nothing taken", p, ok, b.Len())
 	}
+	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
+		t.Fatalf("Held after 2 read: %d, want -1 (not all of it in hand)", n)
+	}
 
 	b = proxy.NewBody(io.NopCloser(strings.NewReader("hello")))
 	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Spent() {
 		t.Fatalf("Take of a body not in hand: %q, %v; want nothing", p, ok)
+	}
+	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
+		t.Fatalf("Held of a body not in hand: %d, want -1", n)
 	}
 }

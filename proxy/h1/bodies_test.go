@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy"
 )
 
@@ -202,5 +205,50 @@ func TestLongBodiesLeaveInLargeWrites(t *testing.T) {
 	// a body it streams), the body in writes of the copy buffer's size.
 	if sent < len(body) || len(sizes) > len(body)/proxy.CopyBuffer+3 {
 		t.Fatalf("%d bytes in %d writes for a body of %d, want writes of up to %d: %v", sent, len(sizes), len(body), proxy.CopyBuffer, sizes)
+	}
+}
+
+// A chunked body in hand (it came whole with its head) goes the short
+// way: chunked, as it came, with its head in one write, its trailer-free
+// end with it; the connection is kept for the next one.
+func TestChunkedBodyInHandLeavesWithItsHead(t *testing.T) {
+	testtool.NeedsRaw(t)
+	body := bytes.Repeat([]byte("0123456789"), 300)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil || !bytes.Equal(b, body) || r.ContentLength != -1 || !slices.Equal(r.TransferEncoding, []string{"chunked"}) {
+			http.Error(w, fmt.Sprintf("read %d bytes, length %d, %q (%v)", len(b), r.ContentLength, r.TransferEncoding, err), http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	var sizes []int
+	var dials atomic.Int32
+	dialer := &net.Dialer{Timeout: time.Second}
+	tr := New(&http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeSizes{c, &mu, &sizes}, nil
+	}})
+	t.Cleanup(tr.Close)
+	for i := range 2 {
+		req, _ := http.NewRequest("POST", srv.URL, nil)
+		req.Body, req.ContentLength, req.TransferEncoding = &wholeBody{b: body}, -1, []string{"chunked"}
+		if !tr.Short(req) {
+			t.Fatal("a chunked body in hand does not go the short way")
+		}
+		if _, answer := fetch(t, tr, req); answer != "ok" {
+			t.Fatalf("request %d: answered %q", i, answer)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || dials.Load() != 1 {
+		t.Fatalf("two requests in %d writes (%v) on %d connections, want one write each on one", len(sizes), sizes, dials.Load())
 	}
 }

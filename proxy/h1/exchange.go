@@ -27,7 +27,9 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	if host == "" {
 		host = r.URL.Host
 	}
-	if r.Close || len(r.TransferEncoding) > 0 || r.Trailer != nil || r.URL.Opaque != "" ||
+	// A chunked body in hand leaves as one chunk, with its head.
+	chunked := r.ContentLength < 0 && len(body) > 0 && len(r.TransferEncoding) == 1 && r.TransferEncoding[0] == "chunked"
+	if r.Close || len(r.TransferEncoding) > 0 && !chunked || r.Trailer != nil || r.URL.Opaque != "" ||
 		!plainHost(host) || watched(trace) {
 		return netWriteRequest(bw, r, body, trace)
 	}
@@ -63,6 +65,8 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 		b = append(b, "\r\n"...)
 	}
 	switch {
+	case chunked:
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	case len(body) > 0, method == http.MethodPost, method == http.MethodPut, method == http.MethodPatch:
 		// As Request.Write: a length for a body, and for these methods
 		// without one ("Content-Length: 0", which many servers expect).
@@ -72,9 +76,17 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	}
 	var fields [24]headerField
 	b = appendFields(b, requestFields(fields[:], r.Header), read)
-	_, err := bw.Write(append(b, "\r\n"...))
+	b = append(b, "\r\n"...)
+	if chunked {
+		b = strconv.AppendInt(b, int64(len(body)), 16)
+		b = append(b, "\r\n"...)
+	}
+	_, err := bw.Write(b)
 	if err == nil && len(body) > 0 {
 		_, err = bw.Write(body)
+	}
+	if err == nil && chunked {
+		_, err = bw.WriteString("\r\n0\r\n\r\n")
 	}
 	return err
 }

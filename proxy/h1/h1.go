@@ -291,7 +291,7 @@ func short(r *http.Request) bool {
 			return false
 		}
 	} else {
-		if r.ContentLength <= 0 || r.ContentLength > maxBody || r.Method == http.MethodConnect {
+		if n := sendLength(r); n <= 0 || n > maxBody || r.Method == http.MethodConnect {
 			return false
 		}
 		if _, expect := r.Header["Expect"]; expect {
@@ -300,6 +300,20 @@ func short(r *http.Request) bool {
 		return !upgrading(r)
 	}
 	return true
+}
+
+// sendLength is the length of the body the short way sends r with: its
+// ContentLength, or for one of no known length (chunked) the bytes in
+// hand when all of it is (it came whole with its head), sent chunked as
+// it came; -1 when it is not known.
+func sendLength(r *http.Request) int64 {
+	if r.ContentLength >= 0 {
+		return r.ContentLength
+	}
+	if h, ok := r.Body.(proxy.InHand); ok {
+		return h.Held()
+	}
+	return -1
 }
 
 // upgrading reports whether r asks to switch protocols: a 101 is its
@@ -360,7 +374,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 	// net/http's Transport does not send again a body it cannot get
 	// anew), so a connection the server has closed meanwhile is not used
 	// for it.
-	once := r.ContentLength > 0
+	once := r.ContentLength != 0
 	// The second time, a new connection: a server that timed one idle
 	// connection out has most often timed out those idle longer too.
 	fresh := false
@@ -913,7 +927,7 @@ func (c *conn) sendStep(fd uintptr) bool {
 func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *ReadHead) (*http.Response, error) {
 	ctx, try := r.Context(), c.t.try
 	var reqBody []byte
-	if r.ContentLength > 0 {
+	if n := sendLength(r); n > 0 {
 		// Read whole first, once a connection is ready for it (a failed
 		// dial leaves it unread, for another endpoint), and before the
 		// try begins: a client slow to send it is not the backend's
@@ -921,12 +935,12 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 		// keeps it), and nothing was sent.
 		if h, ok := r.Body.(proxy.InHand); ok {
 			// In hand already: its bytes go with the head as they are.
-			reqBody, _ = h.Take(r.ContentLength)
+			reqBody, _ = h.Take(n)
 		}
 		var err error
 		if reqBody == nil {
 			var b []byte
-			if r.ContentLength <= smallBody {
+			if n <= smallBody {
 				small := bodies.Get().(*[smallBody]byte)
 				defer bodies.Put(small)
 				b = small[:]
@@ -935,9 +949,9 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 				defer largeBodies.Put(large)
 				b = large[:]
 			}
-			var n int
-			n, err = io.ReadFull(r.Body, b[:r.ContentLength])
-			reqBody = b[:n]
+			var got int
+			got, err = io.ReadFull(r.Body, b[:n])
+			reqBody = b[:got]
 		}
 		r.Body.Close()
 		if err != nil {

@@ -1073,6 +1073,11 @@ func TestShort(t *testing.T) {
 		r.RequestURI = ""
 		return r
 	}
+	chunkedReq := func(body io.ReadCloser) *http.Request {
+		r := req("POST", "http://a/", "")
+		r.Body, r.ContentLength, r.TransferEncoding = body, -1, []string{"chunked"}
+		return r
+	}
 	cases := []struct {
 		name string
 		tr   *Transport
@@ -1084,6 +1089,9 @@ func TestShort(t *testing.T) {
 		{"a small POST", tr, req("POST", "http://a/", "x=1"), rawio.Supported},
 		{"a POST too long", tr, req("POST", "http://a/", strings.Repeat("x", maxBody+1)), false},
 		{"a bodiless POST", tr, req("POST", "http://a/", ""), false},
+		{"a chunked body in hand", tr, chunkedReq(&wholeBody{b: []byte("x=1")}), rawio.Supported},
+		{"a chunked body in hand, some of it read", tr, chunkedReq(&wholeBody{b: []byte("=1"), read: true}), false},
+		{"a chunked body not in hand", tr, chunkedReq(io.NopCloser(strings.NewReader("x=1"))), false},
 		{"https", tr, req("GET", "https://a/", ""), false},
 		{"through a proxy", proxied, req("GET", "http://a/", ""), false},
 	}

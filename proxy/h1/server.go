@@ -924,6 +924,8 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 				a.read.addr = c.addr
 				c.block = a
 				return nil, 0, false
+			case r.ContentLength < 0 && !a.expect && c.chunkedInHand(r, &n):
+				// A chunked body that came whole with its head: in hand.
 			case !c.startStream(r, a.expect, fd):
 				r = nil // net/http's
 			}
@@ -981,6 +983,70 @@ func (c *clientConn) startBody(r *http.Request, n int) bool {
 }
 
 var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+
+// chunkedInHand takes the chunked body of r, whose head is the *n bytes
+// buffered at c.r, in hand when it came whole with its head, with no
+// trailer field, and is within MaxBody: r's body is then its data, which
+// a transport sends on with its head in one write, and *n counts the
+// head and the body's framing. Anything else (a body still coming, a
+// trailer, framing the body's reader refuses) is left to it
+// (startStream), which reads it, or fails the read, as its handler does.
+func (c *clientConn) chunkedInHand(r *http.Request, n *int) bool {
+	if r.Method == http.MethodConnect {
+		return false
+	}
+	if _, ok := r.Header["Trailer"]; ok {
+		return false
+	}
+	src := c.buf[c.r+*n : c.w]
+	size, used, ok := wholeChunks(src)
+	if !ok || c.s.MaxBody > 0 && size > c.s.MaxBody {
+		return false
+	}
+	data := make([]byte, 0, size)
+	for p := src[:used]; ; {
+		i := bytes.IndexByte(p, '\n')
+		k, _ := chunkSizeOf(p[:i-1])
+		if k == 0 {
+			break
+		}
+		data = append(data, p[i+1:i+1+int(k)]...)
+		p = p[i+1+int(k)+2:]
+	}
+	r.Body = &wholeBody{b: data}
+	*n += used
+	return true
+}
+
+// wholeChunks reads a chunked body at the start of p: its data's size and
+// the bytes it takes, framing and all, when it is all there, with an
+// empty trailer and framing as the body's reader takes it (streamBody's
+// rules); false otherwise.
+func wholeChunks(p []byte) (size int64, used int, ok bool) {
+	for {
+		i := bytes.IndexByte(p[used:], '\n')
+		if i < 1 || p[used+i-1] != '\r' {
+			return 0, 0, false
+		}
+		k, ok := chunkSizeOf(p[used : used+i-1])
+		if !ok || k > int64(len(p)) {
+			return 0, 0, false
+		}
+		used += i + 1
+		if k == 0 {
+			if len(p)-used < 2 || p[used] != '\r' || p[used+1] != '\n' {
+				return 0, 0, false // a trailer, or not all of it came
+			}
+			return size, used + 2, true
+		}
+		end := used + int(k)
+		if end+2 > len(p) || p[end] != '\r' || p[end+1] != '\n' {
+			return 0, 0, false
+		}
+		size += k
+		used = end + 2
+	}
+}
 
 // bodyDeadline sets the read deadline of the next read of a pending body
 // and returns it (zero: none).
@@ -1074,7 +1140,10 @@ func (c *clientConn) dropBody() (read []byte, expired bool) {
 
 // wholeBody is a request body that came whole with its head, or was read
 // whole before its request was served.
-type wholeBody struct{ b []byte }
+type wholeBody struct {
+	b    []byte
+	read bool // some of it was read
+}
 
 // BodyInHand reports whether r's body came whole with its head, or was
 // read whole before its handler ran: it is r.ContentLength bytes already
@@ -1103,7 +1172,17 @@ func (w *wholeBody) Read(p []byte) (int, error) {
 	}
 	n := copy(p, w.b)
 	w.b = w.b[n:]
+	w.read = w.read || n > 0
 	return n, nil
+}
+
+// Held returns the body's length while none of it was read
+// (proxy.InHand).
+func (w *wholeBody) Held() int64 {
+	if w.read {
+		return -1
+	}
+	return int64(len(w.b))
 }
 
 func (w *wholeBody) Close() error { return nil }
@@ -1114,7 +1193,7 @@ func (w *wholeBody) Take(n int64) ([]byte, bool) {
 		return nil, false
 	}
 	p := w.b
-	w.b = nil
+	w.b, w.read = nil, true
 	return p, true
 }
 
