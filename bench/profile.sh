@@ -8,7 +8,8 @@
 # PROTO=h2 profiles HTTP/2 over TLS instead: h2load -c 20 -m 10 against a
 # TLS listener (self-signed certificate), HTTP/1.1 to the backends;
 # PROTO=tls, HTTP/1.1 over TLS: wrk to the same listener.
-# POST_BYTES=N makes wrk's requests POSTs of N-byte bodies.
+# POST_BYTES=N makes wrk's requests POSTs of N-byte bodies; CHUNKED=1
+# sends those bodies chunked, with no Content-Length.
 # STRACE=1 also counts rotor's system calls per request (strace);
 # PERF=1 counts its reads, writes, sends, receives, poller waits, futex
 # calls, sleeps and all its system calls a request with perf's
@@ -66,14 +67,16 @@ load() {
 	else
 		local d=$DURATION
 		[ -n "${1:-}" ] && d=3s
-		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency ${POST_BYTES:+-s "$out/post.lua"} "$scheme://127.0.0.1:18200/" >"$out/load.txt"
+		local script=post
+		[ "${CHUNKED:-}" = 1 ] && script=chunked
+		taskset -c $load wrk -t"$CORES" -c"$CONNS" -d"$d" --latency ${POST_BYTES:+-s "$out/$script.lua"} "$scheme://127.0.0.1:18200/" >"$out/load.txt"
 		awk '/requests in/ {print $1}' "$out/load.txt"
 	fi
 }
 if [ "$PROTO" = h2 ]; then
 	echo "# h2load -n 100000 -c 20 -m 10 over TLS through rotor ($CORES core(s)), $rev"
 else
-	echo "# wrk -t$CORES -c$CONNS -d$DURATION${POST_BYTES:+, POSTs of $POST_BYTES bytes,} through rotor ($CORES core(s)), $scheme, $rev"
+	echo "# wrk -t$CORES -c$CONNS -d$DURATION${POST_BYTES:+, POSTs of $POST_BYTES bytes${CHUNKED:+ chunked},} through rotor ($CORES core(s)), $scheme, $rev"
 fi
 n=$(load)
 served=$((served + n))
