@@ -54,6 +54,12 @@ func Sendv(fd uintptr, bufs [][]byte) (int, error) {
 // a byte is there, 0 with no error at its end; EAGAIN when nothing is.
 func Peek(fd uintptr) (n int, err error) {
 	var b [1]byte
-	n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return Look(fd, b[:])
+}
+
+// Look copies into p what socket fd holds, up to len(p), without taking
+// it or waiting: 0 with no error at its end; EAGAIN when nothing is there.
+func Look(fd uintptr, p []byte) (n int, err error) {
+	n, _, err = syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	return n, err
 }

@@ -53,7 +53,13 @@ func Sendv(fd uintptr, bufs [][]byte) (int, error) {
 // a byte is there, 0 with no error at its end; EAGAIN when nothing is.
 func Peek(fd uintptr) (int, error) {
 	var b [1]byte
-	return call(unix.SYS_RECVFROM, fd, b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return Look(fd, b[:])
+}
+
+// Look copies into p what socket fd holds, up to len(p), without taking
+// it or waiting: 0 with no error at its end; EAGAIN when nothing is there.
+func Look(fd uintptr, p []byte) (int, error) {
+	return call(unix.SYS_RECVFROM, fd, p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 }
 
 func call(trap, fd uintptr, p []byte, flags uintptr) (int, error) {

@@ -28,5 +28,8 @@ func Writev(fd uintptr, bufs [][]byte) (int, error) { return 0, errUnsupported }
 // Peek fails: see Supported.
 func Peek(fd uintptr) (int, error) { return 0, errUnsupported }
 
+// Look fails: see Supported.
+func Look(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
+
 // Shutdown fails: see Supported.
 func Shutdown(fd uintptr) error { return errUnsupported }

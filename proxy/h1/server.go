@@ -924,7 +924,7 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 				a.read.addr = c.addr
 				c.block = a
 				return nil, 0, false
-			case r.ContentLength < 0 && !a.expect && c.chunkedInHand(r, &n):
+			case r.ContentLength < 0 && !a.expect && c.chunkedInHand(r, &n, fd):
 				// A chunked body that came whole with its head: in hand.
 			case !c.startStream(r, a.expect, fd):
 				r = nil // net/http's
@@ -984,14 +984,24 @@ func (c *clientConn) startBody(r *http.Request, n int) bool {
 
 var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
 
+// lookSize bounds what chunkedInHand looks at: a body of up to maxInHand
+// and its framing.
+const lookSize = maxInHand + bufSize
+
+var looks = sync.Pool{New: func() any { return new([lookSize]byte) }}
+
 // chunkedInHand takes the chunked body of r, whose head is the *n bytes
-// buffered at c.r, in hand when it came whole with its head, with no
-// trailer field, and is within MaxBody: r's body is then its data, which
-// a transport sends on with its head in one write, and *n counts the
-// head and the body's framing. Anything else (a body still coming, a
-// trailer, framing the body's reader refuses) is left to it
-// (startStream), which reads it, or fails the read, as its handler does.
-func (c *clientConn) chunkedInHand(r *http.Request, n *int) bool {
+// buffered at c.r, in hand when it has come whole, with no trailer field,
+// and is within MaxBody: r's body is then its data, which a transport
+// sends on with its head in one write. A body that filled the buffer
+// may be in the socket too: the socket is looked at (rawio.Look, which
+// takes nothing), and what it holds of the body, up to maxInHand, is
+// taken once the body is known whole, and nothing past its end. *n
+// counts the head and what the buffer held of the body then. Anything
+// else (a body still coming, a trailer, framing the body's reader
+// refuses) is left to it (startStream), which reads it, or fails the
+// read, as its handler does.
+func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 	if r.Method == http.MethodConnect {
 		return false
 	}
@@ -999,8 +1009,18 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int) bool {
 		return false
 	}
 	src := c.buf[c.r+*n : c.w]
+	buffered := len(src)
 	size, used, ok := wholeChunks(src)
-	if !ok || c.s.MaxBody > 0 && size > c.s.MaxBody {
+	if !ok && c.tls == nil && c.w == bufSize {
+		look := looks.Get().(*[lookSize]byte)
+		defer looks.Put(look)
+		k := copy(look[:], src)
+		if m, err := rawio.Look(fd, look[k:]); err == nil && m > 0 {
+			src = look[:k+m]
+			size, used, ok = wholeChunks(src)
+		}
+	}
+	if !ok || size > maxInHand || c.s.MaxBody > 0 && size > c.s.MaxBody {
 		return false
 	}
 	data := make([]byte, 0, size)
@@ -1014,7 +1034,25 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int) bool {
 		p = p[i+1+int(k)+2:]
 	}
 	r.Body = &wholeBody{b: data}
-	*n += used
+	if used <= buffered {
+		*n += used
+		return true
+	}
+	// The rest of it is in the socket: take it, and no more. What the
+	// socket was seen to hold is there to take; if a read fails all the
+	// same, the body is still whole (the look's), and the connection
+	// closes after the answer, what is left of the body never read as a
+	// request.
+	*n += buffered
+	for got := buffered; got < used; {
+		k, err := rawio.Read(fd, src[got:used])
+		if err != nil || k <= 0 {
+			r.Close = true
+			break
+		}
+		got += k
+	}
+	c.drained = false
 	return true
 }
 

@@ -241,3 +241,37 @@ func TestServerStreamedBodiesAreBounded(t *testing.T) {
 		})
 	}
 }
+
+// A chunked body that has come whole is taken in hand before its handler
+// runs: one in the buffer with its head, and, in cleartext, one that
+// filled the buffer and whose rest the socket held (looked at, then taken
+// up to the body's end and no further: the request behind it is served
+// next). Over TLS such a body is read as the handler reads it, as is one
+// whose end is still to come.
+func TestServerTakesChunkedBodiesInHand(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
+				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+			c, br := o.dial(t, addr)
+			body := strings.Repeat("abcdefghij", 2000)
+			large := wantInHand(body)
+			if o.name == "tls" {
+				large = wantStreamed(body, "map[]")
+			}
+			io.WriteString(c, chunkedPost("small", 2, "")+chunkedPost(body, 7000, "")+"GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+			for _, want := range []string{wantInHand("small"), large, wantStreamed("", "map[]")} {
+				if resp, got := readAnswer(t, br); got != want || resp.Close {
+					t.Fatalf("%q (close %v), want %q kept alive", got, resp.Close, want)
+				}
+			}
+			// The end still to come: read as the handler reads it.
+			req := chunkedPost(body, 7000, "")
+			writeSlowly(c, 100*time.Millisecond, req[:len(req)-200], req[len(req)-200:])
+			if resp, got := readAnswer(t, br); got != wantStreamed(body, "map[]") || resp.Close {
+				t.Fatalf("a body whose end came later: %q (close %v)", got, resp.Close)
+			}
+		})
+	}
+}
