@@ -34,6 +34,14 @@ func wantInHand(body string) string {
 	return fmt.Sprintf("*h1.response true read %d %x <nil> trailer=map[]", len(body), sha256.Sum256([]byte(body)))
 }
 
+// dialStreamed starts a server whose handler is streamed, with a body
+// timeout of 5 s, over o, and dials it.
+func dialStreamed(t *testing.T, o over) (net.Conn, *bufio.Reader) {
+	addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
+		func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+	return o.dial(t, addr)
+}
+
 // writeSlowly writes the pieces with a pause before each.
 func writeSlowly(c net.Conn, pause time.Duration, pieces ...string) {
 	for _, p := range pieces {
@@ -55,9 +63,7 @@ func TestServerStreamsBodies(t *testing.T) {
 	testtool.NeedsRaw(t)
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
-			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
-				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
-			c, br := o.dial(t, addr)
+			c, br := dialStreamed(t, o)
 			next := func(what string) {
 				t.Helper()
 				io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -252,9 +258,7 @@ func TestServerTakesChunkedBodiesInHand(t *testing.T) {
 	testtool.NeedsRaw(t)
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
-			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
-				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
-			c, br := o.dial(t, addr)
+			c, br := dialStreamed(t, o)
 			body := strings.Repeat("abcdefghij", 2000)
 			large := wantInHand(body)
 			if o.name == "tls" {
