@@ -192,6 +192,8 @@ func (b *streamBody) readLength(p []byte) (int, error) {
 		if n, err = b.readSocket(p); err != nil {
 			return 0, err
 		}
+	} else if n < len(p) {
+		n += b.readNow(p[n:])
 	}
 	b.left -= int64(n)
 	if b.left == 0 {
@@ -210,10 +212,11 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 				q = q[:b.left]
 			}
 			m := b.fromBuffer(q)
-			if m == 0 {
-				if n > 0 {
+			if m == 0 && n > 0 {
+				if m = b.readNow(q); m == 0 {
 					return n, nil
 				}
+			} else if m == 0 {
 				if m, err = b.readSocket(q); err != nil {
 					return 0, err
 				}
@@ -304,12 +307,12 @@ func chunkSizeOf(line []byte) (int64, bool) {
 }
 
 // line takes the next line of the body's framing out of the buffer,
-// without its CRLF; ok false: it is not all buffered and may not be waited
-// for. A line longer than the buffer, or one that ends in a bare LF, is
-// an error.
+// without its CRLF; ok false: it is not all buffered, or in the socket,
+// and may not be waited for. A line longer than the buffer, or one that
+// ends in a bare LF, is an error.
 func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 	c := b.c
-	for {
+	for now := true; ; {
 		if c.buf != nil {
 			if i := bytes.IndexByte(c.buf[c.r:c.w], '\n'); i >= 0 {
 				end := c.r + i
@@ -321,7 +324,7 @@ func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 				return line, true, nil
 			}
 		}
-		if !wait {
+		if !wait && !now {
 			return nil, false, nil
 		}
 		if c.buf == nil {
@@ -334,9 +337,14 @@ func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 			}
 			return nil, false, errChunkLine
 		}
-		n, err := b.readSocket(c.buf[c.w:])
-		if err != nil {
-			return nil, false, err
+		var n int
+		if wait {
+			if n, err = b.readSocket(c.buf[c.w:]); err != nil {
+				return nil, false, err
+			}
+		} else if n, now = b.readNow(c.buf[c.w:]), false; n == 0 {
+			c.release()
+			return nil, false, nil
 		}
 		c.w += n
 	}
@@ -352,6 +360,22 @@ func (b *streamBody) fromBuffer(p []byte) int {
 	c.r += n
 	if c.r == c.w {
 		c.release()
+	}
+	return n
+}
+
+// readNow reads into p what the socket holds now, without waiting, so
+// that a read of the body gives its reader all that has come (and the
+// transport sends it on in fewer, larger pieces): 0 when the socket
+// holds nothing, or on its end or an error, which the next read that
+// waits meets. Over TLS, nothing: a read of the TLS connection may wait.
+func (b *streamBody) readNow(p []byte) int {
+	if b.c.tls != nil || b.ending.Load() || len(p) == 0 {
+		return 0
+	}
+	n, err := rawio.Read(b.fd, p)
+	if err != nil || n < 0 {
+		return 0
 	}
 	return n
 }

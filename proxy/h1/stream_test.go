@@ -279,3 +279,43 @@ func TestServerTakesChunkedBodiesInHand(t *testing.T) {
 		})
 	}
 }
+
+// A read of a streamed body gives its reader all of the body that has
+// come, the buffer's and what the socket holds, across chunks, not only
+// what the buffer held (cleartext; over TLS a read gives what the
+// buffer and one read of the connection have): a transport sends it on
+// in fewer, larger pieces.
+func TestServerStreamedReadsTakeWhatCame(t *testing.T) {
+	testtool.NeedsRaw(t)
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			first := make(chan int, 1)
+			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					n, _ := r.Body.Read(make([]byte, 64<<10))
+					first <- n
+					rest, err := io.ReadAll(r.Body)
+					fmt.Fprintf(w, "%d %v", n+len(rest), err)
+				})},
+				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+			c, br := o.dial(t, addr)
+			var req strings.Builder
+			req.WriteString("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+			for range 10 {
+				fmt.Fprintf(&req, "3e8\r\n%s\r\n", strings.Repeat("z", 1000))
+			}
+			io.WriteString(c, req.String()) // the end later: streamed
+			n := <-first
+			io.WriteString(c, "0\r\n\r\n")
+			if _, got := readAnswer(t, br); got != "10000 <nil>" {
+				t.Fatalf("answer %q, want the 10,000 bytes read", got)
+			}
+			if o.name == "cleartext" && n != 10000 {
+				t.Fatalf("the first read took %d bytes of the 10,000 that had come", n)
+			}
+			if n <= 0 {
+				t.Fatalf("the first read took %d bytes", n)
+			}
+		})
+	}
+}
