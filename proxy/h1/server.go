@@ -1010,29 +1010,21 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 	}
 	src := c.buf[c.r+*n : c.w]
 	buffered := len(src)
-	size, used, ok := wholeChunks(src)
+	size, used, ok := wholeChunks(src, nil)
 	if !ok && c.tls == nil && c.w == bufSize {
 		look := looks.Get().(*[lookSize]byte)
 		defer looks.Put(look)
 		k := copy(look[:], src)
 		if m, err := rawio.Look(fd, look[k:]); err == nil && m > 0 {
 			src = look[:k+m]
-			size, used, ok = wholeChunks(src)
+			size, used, ok = wholeChunks(src, nil)
 		}
 	}
 	if !ok || size > maxInHand || c.s.MaxBody > 0 && size > c.s.MaxBody {
 		return false
 	}
-	data := make([]byte, 0, size)
-	for p := src[:used]; ; {
-		i := bytes.IndexByte(p, '\n')
-		k, _ := chunkSizeOf(p[:i-1])
-		if k == 0 {
-			break
-		}
-		data = append(data, p[i+1:i+1+int(k)]...)
-		p = p[i+1+int(k)+2:]
-	}
+	data := make([]byte, size)
+	wholeChunks(src[:used], data)
 	r.Body = &wholeBody{b: data}
 	if used <= buffered {
 		*n += used
@@ -1059,8 +1051,9 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 // wholeChunks reads a chunked body at the start of p: its data's size and
 // the bytes it takes, framing and all, when it is all there, with an
 // empty trailer and framing as the body's reader takes it (streamBody's
-// rules); false otherwise.
-func wholeChunks(p []byte) (size int64, used int, ok bool) {
+// rules); false otherwise. The data is copied into data when it is not
+// nil (its length at least the size, from a first call without it).
+func wholeChunks(p, data []byte) (size int64, used int, ok bool) {
 	for {
 		i := bytes.IndexByte(p[used:], '\n')
 		if i < 1 || p[used+i-1] != '\r' {
@@ -1080,6 +1073,9 @@ func wholeChunks(p []byte) (size int64, used int, ok bool) {
 		end := used + int(k)
 		if end+2 > len(p) || p[end] != '\r' || p[end+1] != '\n' {
 			return 0, 0, false
+		}
+		if data != nil {
+			copy(data[size:], p[used:end])
 		}
 		size += k
 		used = end + 2
