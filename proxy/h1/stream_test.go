@@ -34,12 +34,17 @@ func wantInHand(body string) string {
 	return fmt.Sprintf("*h1.response true read %d %x <nil> trailer=map[]", len(body), sha256.Sum256([]byte(body)))
 }
 
-// dialStreamed starts a server whose handler is streamed, with a body
-// timeout of 5 s, over o, and dials it.
-func dialStreamed(t *testing.T, o over) (net.Conn, *bufio.Reader) {
-	addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(streamed), ReadHeaderTimeout: 5 * time.Second},
+// startBodies starts a server with handler h over o, head and body
+// timeouts of 5 s, and returns its address.
+func startBodies(t *testing.T, o over, h http.HandlerFunc) string {
+	return o.startWith(t, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second},
 		func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
-	return o.dial(t, addr)
+}
+
+// dialStreamed starts a server whose handler is streamed over o
+// (startBodies), and dials it.
+func dialStreamed(t *testing.T, o over) (net.Conn, *bufio.Reader) {
+	return o.dial(t, startBodies(t, o, streamed))
 }
 
 // writeSlowly writes the pieces with a pause before each.
@@ -121,32 +126,30 @@ func TestServerStreamedBodyNotRead(t *testing.T) {
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
 			late := make(chan error, 1)
-			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
-				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					switch r.URL.Path {
-					case "/waiting":
-						started := make(chan struct{})
-						body := r.Body
+			addr := startBodies(t, o, func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/waiting":
+					started := make(chan struct{})
+					body := r.Body
+					go func() {
+						close(started)
+						_, err := io.ReadAll(body)
+						late <- err
+					}()
+					<-started
+					time.Sleep(50 * time.Millisecond) // the read waits for the client
+				case "/after":
+					body := r.Body // the request is the server's again once the handler returned
+					defer func() {
 						go func() {
-							close(started)
-							_, err := io.ReadAll(body)
+							time.Sleep(50 * time.Millisecond)
+							_, err := body.Read(make([]byte, 10))
 							late <- err
 						}()
-						<-started
-						time.Sleep(50 * time.Millisecond) // the read waits for the client
-					case "/after":
-						body := r.Body // the request is the server's again once the handler returned
-						defer func() {
-							go func() {
-								time.Sleep(50 * time.Millisecond)
-								_, err := body.Read(make([]byte, 10))
-								late <- err
-							}()
-						}()
-					}
-					io.WriteString(w, "not read")
-				})},
-				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+					}()
+				}
+				io.WriteString(w, "not read")
+			})
 
 			for _, head := range []string{
 				"POST /ignore HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
@@ -290,14 +293,12 @@ func TestServerStreamedReadsTakeWhatCame(t *testing.T) {
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
 			first := make(chan int, 1)
-			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
-				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					n, _ := r.Body.Read(make([]byte, 64<<10))
-					first <- n
-					rest, err := io.ReadAll(r.Body)
-					fmt.Fprintf(w, "%d %v", n+len(rest), err)
-				})},
-				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+			addr := startBodies(t, o, func(w http.ResponseWriter, r *http.Request) {
+				n, _ := r.Body.Read(make([]byte, 64<<10))
+				first <- n
+				rest, err := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "%d %v", n+len(rest), err)
+			})
 			c, br := o.dial(t, addr)
 			var req strings.Builder
 			req.WriteString("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
