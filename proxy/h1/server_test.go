@@ -320,6 +320,7 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 		{"chunked and a length", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
 		{"chunked twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" + get, chunkRead},
 		{"chunked on HTTP/1.0", "POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", chunkRead},
+		{"CR in a chunk's size line", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\r\nabc\r\n0\r\n\r\n", chunkRead},
 		{"gzip, chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", chunkRead},
 		{"length of 18 digits", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000000000000000\r\n\r\nabc", chunkRead},
 		{"length of 19 digits", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000000000000000\r\n\r\nabc", chunkRead},

@@ -279,8 +279,13 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 
 // chunkSizeOf reads a chunk's size line as net/http's chunked reader
 // does: hexadecimal digits, then whatever extension after a semicolon
-// (ignored), whitespace at the end dropped; at most 15 digits here.
+// (ignored), whitespace at the end dropped; at most 15 digits here. A
+// CR anywhere in it (its CRLF taken off) is refused, as net/http
+// refuses one before the line's end.
 func chunkSizeOf(line []byte) (int64, bool) {
+	if bytes.IndexByte(line, '\r') >= 0 {
+		return 0, false
+	}
 	line = bytes.TrimRight(line, " \t")
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
 		line = line[:i]
