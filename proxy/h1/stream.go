@@ -313,18 +313,23 @@ func chunkSizeOf(line []byte) (int64, bool) {
 
 // line takes the next line of the body's framing out of the buffer,
 // without its CRLF; ok false: it is not all buffered, or in the socket,
-// and may not be waited for. A line longer than the buffer, or one that
-// ends in a bare LF, is an error.
+// and may not be waited for. A line longer than the buffer is an error,
+// and so is one that ends in a bare LF but in the trailer, whose lines
+// net/http reads as a header's (textproto: a bare LF ends a line).
 func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 	c := b.c
 	for now := true; ; {
 		if c.buf != nil {
 			if i := bytes.IndexByte(c.buf[c.r:c.w], '\n'); i >= 0 {
 				end := c.r + i
-				if i == 0 || c.buf[end-1] != '\r' {
+				line = c.buf[c.r:end]
+				if i > 0 && c.buf[end-1] == '\r' {
+					line = line[:i-1]
+				} else if b.phase != chunkTrailer {
+					// A size line or a chunk's end needs its CR; a trailer's
+					// lines are a header's, which may end in a bare LF.
 					return nil, false, errChunkLine
 				}
-				line = c.buf[c.r : end-1]
 				c.r = end + 1
 				return line, true, nil
 			}
