@@ -1065,14 +1065,13 @@ func wholeChunks(p, data []byte) (size int64, used int, ok bool) {
 		}
 		used += i + 1
 		if k == 0 {
-			// The empty trailer: its line ends as a header's may.
-			switch {
-			case len(p)-used >= 1 && p[used] == '\n':
-				return size, used + 1, true
-			case len(p)-used >= 2 && p[used] == '\r' && p[used+1] == '\n':
+			// The empty trailer. Any other (a trailer's lines, or one
+			// opening with a bare LF, which ends the body only once a
+			// CRLF CRLF is ahead) is the stream's to read.
+			if len(p)-used >= 2 && p[used] == '\r' && p[used+1] == '\n' {
 				return size, used + 2, true
 			}
-			return 0, 0, false // a trailer, or not all of it came
+			return 0, 0, false
 		}
 		end := used + int(k)
 		if end+2 > len(p) || p[end] != '\r' || p[end+1] != '\n' {

@@ -80,10 +80,11 @@ type streamBody struct {
 
 // Where a chunked body is.
 const (
-	chunkSize    = iota // a size line comes next
-	chunkData           // the chunk's data (left bytes of it)
-	chunkEnd            // the CRLF after a chunk's data
-	chunkTrailer        // the trailer's lines, up to the empty one
+	chunkSize         = iota // a size line comes next
+	chunkData                // the chunk's data (left bytes of it)
+	chunkEnd                 // the CRLF after a chunk's data
+	chunkTrailerStart        // the trailer, not yet known to be all ahead
+	chunkTrailer             // the trailer's lines, up to the empty one
 )
 
 // discardMax is the most of a body net/http's server would read past
@@ -227,6 +228,16 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			}
 			continue
 		}
+		if b.phase == chunkTrailerStart {
+			ok, err := b.fill(n == 0, trailerAhead)
+			if err != nil {
+				return n, err
+			}
+			if !ok {
+				return n, nil // the rest waits for the next read
+			}
+			b.phase = chunkTrailer
+		}
 		line, ok, err := b.line(n == 0)
 		if err != nil {
 			return n, err
@@ -247,7 +258,7 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			}
 			b.left, b.phase = size, chunkData
 			if size == 0 {
-				b.phase = chunkTrailer
+				b.phase = chunkTrailerStart
 			}
 		case chunkTrailer:
 			if len(line) == 0 {
@@ -317,44 +328,67 @@ func chunkSizeOf(line []byte) (int64, bool) {
 // and so is one that ends in a bare LF but in the trailer, whose lines
 // net/http reads as a header's (textproto: a bare LF ends a line).
 func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
+	if ok, err = b.fill(wait, hasLine); !ok {
+		return nil, false, err
+	}
+	c := b.c
+	i := bytes.IndexByte(c.buf[c.r:c.w], '\n')
+	end := c.r + i
+	line = c.buf[c.r:end]
+	if i > 0 && c.buf[end-1] == '\r' {
+		line = line[:i-1]
+	} else if b.phase != chunkTrailer {
+		// A size line or a chunk's end needs its CR; a trailer's
+		// lines are a header's, which may end in a bare LF.
+		return nil, false, errChunkLine
+	}
+	c.r = end + 1
+	return line, true, nil
+}
+
+func hasLine(p []byte) bool { return bytes.IndexByte(p, '\n') >= 0 }
+
+// trailerAhead reports whether the trailer can be read from p, as
+// net/http's body reader decides it: an empty one (CRLF), or lines with
+// a CRLF CRLF somewhere ahead within its buffer, which it waits for
+// (it will not read an unbounded trailer line by line). So a trailer
+// that opens with a bare LF ends the body only once a CRLF CRLF came.
+func trailerAhead(p []byte) bool {
+	return len(p) >= 2 && (p[0] == '\r' && p[1] == '\n' || bytes.Contains(p, crlf2))
+}
+
+var crlf2 = []byte("\r\n\r\n")
+
+// fill reads into the connection's buffer until ready holds of what is
+// in it; ok false: it does not yet, and the socket has nothing more that
+// may be taken without waiting. A buffer that fills first is an error.
+func (b *streamBody) fill(wait bool, ready func([]byte) bool) (ok bool, err error) {
 	c := b.c
 	for now := true; ; {
-		if c.buf != nil {
-			if i := bytes.IndexByte(c.buf[c.r:c.w], '\n'); i >= 0 {
-				end := c.r + i
-				line = c.buf[c.r:end]
-				if i > 0 && c.buf[end-1] == '\r' {
-					line = line[:i-1]
-				} else if b.phase != chunkTrailer {
-					// A size line or a chunk's end needs its CR; a trailer's
-					// lines are a header's, which may end in a bare LF.
-					return nil, false, errChunkLine
-				}
-				c.r = end + 1
-				return line, true, nil
-			}
+		if c.buf != nil && ready(c.buf[c.r:c.w]) {
+			return true, nil
 		}
 		if !wait && !now {
-			return nil, false, nil
+			return false, nil
 		}
 		if c.buf == nil {
 			c.take()
 		}
 		c.compact()
 		if c.w == bufSize {
-			if b.phase == chunkTrailer {
-				return nil, false, errLongTrailer
+			if b.phase >= chunkTrailerStart {
+				return false, errLongTrailer
 			}
-			return nil, false, errChunkLine
+			return false, errChunkLine
 		}
 		var n int
 		if wait {
 			if n, err = b.readSocket(c.buf[c.w:]); err != nil {
-				return nil, false, err
+				return false, err
 			}
 		} else if n, now = b.readNow(c.buf[c.w:]), false; n == 0 {
 			c.release()
-			return nil, false, nil
+			return false, nil
 		}
 		c.w += n
 	}
