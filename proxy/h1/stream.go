@@ -1,11 +1,13 @@
 package h1
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"os"
 	"strings"
 	"sync"
@@ -54,14 +56,12 @@ type streamBody struct {
 	fd      uintptr // the connection's descriptor (cleartext)
 	chunked bool
 
-	mu     sync.Mutex  // held by a read, and taken by end
-	left   int64       // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
-	phase  int         // chunked: what comes next (guarded by mu)
-	err    error       // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
-	closed bool        // closed by its reader, or ended (guarded by mu)
-	trail  int         // the trailer's bytes read so far (guarded by mu)
-	fields http.Header // the trailer's fields read so far, the request's once all came (guarded by mu)
-	got    int64       // the body's bytes read so far (guarded by mu)
+	mu     sync.Mutex // held by a read, and taken by end
+	left   int64      // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
+	phase  int        // chunked: what comes next (guarded by mu)
+	err    error      // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
+	closed bool       // closed by its reader, or ended (guarded by mu)
+	got    int64      // the body's bytes read so far (guarded by mu)
 
 	whole   atomic.Bool  // read to its end
 	ending  atomic.Bool  // ended by the server: no read waits any longer
@@ -228,7 +228,7 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			}
 			continue
 		}
-		if b.phase == chunkTrailerStart {
+		if b.phase == chunkTrailer {
 			ok, err := b.fill(n == 0, trailerAhead)
 			if err != nil {
 				return n, err
@@ -236,7 +236,7 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			if !ok {
 				return n, nil // the rest waits for the next read
 			}
-			b.phase = chunkTrailer
+			return n, b.trailer()
 		}
 		line, ok, err := b.line(n == 0)
 		if err != nil {
@@ -258,31 +258,8 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			}
 			b.left, b.phase = size, chunkData
 			if size == 0 {
-				b.phase = chunkTrailerStart
+				b.phase = chunkTrailer
 			}
-		case chunkTrailer:
-			if len(line) == 0 {
-				if b.fields != nil {
-					if b.r.Trailer == nil {
-						b.r.Trailer = make(http.Header, len(b.fields))
-					}
-					for k, v := range b.fields {
-						b.r.Trailer[k] = append(b.r.Trailer[k], v...)
-					}
-				}
-				return n, io.EOF
-			}
-			if b.trail += len(line) + 2; b.trail > bufSize {
-				return n, errLongTrailer
-			}
-			name, value, ok := field(string(line))
-			if !ok {
-				return n, errBadTrailer
-			}
-			if b.fields == nil {
-				b.fields = make(http.Header)
-			}
-			b.fields[name] = append(b.fields[name], value)
 		}
 	}
 	return n, nil
@@ -325,8 +302,8 @@ func chunkSizeOf(line []byte) (int64, bool) {
 // line takes the next line of the body's framing out of the buffer,
 // without its CRLF; ok false: it is not all buffered, or in the socket,
 // and may not be waited for. A line longer than the buffer is an error,
-// and so is one that ends in a bare LF but in the trailer, whose lines
-// net/http reads as a header's (textproto: a bare LF ends a line).
+// and so is one that ends in a bare LF: a size line or a chunk's end
+// needs its CR, as in net/http.
 func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 	if ok, err = b.fill(wait, hasLine); !ok {
 		return nil, false, err
@@ -334,14 +311,10 @@ func (b *streamBody) line(wait bool) (line []byte, ok bool, err error) {
 	c := b.c
 	i := bytes.IndexByte(c.buf[c.r:c.w], '\n')
 	end := c.r + i
-	line = c.buf[c.r:end]
-	if i > 0 && c.buf[end-1] == '\r' {
-		line = line[:i-1]
-	} else if b.phase != chunkTrailer {
-		// A size line or a chunk's end needs its CR; a trailer's
-		// lines are a header's, which may end in a bare LF.
+	if i == 0 || c.buf[end-1] != '\r' {
 		return nil, false, errChunkLine
 	}
+	line = c.buf[c.r : end-1]
 	c.r = end + 1
 	return line, true, nil
 }
@@ -358,6 +331,41 @@ func trailerAhead(p []byte) bool {
 }
 
 var crlf2 = []byte("\r\n\r\n")
+
+// trailer takes the trailer, all of it buffered (trailerAhead), out of
+// the buffer, and gives its fields to the request: io.EOF, the body's
+// end. It is read as net/http reads it, as a header (textproto: lines
+// may end in a bare LF, and continue on the next after a space), up to
+// its first empty line.
+func (b *streamBody) trailer() error {
+	c := b.c
+	p := c.buf[c.r:c.w]
+	if p[0] == '\r' && p[1] == '\n' {
+		c.r += 2
+		return io.EOF
+	}
+	end := 0
+	for {
+		i := bytes.IndexByte(p[end:], '\n')
+		line := p[end : end+i]
+		end += i + 1
+		if len(line) == 0 || len(line) == 1 && line[0] == '\r' {
+			break
+		}
+	}
+	h, err := textproto.NewReader(bufio.NewReaderSize(bytes.NewReader(p[:end]), bufSize)).ReadMIMEHeader()
+	if err != nil {
+		return errBadTrailer
+	}
+	c.r += end
+	if b.r.Trailer == nil {
+		b.r.Trailer = make(http.Header, len(h))
+	}
+	for k, v := range h {
+		b.r.Trailer[k] = v
+	}
+	return io.EOF
+}
 
 // fill reads into the connection's buffer until ready holds of what is
 // in it; ok false: it does not yet, and the socket has nothing more that
@@ -376,7 +384,7 @@ func (b *streamBody) fill(wait bool, ready func([]byte) bool) (ok bool, err erro
 		}
 		c.compact()
 		if c.w == bufSize {
-			if b.phase >= chunkTrailerStart {
+			if b.phase == chunkTrailer {
 				return false, errLongTrailer
 			}
 			return false, errChunkLine
