@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
@@ -35,10 +37,11 @@ type response struct {
 	sent    http.Header // the header as it was at WriteHeader, when the head waits for the body
 	cl      int64       // Content-Length given; -1: none
 	written int64       // body bytes written
-	held    []byte      // the first body bytes, while the head waits for them
-	wait    bool        // the head waits for the first body bytes (to sniff or to count)
-	done    bool        // the handler returned
-	head    bool        // a HEAD request: the body is dropped
+	held    []byte      // the body's bytes not framed yet: the first ones, while the head waits for them; then, chunked, the next chunk's (heldBuf's)
+	heldBuf *[bufferBeforeChunking]byte
+	wait    bool // the head waits for the first body bytes (to sniff or to count)
+	done    bool // the handler returned
+	head    bool // a HEAD request: the body is dropped
 	chunked bool
 	chunk   [3][]byte // a large chunk's size line, bytes and end, for one Writev
 	line    [20]byte  // a large chunk's size line
@@ -123,7 +126,18 @@ func (w *response) WriteHeader(code int) {
 // to learn whether it ends within it (net/http's size).
 const bufferBeforeChunking = 2048
 
-func (w *response) Write(p []byte) (int, error) {
+func (w *response) Write(p []byte) (int, error) { return w.write(p, true) }
+
+// WriteString is Write without a copy of s; what it writes chunked is
+// gathered into chunks of 2 KiB whatever its length, as net/http's
+// server gathers a string (its buffer writes no string past itself).
+func (w *response) WriteString(s string) (int, error) {
+	return w.write(unsafe.Slice(unsafe.StringData(s), len(s)), false)
+}
+
+// write writes p, which it only reads; direct: a chunk larger than the
+// room held bytes leave may go whole (writeBody).
+func (w *response) write(p []byte, direct bool) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -136,7 +150,7 @@ func (w *response) Write(p []byte) (int, error) {
 	}
 	if w.wait {
 		if len(w.held)+len(p) <= bufferBeforeChunking {
-			w.held = append(w.held, p...)
+			w.hold(p)
 			return len(p), nil
 		}
 		w.commit(p)
@@ -144,7 +158,7 @@ func (w *response) Write(p []byte) (int, error) {
 	if w.head {
 		return len(p), nil
 	}
-	return w.writeBody(p)
+	return w.writeBody(p, direct)
 }
 
 // commit writes the head that waited, with the body held so far; next
@@ -153,16 +167,31 @@ func (w *response) Write(p []byte) (int, error) {
 // writes.
 func (w *response) commit(next []byte) {
 	held := w.held
-	w.wait, w.held = false, nil
+	w.wait = false
 	first := held
 	if len(held) < sniffLen && len(next) > 0 {
 		first = append(held[:len(held):len(held)], next[:min(len(next), sniffLen-len(held))]...)
 	}
 	w.writeHead(first)
-	if len(held) > 0 && !w.head {
-		_, _ = w.writeBody(held)
+	if w.chunked && !w.head {
+		return // the first chunk's bytes, gathered on (writeBody)
 	}
+	if len(held) > 0 && !w.head {
+		_, _ = w.writeBody(held, true)
+	}
+	w.held = w.held[:0]
 }
+
+// hold keeps p among the body's bytes not framed yet.
+func (w *response) hold(p []byte) {
+	if w.heldBuf == nil {
+		w.heldBuf = heldBufs.Get().(*[bufferBeforeChunking]byte)
+		w.held = w.heldBuf[:0]
+	}
+	w.held = append(w.held, p...)
+}
+
+var heldBufs = sync.Pool{New: func() any { return new([bufferBeforeChunking]byte) }}
 
 // sniffLen is what http.DetectContentType reads at most.
 const sniffLen = 512
@@ -179,14 +208,48 @@ func (w *response) Window(buf []byte) []byte {
 	return rawio.ChunkWindow(buf)
 }
 
-func (w *response) writeBody(p []byte) (int, error) {
-	bw := w.writer()
+// writeBody writes p, framed as the head said. Chunked, the handler's
+// writes are gathered into chunks as net/http's server gathers them (a
+// buffer of 2 KiB before its chunk writer): a chunk is 2 KiB of them, or,
+// direct, one write larger than the room the buffer has when it holds
+// nothing; what is left is held until the next write, a flush or the
+// answer's end.
+func (w *response) writeBody(p []byte, direct bool) (int, error) {
 	if !w.chunked {
-		return bw.Write(p)
+		return w.writer().Write(p)
 	}
-	if len(p) == 0 {
-		return 0, nil
+	n := 0
+	for len(p) > bufferBeforeChunking-len(w.held) {
+		if len(w.held) == 0 && direct {
+			m, err := w.writeChunk(p)
+			return n + m, err
+		}
+		k := bufferBeforeChunking - len(w.held)
+		w.held = append(w.held, p[:k]...)
+		p, n = p[k:], n+k
+		if err := w.writeHeld(); err != nil {
+			return n, err
+		}
 	}
+	if len(p) > 0 {
+		w.hold(p)
+	}
+	return n + len(p), nil
+}
+
+// writeHeld writes the chunk held, if any.
+func (w *response) writeHeld() error {
+	if len(w.held) == 0 {
+		return nil
+	}
+	_, err := w.writeChunk(w.held)
+	w.held = w.held[:0]
+	return err
+}
+
+// writeChunk writes p as one chunk.
+func (w *response) writeChunk(p []byte) (int, error) {
+	bw := w.writer()
 	line := append(strconv.AppendInt(w.line[:0], int64(len(p)), 16), "\r\n"...)
 	if bw.Buffered() == 0 && len(line)+len(p)+len("\r\n") > bw.Available() {
 		// A chunk the buffer cannot hold: through it, its size line
@@ -215,6 +278,9 @@ func (w *response) Flush() {
 	}
 	if w.wait {
 		w.commit(nil)
+	}
+	if w.chunked {
+		_ = w.writeHeld()
 	}
 	_ = w.writer().Flush()
 }
@@ -258,6 +324,9 @@ func (w *response) finish() error {
 	}
 	if w.wait {
 		w.commit(nil)
+	}
+	if w.chunked {
+		_ = w.writeHeld()
 	}
 	bw := w.writer()
 	if w.chunked {

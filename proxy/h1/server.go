@@ -1377,6 +1377,9 @@ func (w *response) release() {
 	if w.answer != nil {
 		putAnswerBlock(w.answer) // after the maps that hold its values
 	}
+	if w.heldBuf != nil {
+		heldBufs.Put(w.heldBuf)
+	}
 	*w = response{own: own}
 	responses.Put(w)
 }

@@ -129,6 +129,25 @@ func chunkRead(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "cl=%d te=%q read %q failed=%v trailer=%v\n", r.ContentLength, r.TransferEncoding, b, err != nil, r.Trailer)
 }
 
+// gathered is a handler that writes an answer of no length in pieces
+// of many sizes, each with write.
+func gathered(write func(w io.Writer, s string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		write(w, strings.Repeat("h", 83))
+		write(w, strings.Repeat("i", 3537))
+		write(w, "eight...")
+		for range 50 {
+			write(w, strings.Repeat("s", 100))
+		}
+		w.(http.Flusher).Flush()
+		write(w, strings.Repeat("j", 2048))
+		write(w, strings.Repeat("k", 2049))
+		w.(http.Flusher).Flush()
+		write(w, strings.Repeat("l", 5000))
+		write(w, "end")
+	}
+}
+
 // chunkedPost is a chunked POST of body in chunks of up to size bytes,
 // with trailer (its lines) after the last.
 func chunkedPost(body string, size int, trailer string) string {
@@ -188,6 +207,12 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 			w.(http.Flusher).Flush()
 			w.Write(bytes.Repeat([]byte("0123456789abcdef"), 1<<18))
 		}},
+		// Writes gathered into chunks of 2 KiB as net/http gathers them:
+		// a write that overflows what is held fills it and the rest waits,
+		// one larger than the room left goes whole when nothing is held
+		// (a string does not), and a flush or the end sends what is held.
+		{"small writes gathered into chunks", get, gathered(func(w io.Writer, s string) { w.Write([]byte(s)) })},
+		{"strings gathered into chunks", get, gathered(func(w io.Writer, s string) { io.WriteString(w, s) })},
 		{"big body to HTTP/1.0", "GET / HTTP/1.0\r\nHost: a\r\n\r\n", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(big)) }},
 		{"HTTP/1.0 keep-alive", "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n",
 			func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.URL.Path) }},
