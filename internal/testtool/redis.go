@@ -73,8 +73,11 @@ func RedisCluster(t testing.TB) []string {
 	cli := Require(t, "redis-cli")
 	var addrs []string
 	for range 3 {
+		// The cluster bus's port given: by default it is the node's port
+		// plus 10,000, and redis-server refuses a node port over 55535,
+		// which an ephemeral one can be.
 		r := Redis(t, "--cluster-enabled", "yes", "--cluster-config-file", t.TempDir()+"/nodes.conf",
-			"--cluster-node-timeout", "2000")
+			"--cluster-port", fmt.Sprint(FreePort(t)), "--cluster-node-timeout", "2000")
 		addrs = append(addrs, r.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
