@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,36 @@ func dialWeb(t *testing.T, r *rotor) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c
+}
+
+// The access log's duration of a request whose body rotor read before
+// proxying it counts the upload, from when its head came, as nginx's
+// $request_time does.
+func TestAccessLogCountsTheUpload(t *testing.T) {
+	const pause = 300 * time.Millisecond
+	a := newBackend(t, "a")
+	r, c := oneBackend(t, a, "log: {access: true}\n")
+	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("u", 100))
+	time.Sleep(pause)
+	io.WriteString(c, strings.Repeat("u", 9900))
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer %v, %v; want 200", resp, err)
+	}
+	var line string
+	eventually(t, 5*time.Second, "the POST in the access log", func() bool {
+		for l := range strings.SplitSeq(r.logs.String(), "\n") {
+			if strings.Contains(l, "/up") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	m := regexp.MustCompile(`duration=(\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no duration in %q", line)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < pause {
+		t.Errorf("logged duration %s (%v), want at least the upload's %v: %s", m[1], err, pause, line)
+	}
 }

@@ -380,6 +380,7 @@ type pendingBody struct {
 	got     int           // the body's bytes read
 	by      time.Time     // when the next read of it must have come (zero: no bound)
 	expired bool          // a read waited past by
+	began   time.Time     // when its head had come
 }
 
 var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
@@ -742,6 +743,7 @@ func (c *clientConn) step(fd uintptr) bool {
 		c.afterPOST, c.peeked = r.Method == http.MethodPost, false
 		readySockets.serving(1)
 		c.end = c.serveRequest(r)
+		c.hook.arrived = time.Time{}
 		readySockets.serving(-1)
 		if c.end != endNone {
 			return true
@@ -968,7 +970,7 @@ func (c *clientConn) startBody(r *http.Request, n int) bool {
 	}
 	buf := make([]byte, size)
 	copy(buf, c.buf[c.r:c.w])
-	c.pend = pendingBody{r: r, buf: buf, head: n, got: c.w - c.r - n}
+	c.pend = pendingBody{r: r, buf: buf, head: n, got: c.w - c.r - n, began: time.Now()}
 	c.r, c.scanned = c.w, 0
 	c.release()
 	c.armed = true
@@ -1148,6 +1150,7 @@ func (c *clientConn) takeBody() *http.Request {
 	r := p.r
 	r.Body = &wholeBody{b: p.buf[p.head:]}
 	inHandHeld.Add(-int64(len(p.buf)))
+	c.hook.arrived = p.began // served next; zero again once it is
 	*p = pendingBody{}
 	if c.deadline {
 		c.tc.SetReadDeadline(time.Time{})
@@ -1442,6 +1445,10 @@ func (c *clientConn) cancelRequest() {
 type CancelHook struct {
 	done <-chan struct{} // the Done of the context whose cancel fires it
 	cut  atomic.Pointer[func()]
+	// When the head of the request being served had come, if its body
+	// was read whole before it was served (Began); else zero. Written by
+	// the connection's goroutine, around the handler it runs.
+	arrived time.Time
 }
 
 // A HookedContext is a request's context that carries its own hook: the
@@ -1482,6 +1489,18 @@ type hookKey struct{}
 func HeadBounded(r *http.Request) bool {
 	_, ok := r.Context().Value(hookKey{}).(*CancelHook) // withCancelHook's: the h1 Server's alone
 	return ok
+}
+
+// Began is when r began to be served, for its record's time: now, or,
+// for a request the short way served after reading its body whole, when
+// its head had come, so that the time counts the body's upload as
+// nginx's $request_time does (a handler that reads its body itself has
+// the upload in its own time). Called by r's handler before it returns.
+func Began(r *http.Request) time.Time {
+	if h, ok := r.Context().Value(hookKey{}).(*CancelHook); ok && !h.arrived.IsZero() {
+		return h.arrived
+	}
+	return time.Now()
 }
 
 // HeadSize is the size of a request's head as it came, normalized: the

@@ -1421,3 +1421,48 @@ func closeWrite(t *testing.T, c net.Conn) {
 		t.Fatal(err)
 	}
 }
+
+// A request whose body the short way read whole before serving it began,
+// for its record, when its head had come: its upload is in its time. A
+// request that came whole, and one whose handler reads its body itself,
+// begin when they are served, and so does the request after a pre-read
+// one on the same connection.
+func TestBeganCountsTheUpload(t *testing.T) {
+	testtool.NeedsRaw(t)
+	const pause = 200 * time.Millisecond
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			type seen struct {
+				path  string
+				since time.Duration // from Began to the handler's start
+			}
+			got := make(chan seen, 4)
+			addr := startBodies(t, o, func(w http.ResponseWriter, r *http.Request) {
+				since := time.Since(h1.Began(r))
+				io.Copy(io.Discard, r.Body)
+				got <- seen{r.URL.Path, since}
+			})
+			c, br := o.dial(t, addr)
+			body := strings.Repeat("b", 10000)
+			writeSlowly(c, pause, "POST /read-first HTTP/1.1\r\nHost: a\r\nContent-Length: 10000\r\n\r\n"+body[:100], body[100:])
+			readAnswer(t, br)
+			io.WriteString(c, "GET /after HTTP/1.1\r\nHost: a\r\n\r\n")
+			readAnswer(t, br)
+			writeSlowly(c, pause, "POST /streamed HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n", "0\r\n\r\n")
+			readAnswer(t, br)
+			for _, want := range []struct {
+				path     string
+				min, max time.Duration
+			}{
+				{"/read-first", pause, 10 * pause},
+				{"/after", 0, pause / 2},
+				{"/streamed", 0, pause / 2},
+			} {
+				s := <-got
+				if s.path != want.path || s.since < want.min || s.since > want.max {
+					t.Errorf("%s began %v before its handler, want %s between %v and %v", s.path, s.since, want.path, want.min, want.max)
+				}
+			}
+		})
+	}
+}

@@ -201,7 +201,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec, record := &info.rec, &info.record
 	*record = proxy.Record{
 		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
-		Client: r.RemoteAddr, Start: time.Now(),
+		Client: r.RemoteAddr, Start: h1.Began(r),
 	}
 	t := h.table()
 	pool := t.match(r)
