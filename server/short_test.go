@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/admin"
 )
 
 // Through a cleartext listener, one keep-alive connection carries plain
@@ -101,11 +104,12 @@ func dialWeb(t *testing.T, r *rotor) net.Conn {
 
 // The access log's duration of a request whose body rotor read before
 // proxying it counts the upload, from when its head came, as nginx's
-// $request_time does.
+// $request_time does; the endpoint's latency, what the policies learn
+// from, does not: the client's slowness is none of the endpoint's doing.
 func TestAccessLogCountsTheUpload(t *testing.T) {
 	const pause = 300 * time.Millisecond
 	a := newBackend(t, "a")
-	r, c := oneBackend(t, a, "log: {access: true}\n")
+	r, c := oneBackend(t, a, "admin: {listen: \"127.0.0.1:0\"}\nlog: {access: true}\n")
 	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("u", 100))
 	time.Sleep(pause)
 	io.WriteString(c, strings.Repeat("u", 9900))
@@ -128,5 +132,18 @@ func TestAccessLogCountsTheUpload(t *testing.T) {
 	}
 	if d, err := time.ParseDuration(m[1]); err != nil || d < pause {
 		t.Errorf("logged duration %s (%v), want at least the upload's %v: %s", m[1], err, pause, line)
+	}
+	resp, err := http.Get("http://" + r.Addr("admin").String() + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc admin.StatusDoc
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	ep := doc.Pools[0].Endpoints[0]
+	if ep.Requests != 1 || ep.PeakLatency <= 0 || ep.PeakLatency > (pause/3).Seconds() {
+		t.Errorf("endpoint after %d request(s): peak latency %vs, want one request, timed without the upload's %v", ep.Requests, ep.PeakLatency, pause)
 	}
 }

@@ -75,7 +75,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.settings()
 	record := &proxy.Record{
 		Listener: h.name, Kind: proxy.KindForward, Method: r.Method, Host: r.Host, Client: r.RemoteAddr,
-		Start: h1.Began(r), Pool: s.Transport.pool.Name,
+		Start: h1.Began(r, time.Now()), Pool: s.Transport.pool.Name,
 	}
 	if r.Method == http.MethodConnect {
 		record.Kind = proxy.KindConnect

@@ -1491,16 +1491,19 @@ func HeadBounded(r *http.Request) bool {
 	return ok
 }
 
-// Began is when r began to be served, for its record's time: now, or,
-// for a request the short way served after reading its body whole, when
-// its head had come, so that the time counts the body's upload as
-// nginx's $request_time does (a handler that reads its body itself has
-// the upload in its own time). Called by r's handler before it returns.
-func Began(r *http.Request) time.Time {
+// Began is when r began, for its record's time: now, the time its
+// handler started, or, for a request the short way served after reading
+// its body whole, when its head had come, so that the time counts the
+// body's upload as nginx's $request_time does (a handler that reads its
+// body itself has the upload in its own time). Only the record's: what
+// an endpoint is timed from (its latency, a try's bounds) starts when
+// the handler does, the client's upload being none of its doing. Called
+// by r's handler before it returns.
+func Began(r *http.Request, now time.Time) time.Time {
 	if h, ok := r.Context().Value(hookKey{}).(*CancelHook); ok && !h.arrived.IsZero() {
 		return h.arrived
 	}
-	return time.Now()
+	return now
 }
 
 // HeadSize is the size of a request's head as it came, normalized: the

@@ -1438,7 +1438,7 @@ func TestBeganCountsTheUpload(t *testing.T) {
 			}
 			got := make(chan seen, 4)
 			addr := startBodies(t, o, func(w http.ResponseWriter, r *http.Request) {
-				since := time.Since(h1.Began(r))
+				since := time.Since(h1.Began(r, time.Now()))
 				io.Copy(io.Discard, r.Body)
 				got <- seen{r.URL.Path, since}
 			})

@@ -115,7 +115,8 @@ type reqInfo struct {
 // reqState is what of a request's state starts empty.
 type reqState struct {
 	rec       recorder
-	started   bool // flight began
+	started   bool      // flight began
+	served    time.Time // when the handler began: what the endpoints are timed from (the record may start earlier, h1.Began)
 	pool      *Pool
 	trusted   bool
 	key       string
@@ -199,9 +200,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.trace.Got1xxResponse, info.trace.Got100Continue = info.got1xx, info.got100
 	}
 	rec, record := &info.rec, &info.record
+	info.served = time.Now()
 	*record = proxy.Record{
 		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
-		Client: r.RemoteAddr, Start: h1.Began(r),
+		Client: r.RemoteAddr, Start: h1.Began(r, info.served),
 	}
 	t := h.table()
 	pool := t.match(r)
@@ -221,7 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.key = pool.Key(r)
 	}
 	if pool.Sticky != nil {
-		info.pinned, _ = pool.Sticky.Endpoint(r, record.Start)
+		info.pinned, _ = pool.Sticky.Endpoint(r, info.served)
 	}
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		info.body = proxy.NewBody(r.Body)

@@ -39,7 +39,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 	f := &info.flight
 	var began time.Time // the request's start, when the pool keeps the system's time
 	if pool.Clock == nil {
-		began = info.record.Start
+		began = info.served
 	}
 	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method), At: began})
 	info.started = true
@@ -96,9 +96,10 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 			}
 			info.held = true
 		}
-		// The first try's start is the request's, a few microseconds of
-		// routing earlier: one reading of the clock fewer.
-		start := info.record.Start
+		// The first try's start is the handler's, a few microseconds of
+		// routing earlier: one reading of the clock fewer. Not the
+		// record's, which may count the client's upload (h1.Began).
+		start := info.served
 		if try > 0 {
 			start = time.Now()
 		}
