@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -49,15 +48,7 @@ func newIPBackend(t *testing.T, ip, port string, delay time.Duration) *ipBackend
 
 func dnsStatus(t *testing.T, r *rotor, pool string) *admin.DNSStatus {
 	t.Helper()
-	resp, err := http.Get("http://" + r.Addr("admin").String() + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var doc admin.StatusDoc
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := statusDoc(t, r)
 	for _, p := range doc.Pools {
 		if p.Name == pool {
 			return p.DNS

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/admin"
 	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/server"
 )
@@ -149,4 +151,19 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 
 func newServer(path string) (*server.Server, error) {
 	return server.New(path, func(string) string { return "" }, io.Discard)
+}
+
+// statusDoc is rotor's /status, from its admin listener.
+func statusDoc(t *testing.T, r *rotor) admin.StatusDoc {
+	t.Helper()
+	resp, err := http.Get("http://" + r.Addr("admin").String() + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc admin.StatusDoc
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }
