@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // Through a cleartext listener, one keep-alive connection carries plain
@@ -140,5 +141,76 @@ func TestAccessLogCountsTheUpload(t *testing.T) {
 	ep := doc.Pools[0].Endpoints[0]
 	if ep.Requests != 1 || ep.PeakLatency <= 0 || ep.PeakLatency > (pause/3).Seconds() {
 		t.Errorf("endpoint after %d request(s): peak latency %vs, want one request, timed without the upload's %v", ep.Requests, ep.PeakLatency, pause)
+	}
+}
+
+// A backend that answers before it has read the body (a 401 to an
+// upload, say) does not cost the client its connection: rotor passes the
+// answer on, reads and drops the rest of the body once the answer is
+// out, as nginx does, and serves the client's next request on the same
+// connection.
+func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
+	testtool.NeedsRaw(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path == "/next" {
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+						continue
+					}
+					// At once, the body unread; what comes of it is dropped.
+					io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+					io.Copy(io.Discard, br)
+					return
+				}
+			}()
+		}
+	}()
+	r := startRotor(t, fmt.Sprintf(`listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: "http://%s"}
+`, ln.Addr()), nil)
+	for _, tc := range []struct{ name, head, rest string }{
+		{"chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + strings.Repeat("c", 1024) + "\r\n",
+			"4000\r\n" + strings.Repeat("c", 16384) + "\r\n0\r\n\r\n"},
+		{"of a length", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("l", 1000), strings.Repeat("l", 99000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialWeb(t, r)
+			br := bufio.NewReader(c)
+			io.WriteString(c, tc.head)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != 401 || resp.Close {
+				t.Fatalf("answer %v, %v; want the backend's 401, the connection kept\n%s", resp, err, r.logs.String())
+			}
+			io.Copy(io.Discard, resp.Body)
+			io.WriteString(c, tc.rest+"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+			resp, err = http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("the next request on the connection: %v", err)
+			}
+			if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "next" {
+				t.Errorf("the next request: %d %q, want 200 next", resp.StatusCode, b)
+			}
+		})
 	}
 }

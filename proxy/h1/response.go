@@ -479,7 +479,7 @@ func (w *response) writeHeadOf(p []byte, f headFacts, fields []headerField) {
 		w.closeAfter = true
 	}
 	if s := w.c.stream; s != nil && !s.headGoesOut() {
-		w.closeAfter = true // the rest of the body is not read
+		w.closeAfter = true // the rest of the body is not to be read
 	}
 	if body {
 		if !f.typed && f.encoding == "" && !hasTE && len(p) > 0 {

@@ -1323,7 +1323,7 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 	if c.stream != nil {
 		// No read of the body from here on (a transport may still be
 		// at it). Read whole or not, the answer says (headGoesOut):
-		// if not, the connection ends after it.
+		// if not, and not to be drained, the connection ends after it.
 		c.stream.end()
 		defer func() { c.stream = nil }()
 	}
@@ -1351,6 +1351,9 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 		return endClose
 	}
 	if w.closeAfter || c.s.inShutdown.Load() {
+		return endLinger
+	}
+	if s := c.stream; s != nil && !s.whole.Load() && !s.drain() {
 		return endLinger
 	}
 	return endNone

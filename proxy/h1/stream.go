@@ -39,9 +39,15 @@ import (
 // which stops a read that waits and fails those after it, before the
 // connection goes on. A request that asked for 100 Continue is sent it
 // before the first read that waits for the body, unless the answer's head
-// has gone out (as net/http sends it). An answer whose head goes out
-// before the body is read whole closes the connection after it: the rest
-// of the body is not read, and the client may still be sending it.
+// has gone out (as net/http sends it). What the handler left of the body
+// is read and dropped once its answer is out (drain), so that the
+// connection carries the next request, as nginx discards it: up to 256
+// KiB (net/http's bound on what it reads of a body past its handler), in
+// the body timeout (5 s when there is none). An answer whose head goes out
+// before the body is read whole says the connection closes when the rest
+// is not to be drained: more than that is known to be left, the client
+// may be holding it back for a 100 Continue it was not sent, or the body
+// failed; so does one whose drain does not come to the body's end.
 //
 // It is held to the server's limits, as proxy.LimitBody holds a body
 // net/http's server reads: at most MaxBody bytes (proxy.ErrBodyTooLarge
@@ -56,12 +62,14 @@ type streamBody struct {
 	fd      uintptr // the connection's descriptor (cleartext)
 	chunked bool
 
-	mu     sync.Mutex // held by a read, and taken by end
-	left   int64      // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
-	phase  int        // chunked: what comes next (guarded by mu)
-	err    error      // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
-	closed bool       // closed by its reader, or ended (guarded by mu)
-	got    int64      // the body's bytes read so far (guarded by mu)
+	mu     sync.Mutex   // held by a read, and taken by end
+	left   int64        // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
+	phase  int          // chunked: what comes next (guarded by mu)
+	err    error        // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
+	closed bool         // closed by its reader, or ended (guarded by mu)
+	got    int64        // the body's bytes read so far (guarded by mu)
+	read   atomic.Int64 // got, for the answer's head
+	failed atomic.Bool  // the body failed: the client's framing, end, pace or size
 
 	whole   atomic.Bool  // read to its end
 	ending  atomic.Bool  // ended by the server: no read waits any longer
@@ -131,9 +139,15 @@ func (c *clientConn) startStream(r *http.Request, expect bool, fd uintptr) bool 
 func (b *streamBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch {
-	case b.closed:
+	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
+	}
+	return b.readLocked(p)
+}
+
+// readLocked is Read with b.mu held, closed or not.
+func (b *streamBody) readLocked(p []byte) (int, error) {
+	switch {
 	case b.err != nil:
 		return 0, b.err
 	case len(p) == 0:
@@ -154,6 +168,11 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		n -= int(b.got - max)
 		err = proxy.ErrBodyTooLarge
 	}
+	b.read.Store(b.got)
+	if err == errBodyEnded {
+		// Stopped by end, where it was: the drain reads on from there.
+		return n, err
+	}
 	if err != nil {
 		b.err = err
 		// A body of a length the client's end cut short less than
@@ -169,14 +188,23 @@ func (b *streamBody) Read(p []byte) (int, error) {
 			}
 			b.whole.Store(true)
 			b.c.streaming.Store(false) // the connection may be watched from now on
+		} else {
+			b.failed.Store(true)
 		}
 	}
 	return n, err
 }
 
-// Close closes the body to its reader: what is left of it is not read,
-// and the connection closes after the answer.
+// Close closes the body to its reader: reads from now on fail, and one
+// waiting for the client now is stopped (errBodyEnded) rather than waited
+// for, so that a handler that closes the body while a transport's read
+// of it waits (the reverse proxy does once the answer's head came) is not
+// held until the body timeout. What is left is drained after the answer.
 func (b *streamBody) Close() error {
+	if !b.whole.Load() {
+		b.ending.Store(true)
+		b.stopWait()
+	}
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
@@ -561,12 +589,64 @@ func (b *streamBody) sendContinue() {
 }
 
 // headGoesOut says the answer's head is about to be written, and whether
-// the body was read whole: if not, the connection closes after the
-// answer.
-func (b *streamBody) headGoesOut() (whole bool) {
+// the connection may carry another request after it: the body was read
+// whole, or what is left of it is to be drained after the answer (false:
+// the answer says the connection closes).
+func (b *streamBody) headGoesOut() (keep bool) {
 	b.contMu.Lock()
 	b.headOut = true
+	owed := b.expect
 	b.contMu.Unlock()
+	if b.whole.Load() {
+		return true
+	}
+	return !owed && !b.failed.Load() && (b.chunked || b.r.ContentLength-b.read.Load() <= discardMax)
+}
+
+// drainWait bounds a drain when the server has no body timeout
+// (nginx's lingering_timeout).
+const drainWait = 5 * time.Second
+
+// drain reads what is left of the body and drops it, once its handler
+// has returned (end) and its answer is out: up to discardMax bytes,
+// within the body timeout, or drainWait when there is none, from now. It
+// reports whether the body came to its end: if not, the connection
+// closes. Called by the connection's goroutine.
+func (b *streamBody) drain() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return b.whole.Load()
+	}
+	wait := b.c.s.bodyTimeout()
+	if wait <= 0 {
+		wait = drainWait
+	}
+	b.by.Store(time.Now().Add(wait).UnixNano())
+	b.byGiven.Store(true)
+	b.ending.Store(false) // end stopped the reads: this one alone reads now
+	b.waitMu.Lock()
+	b.waitF, b.waitRC = nil, nil // end closed it
+	b.waitMu.Unlock()
+	buf := proxy.GetBuffer()
+	for n := int64(0); n <= discardMax; {
+		m, err := b.readLocked(buf[:min(int64(len(buf)), discardMax+1-n)])
+		n += int64(m)
+		if err != nil {
+			break
+		}
+	}
+	proxy.PutBuffer(buf)
+	if b.waitF != nil {
+		b.waitF.Close()
+		b.waitF = nil
+	}
+	if b.c.tls != nil && b.tlsBy {
+		_ = b.c.tc.SetReadDeadline(time.Time{})
+		b.tlsBy = false
+	}
+	b.c.streaming.Store(false)
+	b.c.drained = false
 	return b.whole.Load()
 }
 

@@ -115,65 +115,97 @@ func TestServerStreamsBodies(t *testing.T) {
 	}
 }
 
-// The rest of a body its handler did not read is not read: the answer
-// says the connection closes, and it closes once the answer is out; a
-// client that expected 100 Continue is not sent it once the answer's head
-// has gone. A read of the body after the handler returned fails, and so
-// does one it left waiting for the client, at once. Over cleartext and
-// TLS.
+// The rest of a body its handler did not read is read and dropped once
+// the answer is out, and the connection carries the next request, as
+// nginx keeps it: chunked or of a length, the rest coming after the
+// answer, also when a read the handler left waiting was at it, and a
+// read of the body after the handler returned fails at once. The answer
+// says the connection closes when more than 256 KiB is known to be left,
+// or the client expected a 100 Continue it was not sent; the connection
+// closes without saying so when the rest does not come within the body
+// timeout, or is longer than 256 KiB. Over cleartext and TLS.
 func TestServerStreamedBodyNotRead(t *testing.T) {
 	testtool.NeedsRaw(t)
+	const timeout = 500 * time.Millisecond
+	long := strings.Repeat("l", 300000)
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
 			late := make(chan error, 1)
-			addr := startBodies(t, o, func(w http.ResponseWriter, r *http.Request) {
-				switch r.URL.Path {
-				case "/waiting":
-					started := make(chan struct{})
-					body := r.Body
-					go func() {
-						close(started)
-						_, err := io.ReadAll(body)
-						late <- err
-					}()
-					<-started
-					time.Sleep(50 * time.Millisecond) // the read waits for the client
-				case "/after":
-					body := r.Body // the request is the server's again once the handler returned
-					defer func() {
+			returned := make(chan time.Time, 1)
+			addr := o.startWith(t, &http.Server{ReadHeaderTimeout: 5 * time.Second,
+				Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					switch r.URL.Path {
+					case "/waiting":
+						started := make(chan struct{})
+						body := r.Body
 						go func() {
-							time.Sleep(50 * time.Millisecond)
-							_, err := body.Read(make([]byte, 10))
+							close(started)
+							_, err := io.ReadAll(body)
 							late <- err
 						}()
-					}()
-				}
-				io.WriteString(w, "not read")
-			})
+						<-started
+						time.Sleep(50 * time.Millisecond) // the read waits for the client
+					case "/after":
+						body := r.Body // the request is the server's again once the handler returned
+						defer func() {
+							go func() {
+								time.Sleep(50 * time.Millisecond)
+								_, err := body.Read(make([]byte, 10))
+								late <- err
+							}()
+						}()
+					case "/next":
+						io.WriteString(w, "next")
+						return
+					}
+					io.WriteString(w, "not read")
+					returned <- time.Now()
+				})},
+				func(s *h1.Server) { s.BodyTimeout = timeout })
 
-			for _, head := range []string{
-				"POST /ignore HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
-				"POST /ignore HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nhello",
-				"POST /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n",
-				"POST /after HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
-				"POST /waiting HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+			next := "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
+			for _, tc := range []struct {
+				head, rest string
+				said       bool // the answer says the connection closes
+				kept       bool // and it carries the next request
+			}{
+				{"POST /ignore HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", "lo\r\n0\r\n\r\n", false, true},
+				{"POST /ignore HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nhello", long[:99995], false, true},
+				{"POST /after HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", "lo\r\n0\r\n\r\n", false, true},
+				{"POST /waiting HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", "lo\r\n0\r\n\r\n", false, true},
+				{"POST /never HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nhello", "", false, false},
+				{"POST /longer HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(long), long), false, false},
+				{"POST /known-longer HTTP/1.1\r\nHost: a\r\nContent-Length: 300000\r\n\r\nhello", "", true, false},
+				{"POST /expect HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n", "", true, false},
 			} {
 				c, br := o.dial(t, addr)
-				io.WriteString(c, head)
-				start := time.Now()
+				io.WriteString(c, tc.head)
 				resp, got := readAnswer(t, br)
-				if resp.StatusCode != 200 || got != "not read" || !resp.Close {
-					t.Errorf("%q: %d %q (close %v), want 200, not read, and the close", head, resp.StatusCode, got, resp.Close)
+				if resp.StatusCode != 200 || got != "not read" || resp.Close != tc.said {
+					t.Errorf("%q: %d %q (close %v), want 200, not read, close said %v", tc.head, resp.StatusCode, got, resp.Close, tc.said)
 				}
-				if b, err := io.ReadAll(br); len(b) != 0 || err != nil {
-					t.Errorf("%q: after the answer %q, %v; want the end", head, b, err)
+				handlerDone := <-returned
+				if tc.rest != "" {
+					go io.WriteString(c, tc.rest+next)
 				}
-				if strings.Contains(head, "/after") || strings.Contains(head, "/waiting") {
-					err := <-late
-					if err == nil || time.Since(start) > 2*time.Second {
-						t.Errorf("%q: a read of the body after its handler returned: %v after %v; want an error at once", head, err, time.Since(start))
+				if tc.kept {
+					if resp, got := readAnswer(t, br); got != "next" {
+						t.Errorf("%q: the next request answered %d %q, want next", tc.head, resp.StatusCode, got)
+					}
+				} else {
+					start := time.Now()
+					b, _ := io.ReadAll(br)
+					if len(b) != 0 || time.Since(start) > 4*timeout {
+						t.Errorf("%q: after the answer %q for %v; want the end within the body timeout", tc.head, b, time.Since(start))
 					}
 				}
+				if strings.Contains(tc.head, "/after") || strings.Contains(tc.head, "/waiting") {
+					err := <-late
+					if err == nil || time.Since(handlerDone) > time.Second {
+						t.Errorf("%q: a read of the body after its handler returned: %v %v after it; want an error at once", tc.head, err, time.Since(handlerDone))
+					}
+				}
+				c.Close()
 			}
 		})
 	}
