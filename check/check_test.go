@@ -15,6 +15,7 @@ import (
 
 	"github.com/rotor-lb/rotor/check"
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,19 +72,7 @@ func TestHTTPRiseAndFall(t *testing.T) {
 }
 
 func TestTCPCheck(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := testtool.ServeTCP(t, func(net.Conn) {})
 	addr := ln.Addr().String()
 	st := health.NewState("db")
 	c := check.Start(check.Spec{Kind: "tcp", Interval: 20 * time.Millisecond, Timeout: 15 * time.Millisecond, Rise: 1, Fall: 1},

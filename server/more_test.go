@@ -27,27 +27,12 @@ import (
 // echoServer is a TCP server that echoes each line back, prefixed by name.
 func echoServer(t *testing.T, name string) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				sc := bufio.NewScanner(c)
-				for sc.Scan() {
-					fmt.Fprintf(c, "%s:%s\n", name, sc.Text())
-				}
-			}()
+	return testtool.ServeTCP(t, func(c net.Conn) {
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			fmt.Fprintf(c, "%s:%s\n", name, sc.Text())
 		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return ln
+	})
 }
 
 func TestTCPProxy(t *testing.T) {

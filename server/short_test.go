@@ -151,37 +151,23 @@ func TestAccessLogCountsTheUpload(t *testing.T) {
 // connection.
 func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
 	testtool.NeedsRaw(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	ln := testtool.ServeTCP(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					if req.URL.Path == "/next" {
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
-						continue
-					}
-					// At once, the body unread; what comes of it is dropped.
-					io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
-					io.Copy(io.Discard, br)
-					return
-				}
-			}()
+			if req.URL.Path == "/next" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+				continue
+			}
+			// At once, the body unread; what comes of it is dropped.
+			io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+			io.Copy(io.Discard, br)
+			return
 		}
-	}()
+	})
 	r := startRotor(t, fmt.Sprintf(`listeners:
   - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
 pools:

@@ -180,3 +180,27 @@ func NewCanary(t testing.TB) *Canary {
 	t.Fatal("no port free on both 127.0.0.1 and ::1")
 	return nil
 }
+
+// ServeTCP serves each connection to a loopback listener with serve, in
+// a goroutine of its own that closes it after, until the test ends.
+func ServeTCP(t testing.TB, serve func(c net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
