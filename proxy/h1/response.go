@@ -325,11 +325,9 @@ func (w *response) finish() error {
 	if w.wait {
 		w.commit(nil)
 	}
-	if w.chunked {
-		_ = w.writeHeld()
-	}
 	bw := w.writer()
 	if w.chunked {
+		_ = w.writeHeld()
 		_, _ = bw.WriteString("0\r\n")
 		w.writeTrailers(bw)
 		_, _ = bw.WriteString("\r\n")

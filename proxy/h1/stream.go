@@ -67,8 +67,7 @@ type streamBody struct {
 	phase  int          // chunked: what comes next (guarded by mu)
 	err    error        // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
 	closed bool         // closed by its reader, or ended (guarded by mu)
-	got    int64        // the body's bytes read so far (guarded by mu)
-	read   atomic.Int64 // got, for the answer's head
+	got    atomic.Int64 // the body's bytes read so far (written under mu; read by the answer's head too)
 	failed atomic.Bool  // the body failed: the client's framing, end, pace or size
 
 	whole   atomic.Bool  // read to its end
@@ -88,11 +87,10 @@ type streamBody struct {
 
 // Where a chunked body is.
 const (
-	chunkSize         = iota // a size line comes next
-	chunkData                // the chunk's data (left bytes of it)
-	chunkEnd                 // the CRLF after a chunk's data
-	chunkTrailerStart        // the trailer, not yet known to be all ahead
-	chunkTrailer             // the trailer's lines, up to the empty one
+	chunkSize    = iota // a size line comes next
+	chunkData           // the chunk's data (left bytes of it)
+	chunkEnd            // the CRLF after a chunk's data
+	chunkTrailer        // the trailer's lines, up to the empty one
 )
 
 // discardMax is the most of a body net/http's server would read past
@@ -154,8 +152,9 @@ func (b *streamBody) readLocked(p []byte) (int, error) {
 		return 0, nil
 	}
 	max := b.c.s.MaxBody
-	if max > 0 && int64(len(p)) > max-b.got+1 {
-		p = p[:max-b.got+1] // a byte more than allowed tells the body is over
+	got := b.got.Load()
+	if max > 0 && int64(len(p)) > max-got+1 {
+		p = p[:max-got+1] // a byte more than allowed tells the body is over
 	}
 	var n int
 	var err error
@@ -164,11 +163,11 @@ func (b *streamBody) readLocked(p []byte) (int, error) {
 	} else {
 		n, err = b.readLength(p)
 	}
-	if b.got += int64(n); max > 0 && b.got > max {
-		n -= int(b.got - max)
+	if got += int64(n); max > 0 && got > max {
+		n -= int(got - max)
 		err = proxy.ErrBodyTooLarge
 	}
-	b.read.Store(b.got)
+	b.got.Store(got)
 	if err == errBodyEnded {
 		// Stopped by end, where it was: the drain reads on from there.
 		return n, err
@@ -600,7 +599,7 @@ func (b *streamBody) headGoesOut() (keep bool) {
 	if b.whole.Load() {
 		return true
 	}
-	return !owed && !b.failed.Load() && (b.chunked || b.r.ContentLength-b.read.Load() <= discardMax)
+	return !owed && !b.failed.Load() && (b.chunked || b.r.ContentLength-b.got.Load() <= discardMax)
 }
 
 // drainWait bounds a drain when the server has no body timeout
