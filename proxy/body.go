@@ -13,19 +13,24 @@ import (
 // counts what was read, notes whether anything was (after which the body
 // cannot be sent again), and keeps the error reading it hit, which is the
 // client's fault (a malformed chunk, a body cut short or too slow), never
-// an endpoint's.
+// an endpoint's. It also times its reads: what a try spent waiting for
+// the client's bytes is the client's pace, not the endpoint's latency
+// (TryLatency).
 type Body struct {
-	rc  io.ReadCloser
-	n   atomic.Int64
-	mu  sync.Mutex
-	err error // guarded by mu: the first read error other than EOF
+	rc     io.ReadCloser
+	n      atomic.Int64
+	waited atomic.Int64 // nanoseconds spent in reads of rc
+	mu     sync.Mutex
+	err    error // guarded by mu: the first read error other than EOF
 }
 
 // NewBody wraps rc.
 func NewBody(rc io.ReadCloser) *Body { return &Body{rc: rc} }
 
 func (b *Body) Read(p []byte) (int, error) {
+	start := time.Now()
 	n, err := b.rc.Read(p)
+	b.waited.Add(int64(time.Since(start)))
 	b.n.Add(int64(n))
 	if err != nil && err != io.EOF {
 		b.mu.Lock()
@@ -45,6 +50,28 @@ func (b *Body) Len() int64 { return b.n.Load() }
 
 // Spent reports whether any of it was read: it cannot be sent again.
 func (b *Body) Spent() bool { return b.n.Load() > 0 }
+
+// Waited returns the time reads of the body have taken so far: the
+// client's upload, where a read waited for its bytes. A nil Body has
+// waited for nothing.
+func (b *Body) Waited() time.Duration {
+	if b == nil {
+		return 0
+	}
+	return time.Duration(b.waited.Load())
+}
+
+// TryLatency is the latency of a try that ran from start to end, less
+// the time it spent waiting for the client's body (b's reads, of which
+// waited had passed at start; b may be nil). An endpoint is judged on
+// how long it took to answer once it had the request, as nginx's
+// upstream times are taken after it has buffered the body: a slow
+// client's upload is not the endpoint's slowness. A read still waiting
+// at end (an endpoint answering before it took the whole body) is not
+// taken off: the endpoint answered without it.
+func TryLatency(b *Body, start, end time.Time, waited time.Duration) time.Duration {
+	return max(end.Sub(start)-(b.Waited()-waited), 0)
+}
 
 // Err returns the error reading it hit, if any.
 func (b *Body) Err() error {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotor-lb/rotor/proxy"
 )
@@ -154,5 +155,47 @@ func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 	}
 	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
 		t.Fatalf("Held of a body not in hand: %d, want -1", n)
+	}
+}
+
+// slowReader gives its bytes a piece a read, each after a pause: a
+// client uploading slowly.
+type slowReader struct {
+	pieces int
+	pause  time.Duration
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.pieces == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(r.pause)
+	r.pieces--
+	return copy(p, "piece"), nil
+}
+
+// A try's latency leaves out what its reads of the client's body waited:
+// the client's pace is not the endpoint's.
+func TestTryLatencyLeavesOutTheUpload(t *testing.T) {
+	const pause = 20 * time.Millisecond
+	b := proxy.NewBody(io.NopCloser(&slowReader{pieces: 5, pause: pause}))
+	start, waited := time.Now(), b.Waited()
+	if _, err := io.Copy(io.Discard, b.Lend()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // the endpoint's own time, after the body
+	end := time.Now()
+	if w := b.Waited() - waited; w < 5*pause {
+		t.Fatalf("waited %v over five reads of %v each", w, pause)
+	}
+	if got := proxy.TryLatency(b, start, end, waited); got < 30*time.Millisecond || got > end.Sub(start)-5*pause+5*time.Millisecond {
+		t.Errorf("latency %v of a try of %v, the upload %v of it; want what came after the upload, about 30ms", got, end.Sub(start), 5*pause)
+	}
+	// No body: the whole try; and never below zero.
+	if got := proxy.TryLatency(nil, start, end, 0); got != end.Sub(start) {
+		t.Errorf("without a body: %v, want the try's %v", got, end.Sub(start))
+	}
+	if got := proxy.TryLatency(b, end.Add(-time.Millisecond), end, 0); got != 0 {
+		t.Errorf("waits longer than the try: %v, want 0", got)
 	}
 }

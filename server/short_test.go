@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rotor-lb/rotor/internal/rawio"
 	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
@@ -102,45 +101,55 @@ func dialWeb(t *testing.T, r *rotor) net.Conn {
 	return c
 }
 
-// The access log's duration of a request whose body rotor read before
-// proxying it counts the upload, from when its head came, as nginx's
-// $request_time does; the endpoint's latency, what the policies learn
-// from, does not: the client's slowness is none of the endpoint's doing
-// (the short way, which reads such a body before it proxies it).
+// The access log's duration of a request counts its body's upload, from
+// when its head came, as nginx's $request_time does; the endpoint's
+// latency, what the policies learn from, does not: the client's slowness
+// is none of the endpoint's doing. So for a body rotor reads before it
+// proxies it (the short way's, up to 64 KiB) and for one that streams to
+// the endpoint as the client sends it (chunked, or longer), whose try
+// leaves out what it waited for the client's bytes.
 func TestAccessLogCountsTheUpload(t *testing.T) {
 	const pause = 300 * time.Millisecond
-	a := newBackend(t, "a")
-	r, c := oneBackend(t, a, "admin: {listen: \"127.0.0.1:0\"}\nlog: {access: true}\n")
-	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n"+strings.Repeat("u", 100))
-	time.Sleep(pause)
-	io.WriteString(c, strings.Repeat("u", 9900))
-	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("answer %v, %v; want 200", resp, err)
-	}
-	var line string
-	eventually(t, 5*time.Second, "the POST in the access log", func() bool {
-		for l := range strings.SplitSeq(r.logs.String(), "\n") {
-			if strings.Contains(l, "/up") {
-				line = l
-				return true
+	for _, tc := range []struct{ name, head, rest string }{
+		{"read before it is served", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10000\r\n\r\n" + strings.Repeat("u", 100),
+			strings.Repeat("u", 9900)},
+		{"streamed, chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n" + strings.Repeat("c", 100) + "\r\n",
+			"64\r\n" + strings.Repeat("c", 100) + "\r\n0\r\n\r\n"},
+		{"streamed, of a length", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("l", 1000),
+			strings.Repeat("l", 99000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newBackend(t, "a") // reads the body, then answers
+			r, c := oneBackend(t, a, "admin: {listen: \"127.0.0.1:0\"}\nlog: {access: true}\n")
+			io.WriteString(c, tc.head)
+			time.Sleep(pause)
+			io.WriteString(c, tc.rest)
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("answer %v, %v; want 200", resp, err)
 			}
-		}
-		return false
-	})
-	m := regexp.MustCompile(`duration=(\S+)`).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("no duration in %q", line)
-	}
-	if d, err := time.ParseDuration(m[1]); err != nil || d < pause/2 { // the pause, less what the head took to be read
-		t.Errorf("logged duration %s (%v), want at least the upload's %v: %s", m[1], err, pause, line)
-	}
-	if !rawio.Supported {
-		return // the body streams to the endpoint through net/http's server: it answers after the upload
-	}
-	doc := statusDoc(t, r)
-	ep := doc.Pools[0].Endpoints[0]
-	if ep.Requests != 1 || ep.PeakLatency <= 0 || ep.PeakLatency > (pause/3).Seconds() {
-		t.Errorf("endpoint after %d request(s): peak latency %vs, want one request, timed without the upload's %v", ep.Requests, ep.PeakLatency, pause)
+			var line string
+			eventually(t, 5*time.Second, "the POST in the access log", func() bool {
+				for l := range strings.SplitSeq(r.logs.String(), "\n") {
+					if strings.Contains(l, "/up") {
+						line = l
+						return true
+					}
+				}
+				return false
+			})
+			m := regexp.MustCompile(`duration=(\S+)`).FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("no duration in %q", line)
+			}
+			if d, err := time.ParseDuration(m[1]); err != nil || d < pause/2 { // the pause, less what the head took to be read
+				t.Errorf("logged duration %s (%v), want at least the upload's %v: %s", m[1], err, pause, line)
+			}
+			doc := statusDoc(t, r)
+			ep := doc.Pools[0].Endpoints[0]
+			if ep.Requests != 1 || ep.PeakLatency <= 0 || ep.PeakLatency > (pause/3).Seconds() {
+				t.Errorf("endpoint after %d request(s): peak latency %vs, want one request, timed without the upload's %v", ep.Requests, ep.PeakLatency, pause)
+			}
+		})
 	}
 }
 

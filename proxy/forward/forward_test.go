@@ -807,3 +807,43 @@ func TestTunnelAnswerIsBounded(t *testing.T) {
 		t.Errorf("the tunnel carried %d bytes (%v), want %d", n, err, len("hello")+tunnelBytes)
 	}
 }
+
+// A try's latency, what the route is judged on, leaves out the time the
+// forward proxy waited for the client's upload.
+func TestSlowUploadIsNotTheRoutes(t *testing.T) {
+	const pause = 300 * time.Millisecond
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body) // all of it, then the answer
+		fmt.Fprint(w, n)
+	}))
+	t.Cleanup(tg.Close)
+	latency := make(chan time.Duration, 1)
+	tr, err := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{
+		OnOutcome: func(route string, o health.Outcome, v health.Verdict) { latency <- o.Latency },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	purl, _ := newProxy(t, tr, nil, nil)
+	pr, pw := io.Pipe()
+	go func() {
+		io.WriteString(pw, "first half, ")
+		time.Sleep(pause)
+		io.WriteString(pw, "second half")
+		pw.Close()
+	}()
+	start := time.Now()
+	resp, err := proxyClient(purl, "", "").Post(tg.URL+"/up", "text/plain", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if string(b) != "23" || took < pause {
+		t.Fatalf("answer %q after %v, want the 23 bytes counted after the %v upload", b, took, pause)
+	}
+	if l := <-latency; l <= 0 || l > pause/3 {
+		t.Errorf("the route's latency %v, want its own, without the %v upload", l, pause)
+	}
+}

@@ -186,11 +186,11 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Respon
 			out = req.Clone(req.Context())
 			out.Body = fresh
 		}
-		start := time.Now()
+		start, waited := time.Now(), body.Waited()
 		resp, err := r.transport.RoundTrip(out)
 		end := time.Now()
 		// No At: the pool's clock (a test's, perhaps) dates the outcome.
-		o := health.Outcome{Err: proxy.Classify(err, req.Context()), Latency: end.Sub(start)}
+		o := health.Outcome{Err: proxy.Classify(err, req.Context()), Latency: proxy.TryLatency(body, start, end, waited)}
 		switch {
 		case err != nil && errors.Is(err, ErrForbiddenTarget):
 			o.Err = health.Local // the route's dial refused the address it resolved

@@ -103,6 +103,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		if try > 0 {
 			start = time.Now()
 		}
+		waited := info.body.Waited()
 		resp, err := pool.Transport.RoundTripTraced(req, &info.trace, info.read)
 		end := time.Now()
 		kind := proxy.Classify(err, client)
@@ -113,7 +114,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 			kind = health.Timeout // the total ran out
 		}
 		res := proxy.Result{
-			Outcome: health.Outcome{Err: kind, Latency: end.Sub(start), At: end},
+			Outcome: health.Outcome{Err: kind, Latency: proxy.TryLatency(info.body, start, end, waited), At: end},
 			Unsent:  err != nil && proxy.IsDialError(err),
 			Spent:   info.body != nil && info.body.Spent(),
 		}
