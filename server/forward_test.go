@@ -53,6 +53,23 @@ pools:
 	if seen["target"] == 0 || seen["relay"] == 0 {
 		t.Fatalf("answers by route %v: want both routes used (scored by default)", seen)
 	}
+	// Each is logged, once its answer is out, with its route and its one
+	// try.
+	var lines []string
+	eventually(t, 5*time.Second, "the 40 requests in the access log", func() bool {
+		lines = lines[:0]
+		for line := range strings.SplitSeq(r.logs.String(), "\n") {
+			if strings.Contains(line, "msg=access") && strings.Contains(line, "/page") {
+				lines = append(lines, line)
+			}
+		}
+		return len(lines) == 40
+	})
+	for _, line := range lines {
+		if !strings.Contains(line, " attempts=1") || !strings.Contains(line, " endpoint=") {
+			t.Fatalf("a request's record wants its route and one try: %s", line)
+		}
+	}
 	if p := r.Pools()[0]; p.Snapshot.Policy() != "scored" {
 		t.Fatalf("a forward pool's default policy is %q, want scored", p.Snapshot.Policy())
 	}

@@ -132,8 +132,7 @@ func (t *Transport) RoundTripRoute(req *http.Request) (*http.Response, string, e
 
 // roundTrip runs the request's flight. body, when given, is the client's
 // body as a forward listener read it: its errors are the client's.
-func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (*http.Response, Trip, error) {
-	var trip Trip
+func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.Response, trip Trip, err error) {
 	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
 		closeBody(req)
 		trip.Reason = "bad_request"
