@@ -60,7 +60,12 @@ type Request struct {
 	Idempotent bool
 	// Hold keeps the endpoint's in-flight count past a successful outcome,
 	// until End: a TCP connection or a tunnel counts while it stays open,
-	// although its outcome (it was established) is known at once.
+	// although its outcome (it was established) is known at once, and an
+	// HTTP answer until its body has been passed on (an upgraded one
+	// while its relay lasts), although it is judged on its head: a
+	// stream, a download, a WebSocket are load on the endpoint for as
+	// long as they last, as nginx's and HAProxy's connection counts and
+	// Envoy's active requests see them.
 	Hold bool
 	// At is when the request began by the pool's clock, for a caller
 	// that read it already; zero: the flight reads the clock itself.
@@ -114,8 +119,7 @@ type Flight struct {
 	start    time.Time // by clock, read when there is a total to bound; zero: not read
 	deadline time.Time // zero: none
 	tried    []string
-	pick     balance.Pick
-	held     bool // pick's in-flight count is still to release
+	try      Held // the last try's pick, and whether its count is held
 	attempts int
 	verdict  health.Verdict
 	budgeted bool // a retry was refused by the budget
@@ -167,7 +171,7 @@ func (f *Flight) Next() (*balance.Endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.pick, f.held = pk, true
+	f.try = Held{pick: pk, held: true}
 	f.attempts++
 	return pk.Endpoint, nil
 }
@@ -179,10 +183,10 @@ func (f *Flight) Next() (*balance.Endpoint, error) {
 // status), and when the budget allows. The try's in-flight count ends
 // here, unless the request holds and the try succeeded.
 func (f *Flight) Done(res Result) bool {
-	if !f.held {
+	if !f.try.held {
 		return false
 	}
-	f.verdict = f.pick.Report(res.Outcome)
+	f.verdict = f.try.pick.Report(res.Outcome)
 	if !f.req.Hold || f.verdict != health.Success {
 		f.End()
 	}
@@ -199,7 +203,7 @@ func (f *Flight) Done(res Result) bool {
 		f.budgeted = true
 		return false
 	}
-	f.tried = append(f.tried, f.pick.Endpoint.Name)
+	f.tried = append(f.tried, f.try.pick.Endpoint.Name)
 	return true
 }
 
@@ -214,15 +218,35 @@ func (f *Flight) retryable(o health.Outcome) bool {
 // End ends the last try's in-flight count if it is still held: call it
 // when the connection a held request opened closes. It is safe to call
 // more than once.
-func (f *Flight) End() {
-	if f.held {
-		f.held = false
-		f.pick.Release()
+func (f *Flight) End() { f.try.End() }
+
+// Handoff takes the last try's in-flight count, still held, from the
+// flight, for what outlives it (an upgraded connection's relay): the
+// flight's End no longer ends it; the Held's does.
+func (f *Flight) Handoff() Held {
+	h := f.try
+	f.try.held = false
+	return h
+}
+
+// Held is a try's in-flight count, held until what the try carries ends.
+// The zero Held holds nothing.
+type Held struct {
+	pick balance.Pick
+	held bool
+}
+
+// End ends the count if it is still held; it is safe to call more than
+// once, not concurrently.
+func (h *Held) End() {
+	if h.held {
+		h.held = false
+		h.pick.Release()
 	}
 }
 
 // Endpoint returns the endpoint of the last try, nil before the first.
-func (f *Flight) Endpoint() *balance.Endpoint { return f.pick.Endpoint }
+func (f *Flight) Endpoint() *balance.Endpoint { return f.try.pick.Endpoint }
 
 // Attempts returns the tries made.
 func (f *Flight) Attempts() int { return f.attempts }

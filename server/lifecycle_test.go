@@ -595,3 +595,79 @@ func TestAcceptEncodingPassedAsItCame(t *testing.T) {
 			seen.Load(), resp.Header.Get("Content-Encoding"), resp.ContentLength, len(b))
 	}
 }
+
+// streamer is a backend that answers /stream with its name and a flush,
+// then holds the rest of the answer until release is closed; anything
+// else it answers with its name at once.
+func streamer(t *testing.T, name string, release <-chan struct{}) *backend {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, name)
+		if r.URL.Path != "/stream" {
+			return
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, ",end")
+	}))
+	t.Cleanup(srv.Close)
+	return &backend{&testtool.Backend{Server: srv, Name: name}}
+}
+
+// An endpoint counts a request in flight until its answer has been
+// passed on, not only until its head came: a stream, a long download or
+// an upgraded connection is load on it while it lasts (as nginx's and
+// HAProxy's connection counts and Envoy's active requests see it), so
+// least_conn sends the next requests elsewhere meanwhile.
+func TestInFlightUntilTheAnswerEnds(t *testing.T) {
+	release := make(chan struct{})
+	a, b := streamer(t, "a", release), streamer(t, "b", release)
+	r := startRotor(t, webConfig("least_conn", a, b), nil)
+	inflight := func(name string) int64 {
+		return r.Pools()[0].Snapshot.Get(name).Snapshot(time.Now()).Inflight
+	}
+	resp, err := http.Get(r.url("web") + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	busy, other := string(first), "a"
+	if busy == "a" {
+		other = "b"
+	}
+	if n := inflight(busy); n != 1 {
+		t.Fatalf("%s streaming its answer: %d in flight, want 1", busy, n)
+	}
+	for range 6 {
+		if _, got := get(t, r.url("web")+"/"); got != other {
+			t.Fatalf("least_conn sent a request to %s while %s was streaming, want %s", got, busy, other)
+		}
+	}
+	close(release)
+	if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != ",end" {
+		t.Fatalf("the rest of the stream: %q, %v", rest, err)
+	}
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "the stream's count ended", func() bool { return inflight(busy) == 0 && inflight(other) == 0 })
+
+	// An upgraded connection counts while its relay lasts.
+	echo := newUpgradeEcho(t)
+	r = startRotor(t, webConfig("least_conn", echo), nil)
+	c, br := upgrade(t, r.Addr("web").String())
+	if n := inflight("echo"); n != 1 {
+		t.Fatalf("an upgraded connection open: %d in flight, want 1", n)
+	}
+	fmt.Fprint(c, "ping")
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
+		t.Fatalf("the echo through the upgraded connection: %q, %v", got, err)
+	}
+	c.Close()
+	eventually(t, 5*time.Second, "the upgraded connection's count ended", func() bool { return inflight("echo") == 0 })
+}

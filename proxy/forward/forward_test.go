@@ -847,3 +847,57 @@ func TestSlowUploadIsNotTheRoutes(t *testing.T) {
 		t.Errorf("the route's latency %v, want its own, without the %v upload", l, pause)
 	}
 }
+
+// A route counts a request in flight until its answer has been passed
+// on: through the transport, until the answer's body is closed; through
+// the proxy, until the answer has gone to the client.
+func TestInFlightUntilTheAnswerEnds(t *testing.T) {
+	release := make(chan struct{})
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "first,")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, "last")
+	}))
+	t.Cleanup(tg.Close)
+	tr, err := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inflight := func() int64 { return tr.Pool().Snapshot.Get("direct").State.Snapshot(time.Now()).Inflight }
+	purl, _ := newProxy(t, tr, nil, nil)
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"the transport", &http.Client{Transport: tr}}, {"the proxy", proxyClient(purl, "", "")}} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := c.client.Get(tg.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			first := make([]byte, 6)
+			if _, err := io.ReadFull(resp.Body, first); err != nil {
+				t.Fatal(err)
+			}
+			if n := inflight(); n != 1 {
+				t.Fatalf("the answer streaming: %d in flight, want 1", n)
+			}
+			release <- struct{}{}
+			if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != "last" {
+				t.Fatalf("the rest: %q, %v", rest, err)
+			}
+			resp.Body.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for inflight() != 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := inflight(); n != 0 {
+				t.Fatalf("the answer passed on: %d in flight, want 0", n)
+			}
+		})
+	}
+}

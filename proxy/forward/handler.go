@@ -134,6 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer body.Close()
 	}
 	resp, trip, err := s.Transport.roundTrip(out, body)
+	defer trip.held.End() // in flight until the answer has been passed on
 	record.Endpoint, record.Attempts = trip.Route, trip.Attempts
 	if body != nil {
 		record.BytesIn = body.Len()

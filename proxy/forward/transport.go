@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/rotor-lb/rotor/balance"
@@ -110,7 +111,8 @@ func (t *Transport) Pool() *proxy.Pool { return t.pool }
 // Route returns the named route.
 func (t *Transport) Route(name string) *Route { return t.routes[name] }
 
-// RoundTrip sends req over a route.
+// RoundTrip sends req over a route. The route counts it in flight until
+// the answer's body is closed.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, _, err := t.RoundTripRoute(req)
 	return resp, err
@@ -121,13 +123,35 @@ type Trip struct {
 	Route    string // the route of the last try; "" when none was picked
 	Attempts int
 	Reason   string // why it failed, when it did (proxy.Reason, "target_forbidden")
+	// The route's in-flight count for the answer, held until it has
+	// been passed on.
+	held proxy.Held
 }
 
 // RoundTripRoute is RoundTrip that also says which route carried the
 // request (the last tried, when all failed).
 func (t *Transport) RoundTripRoute(req *http.Request) (*http.Response, string, error) {
 	resp, trip, err := t.roundTrip(req, nil)
-	return resp, trip.Route, err
+	if err != nil {
+		trip.held.End()
+		return nil, trip.Route, err
+	}
+	resp.Body = &heldBody{ReadCloser: resp.Body, held: trip.held}
+	return resp, trip.Route, nil
+}
+
+// heldBody is an answer's body that ends its route's in-flight count
+// when it is closed.
+type heldBody struct {
+	io.ReadCloser
+	once sync.Once
+	held proxy.Held
+}
+
+func (b *heldBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.held.End)
+	return err
 }
 
 // roundTrip runs the request's flight. body, when given, is the client's
@@ -143,7 +167,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 	if t.key != nil {
 		key = t.key(req)
 	}
-	f := t.pool.Start(proxy.Request{Key: key, Idempotent: proxy.Idempotent(req.Method)})
+	f := t.pool.Start(proxy.Request{Key: key, Idempotent: proxy.Idempotent(req.Method), Hold: true})
 	defer func() { trip.Attempts = f.Attempts() }()
 	for {
 		ep, err := f.Next()
@@ -220,6 +244,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 			if err != nil && trip.Reason == "" {
 				trip.Reason = proxy.Reason(err, o.Err)
 			}
+			trip.held = f.Handoff() // the answer's; nothing held after a failure
 			return resp, trip, err
 		}
 		if resp != nil {

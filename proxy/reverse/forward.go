@@ -68,6 +68,10 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 	info.query = cleanQuery(r.URL.RawQuery)
 
 	res, err := h.roundTrip(out, info, cancel)
+	// The endpoint counts the request in flight until its answer has
+	// been passed on, however it ends (an upgrade's relay takes the
+	// count over).
+	defer info.flight.End()
 	info.mu.Lock()
 	info.answered = true
 	info.mu.Unlock()
@@ -382,4 +386,5 @@ func (h *Handler) switchProtocols(w *recorder, r *http.Request, res *http.Respon
 		}
 	}
 	w.client, w.backend, relayed = client, backend, true
+	w.held = info.flight.Handoff() // in flight while the relay lasts
 }

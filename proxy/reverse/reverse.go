@@ -251,6 +251,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		proxy.SpliceThen(up.rec.client, up.rec.backend, up.rec.session, func(in, out int64) {
 			up.rec.client.Close()
 			up.rec.backend.Close()
+			up.rec.held.End()
 			up.rec.upIn += in
 			up.rec.upOut += out
 			h.finish(&up.record, &up.rec, up.body)
@@ -436,11 +437,12 @@ type recorder struct {
 	bytes  int64
 	conns  *proxy.Conns
 	// An upgraded connection: its drain session, its two ends once the
-	// answer is through (relayed once the request is recorded), and its
-	// bytes each way.
+	// answer is through (relayed once the request is recorded), its
+	// bytes each way, and the endpoint's in-flight count it holds.
 	session         *proxy.Session
 	client, backend io.ReadWriteCloser
 	upIn, upOut     int64
+	held            proxy.Held
 }
 
 func (r *recorder) WriteHeader(code int) {

@@ -41,7 +41,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 	if pool.Clock == nil {
 		began = info.served
 	}
-	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method), At: began})
+	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method), Hold: true, At: began})
 	info.started = true
 	if info.body != nil {
 		defer info.body.Close()
