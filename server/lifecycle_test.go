@@ -596,26 +596,6 @@ func TestAcceptEncodingPassedAsItCame(t *testing.T) {
 	}
 }
 
-// streamer is a backend that answers /stream with its name and a flush,
-// then holds the rest of the answer until release is closed; anything
-// else it answers with its name at once.
-func streamer(t *testing.T, name string, release <-chan struct{}) *backend {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, name)
-		if r.URL.Path != "/stream" {
-			return
-		}
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-		fmt.Fprint(w, ",end")
-	}))
-	t.Cleanup(srv.Close)
-	return &backend{&testtool.Backend{Server: srv, Name: name}}
-}
-
 // An endpoint counts a request in flight until its answer has been
 // passed on, not only until its head came: a stream, a long download or
 // an upgraded connection is load on it while it lasts (as nginx's and
@@ -623,7 +603,7 @@ func streamer(t *testing.T, name string, release <-chan struct{}) *backend {
 // least_conn sends the next requests elsewhere meanwhile.
 func TestInFlightUntilTheAnswerEnds(t *testing.T) {
 	release := make(chan struct{})
-	a, b := streamer(t, "a", release), streamer(t, "b", release)
+	a, b := &backend{testtool.NewStreamer(t, "a", release)}, &backend{testtool.NewStreamer(t, "b", release)}
 	r := startRotor(t, webConfig("least_conn", a, b), nil)
 	inflight := func(name string) int64 {
 		return r.Pools()[0].Snapshot.Get(name).Snapshot(time.Now()).Inflight

@@ -104,3 +104,25 @@ func (b *Backend) Last() *http.Request {
 	defer b.mu.Unlock()
 	return b.last
 }
+
+// NewStreamer is a backend named name that answers /stream with its name
+// and a flush, then holds the rest of the answer (",end") until release
+// gives it a value or is closed, or the client goes: an answer that
+// streams for as long as the test says. Any other path it answers with
+// its name at once.
+func NewStreamer(t testing.TB, name string, release <-chan struct{}) *Backend {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, name)
+		if r.URL.Path != "/stream" {
+			return
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, ",end")
+	}))
+	t.Cleanup(be.Close)
+	return &Backend{Server: be, Name: name}
+}

@@ -853,16 +853,7 @@ func TestSlowUploadIsNotTheRoutes(t *testing.T) {
 // the proxy, until the answer has gone to the client.
 func TestInFlightUntilTheAnswerEnds(t *testing.T) {
 	release := make(chan struct{})
-	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "first,")
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-		fmt.Fprint(w, "last")
-	}))
-	t.Cleanup(tg.Close)
+	tg := testtool.NewStreamer(t, "target", release)
 	tr, err := forward.NewTransport([]*forward.Route{route(t, "direct", "direct://")}, forward.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -874,12 +865,12 @@ func TestInFlightUntilTheAnswerEnds(t *testing.T) {
 		client *http.Client
 	}{{"the transport", &http.Client{Transport: tr}}, {"the proxy", proxyClient(purl, "", "")}} {
 		t.Run(c.name, func(t *testing.T) {
-			resp, err := c.client.Get(tg.URL)
+			resp, err := c.client.Get(tg.URL + "/stream")
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			first := make([]byte, 6)
+			first := make([]byte, len("target"))
 			if _, err := io.ReadFull(resp.Body, first); err != nil {
 				t.Fatal(err)
 			}
@@ -887,7 +878,7 @@ func TestInFlightUntilTheAnswerEnds(t *testing.T) {
 				t.Fatalf("the answer streaming: %d in flight, want 1", n)
 			}
 			release <- struct{}{}
-			if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != "last" {
+			if rest, err := io.ReadAll(resp.Body); err != nil || string(rest) != ",end" {
 				t.Fatalf("the rest: %q, %v", rest, err)
 			}
 			resp.Body.Close()
