@@ -181,15 +181,27 @@ func (f *Flight) Next() (*balance.Endpoint, error) {
 // left, when the request may be sent again (it never reached the endpoint,
 // or it is idempotent, still whole, and failed by an error or a retryable
 // status), and when the budget allows. The try's in-flight count ends
-// here, unless the request holds and the try succeeded.
+// here, unless the request holds and the try is what carries it on: it
+// answered (a status the pool counts as a failure too, whose body still
+// streams from the endpoint) and is not tried again.
 func (f *Flight) Done(res Result) bool {
 	if !f.try.held {
 		return false
 	}
 	f.verdict = f.try.pick.Report(res.Outcome)
-	if !f.req.Hold || f.verdict != health.Success {
+	again := f.again(res)
+	if !f.req.Hold || again || res.Outcome.Err != health.NoError {
 		f.End()
 	}
+	if again {
+		f.tried = append(f.tried, f.try.pick.Endpoint.Name)
+	}
+	return again
+}
+
+// again says whether a try with result res, just reported, is followed
+// by another (Done).
+func (f *Flight) again(res Result) bool {
 	if f.verdict != health.Failure || f.attempts >= max(f.pool.Attempts, 1) {
 		return false
 	}
@@ -203,7 +215,6 @@ func (f *Flight) Done(res Result) bool {
 		f.budgeted = true
 		return false
 	}
-	f.tried = append(f.tried, f.try.pick.Endpoint.Name)
 	return true
 }
 

@@ -258,8 +258,8 @@ func TestFlightDatesFirstPick(t *testing.T) {
 	}
 }
 
-// A held request (a TCP connection, a tunnel) stays in flight after its
-// outcome until End; a failed one does not.
+// A held request (a TCP connection, a tunnel, an HTTP answer) stays in
+// flight after its outcome until End; a failed connection does not.
 func TestFlightHold(t *testing.T) {
 	p, _ := flightPool(t, 2, nil)
 	f := p.Start(proxy.Request{Hold: true})
@@ -279,6 +279,29 @@ func TestFlightHold(t *testing.T) {
 	f.End()
 	if ep.State.Inflight() != 0 {
 		t.Fatalf("after End: %d in flight", ep.State.Inflight())
+	}
+
+	// An answer the pool counts as a failure (a 503) is let go when
+	// another try follows; the last one, which is passed on, is held
+	// until End as a success is.
+	f = p.Start(proxy.Request{Hold: true, Idempotent: true})
+	first, _ := f.Next()
+	if !f.Done(proxy.Result{Outcome: health.Outcome{Status: 503}}) {
+		t.Fatal("a 503 was not tried again")
+	}
+	if first.State.Inflight() != 0 {
+		t.Fatal("a 503 tried again is still in flight")
+	}
+	last, _ := f.Next()
+	if f.Done(proxy.Result{Outcome: health.Outcome{Status: 503}}) {
+		t.Fatal("tried a third time with two attempts")
+	}
+	if last.State.Inflight() != 1 {
+		t.Fatal("the 503 passed on is not in flight while its answer is")
+	}
+	f.End()
+	if last.State.Inflight() != 0 {
+		t.Fatalf("after End: %d in flight", last.State.Inflight())
 	}
 }
 
