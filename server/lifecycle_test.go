@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -517,6 +518,17 @@ pools:
 		return strings.Count(r.logs.String(), "msg=access") >= 7
 	})
 	logs := r.logs.String()
+	// Each kind's record names the endpoint that carried it and its tries.
+	for _, want := range []string{
+		`kind=http .*status=200 .* endpoint=a attempts=1`,
+		`kind=forward .*status=200 .* endpoint=direct attempts=1`,
+		`kind=connect .*status=200 .* endpoint=direct attempts=1`,
+		`kind=tcp .* endpoint=a attempts=1`,
+	} {
+		if !regexp.MustCompile(want).MatchString(logs) {
+			t.Errorf("no access line matching %q:\n%s", want, logs)
+		}
+	}
 	for _, want := range []string{
 		"listener=web kind=http", "listener=out kind=forward", "kind=connect", "kind=tcp",
 		"status=403 reason=port_forbidden", "status=403 reason=target_forbidden", "status=407 reason=auth",
