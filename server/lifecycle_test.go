@@ -80,8 +80,14 @@ pools:
 	if st := snap.Pool().Stats(); st.Backups == 0 {
 		t.Fatalf("no pick went to the backup: %+v", st)
 	}
-	if n := snap.Get("dead").State.Snapshot(time.Now()).Failures; n < 3 || n > 5 {
+	n := snap.Get("dead").State.Snapshot(time.Now()).Failures
+	if n < 3 || n > 5 {
 		t.Fatalf("the dead primary failed %d times, want its breaker to open after about 3", n)
+	}
+	// Each of those was tried again on the backup: a retry counted.
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	if want := fmt.Sprintf(`rotor_retries_total{listener="out",pool="routes"} %d`, n); !strings.Contains(metrics, want) {
+		t.Fatalf("/metrics lacks %s", want)
 	}
 }
 
