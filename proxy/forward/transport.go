@@ -244,7 +244,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 			if err != nil && trip.Reason == "" {
 				trip.Reason = proxy.Reason(err, o.Err)
 			}
-			trip.held = f.Handoff() // the answer's; nothing held after a failure
+			trip.held = f.Handoff() // the answer's, whatever its status; nothing after an error
 			return resp, trip, err
 		}
 		if resp != nil {
