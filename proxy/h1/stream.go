@@ -624,9 +624,6 @@ func (b *streamBody) drain() bool {
 	b.by.Store(time.Now().Add(wait).UnixNano())
 	b.byGiven.Store(true)
 	b.ending.Store(false) // end stopped the reads: this one alone reads now
-	b.waitMu.Lock()
-	b.waitF, b.waitRC = nil, nil // end closed it
-	b.waitMu.Unlock()
 	buf := proxy.GetBuffer()
 	for n := int64(0); n <= discardMax; {
 		m, err := b.readLocked(buf[:min(int64(len(buf)), discardMax+1-n)])
@@ -636,17 +633,28 @@ func (b *streamBody) drain() bool {
 		}
 	}
 	proxy.PutBuffer(buf)
+	b.letGo(false)
+	return b.whole.Load()
+}
+
+// letGo gives back what reads of the body held, with none in flight: the
+// socket's second descriptor, and a TLS connection's read deadline when
+// one was set (or, stopped, must be cleared); the connection may be
+// watched again, and its socket may hold what came since (read it before
+// a wait).
+func (b *streamBody) letGo(stopped bool) {
+	b.waitMu.Lock()
 	if b.waitF != nil {
 		b.waitF.Close()
-		b.waitF = nil
 	}
-	if b.c.tls != nil && b.tlsBy {
+	b.waitF, b.waitRC = nil, nil
+	b.waitMu.Unlock()
+	if b.c.tls != nil && (b.tlsBy || stopped) {
 		_ = b.c.tc.SetReadDeadline(time.Time{})
 		b.tlsBy = false
 	}
 	b.c.streaming.Store(false)
 	b.c.drained = false
-	return b.whole.Load()
 }
 
 // stopWait ends a read of the body waiting for the client now.
@@ -672,16 +680,9 @@ func (b *streamBody) end() (whole bool) {
 		b.stopWait()
 	}
 	b.mu.Lock() // a read in flight has returned
+	defer b.mu.Unlock()
 	b.closed = true
 	whole = b.whole.Load()
-	b.mu.Unlock()
-	b.c.streaming.Store(false)
-	if b.waitF != nil {
-		b.waitF.Close()
-	}
-	if b.c.tls != nil && (b.tlsBy || !whole) {
-		_ = b.c.tc.SetReadDeadline(time.Time{})
-	}
-	b.c.drained = false // the socket may hold what came since: read it before a wait
+	b.letGo(!whole) // a TLS read stopped by its deadline: cleared
 	return whole
 }
