@@ -614,6 +614,68 @@ func TestAcceptEncodingPassedAsItCame(t *testing.T) {
 	}
 }
 
+// A client that goes away while its answer streams (an SSE page closed,
+// a download cancelled) is recorded as gone, on every listener kind that
+// carries answers: the answer was cut on its side, not broken by the
+// backend, whose read rotor ended for it. (A backend that cuts its answer
+// is recorded as broken: TestCutAnswerIsAbortedAndRecorded and
+// TestForwardCutAnswerIsAborted.)
+func TestClientGoneMidAnswerIsTheClients(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	a := &backend{testtool.NewStreamer(t, "a", release)}
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: webtls, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: %q, key: %q}}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+`, certFile, keyFile, a.url()), nil)
+	pu, _ := url.Parse(r.url("out"))
+	for _, tc := range []struct {
+		listener, url string
+		tr            *http.Transport
+	}{
+		{"web", r.url("web") + "/stream", &http.Transport{}},
+		{"webtls", "https://" + r.Addr("webtls").String() + "/stream",
+			&http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}},
+		{"out", a.url() + "/stream", &http.Transport{Proxy: http.ProxyURL(pu)}},
+	} {
+		resp, err := (&http.Client{Transport: tc.tr, Timeout: 10 * time.Second}).Get(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.listener, err)
+		}
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != "a" {
+			t.Fatalf("%s: the stream's start: %q, %v", tc.listener, first, err)
+		}
+		if tc.listener == "webtls" && resp.ProtoMajor != 2 {
+			t.Fatalf("webtls: the stream came over HTTP/%d, want 2", resp.ProtoMajor)
+		}
+		resp.Body.Close()
+		tc.tr.CloseIdleConnections() // the client's connection goes, mid-answer
+		line := regexp.MustCompile(`listener=` + tc.listener + ` .*path=/stream status=200 reason=(\S+)`)
+		eventually(t, 5*time.Second, tc.listener+": the stream's access line", func() bool {
+			return line.MatchString(r.logs.String())
+		})
+		if m := line.FindStringSubmatch(r.logs.String()); m[1] != "client_gone" {
+			t.Errorf("%s: a client gone mid-answer recorded as %s, want client_gone:\n%s", tc.listener, m[1], m[0])
+		}
+	}
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	if strings.Contains(metrics, `reason="broken"`) {
+		t.Errorf("answers cut by their clients counted as broken:\n%s", metrics)
+	}
+}
+
 // An endpoint counts a request in flight until its answer has been
 // passed on, not only until its head came: a stream, a long download or
 // an upgraded connection is load on it while it lasts (as nginx's and

@@ -1035,7 +1035,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 	} else {
 		b = new(body)
 	}
-	*b = body{ReadCloser: resp.Body, c: c, stop: stop, reuse: !resp.Close && !r.Close, hopFree: hopFree, block: a}
+	*b = body{ReadCloser: resp.Body, c: c, ctx: ctx, stop: stop, reuse: !resp.Close && !r.Close, hopFree: hopFree, block: a}
 	resp.Body = b
 	return resp, nil
 }
@@ -1109,7 +1109,8 @@ func (s *Switched) CloseWrite() error {
 type body struct {
 	io.ReadCloser
 	c       *conn
-	stop    func() bool // nil: the request could not be cancelled
+	ctx     context.Context // the request's
+	stop    func() bool     // nil: the request could not be cancelled
 	reuse   bool
 	done    bool
 	hopFree bool         // the answer's head had no hop-by-hop field (readResponse)
@@ -1123,6 +1124,12 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
 		b.release(err == io.EOF)
+		if err != io.EOF && b.ctx.Err() != nil {
+			// Cut because the request ended (its client went away): the
+			// read's deadline error would say the backend failed, as
+			// the head's does not either (RoundTrip).
+			err = b.ctx.Err()
+		}
 	}
 	return n, err
 }

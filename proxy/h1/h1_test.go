@@ -474,6 +474,27 @@ func TestShortWayTimeoutAndCancel(t *testing.T) {
 	if n := tr.Idle(); n != 0 {
 		t.Errorf("%d idle connections after a cancelled request, want 0", n)
 	}
+
+	// Cancelled while its body streams: the body's read says so, as the
+	// head's wait does, not the deadline that ended it (which would read
+	// as the backend's failure).
+	streams := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		readRequest(br)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab")
+		_, _ = io.Copy(io.Discard, br) // the rest never comes
+	})
+	ctx, cancel = context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx, http.MethodGet, streams.url(), nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, cancel)
+	got, err := io.ReadAll(resp.Body)
+	if string(got) != "ab" || !errors.Is(err, context.Canceled) {
+		t.Errorf("the body cancelled mid-way: %q, %v; want ab and context.Canceled", got, err)
+	}
+	resp.Body.Close()
 }
 
 // The try bounds a request up to its answer's head: a body that streams
