@@ -1,7 +1,8 @@
-// Package h2 is rotor's HTTP/2 server for TLS listeners: the connections
-// net/http's server hands over after negotiating "h2" (TLSNextProto), each
-// request served by the listener's http.Handler, the same one HTTP/1.1
-// requests go to, so that both share one request lifecycle.
+// Package h2 is rotor's HTTP/2 server: the connections net/http's server
+// hands over after negotiating "h2" on a TLS listener, or after reading
+// HTTP/2's preface on a cleartext one (TLSNextProto), each request served
+// by the listener's http.Handler, the same one HTTP/1.1 requests go to,
+// so that both share one request lifecycle.
 //
 // It exists for the way it writes. net/http's HTTP/2 server writes from
 // one goroutine a connection, to which each response's HEADERS and then
@@ -96,10 +97,36 @@ type Server struct {
 // negotiate "h2", and its Shutdown sends each of them a GOAWAY, after
 // which they close once their streams end (hs.Shutdown waits for that).
 func (s *Server) Configure(hs *http.Server) {
+	s.configure(hs, http2.NextProtoTLS, s.ServeConn)
+}
+
+// ConfigureCleartext makes s the HTTP/2 server of hs, a server without
+// TLS: a connection that opens with HTTP/2's preface (prior knowledge,
+// "h2c", as h2load, curl --http2-prior-knowledge and gRPC's clients
+// without TLS send it) is s's, every other one HTTP/1.1's, as HAProxy
+// and Envoy tell them apart on a cleartext listener. Shutdown as with
+// Configure.
+func (s *Server) ConfigureCleartext(hs *http.Server) {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs.Protocols = &p
+	s.configure(hs, unencryptedHTTP2, s.serveUnencrypted)
+	// With HTTP/2 among its protocols and no "h2" server of its own,
+	// net/http's server would put its bundled one in place of s, for
+	// both keys. No TLS connection comes to hs: "h2" is never asked for.
+	hs.TLSNextProto[http2.NextProtoTLS] = s.ServeConn
+}
+
+// unencryptedHTTP2 is the key under which net/http's server hands over a
+// connection without TLS that opened with HTTP/2's preface.
+const unencryptedHTTP2 = "unencrypted_http2"
+
+func (s *Server) configure(hs *http.Server, key string, serve func(*http.Server, *tls.Conn, http.Handler)) {
 	if hs.TLSNextProto == nil {
 		hs.TLSNextProto = make(map[string]func(*http.Server, *tls.Conn, http.Handler))
 	}
-	hs.TLSNextProto[http2.NextProtoTLS] = s.ServeConn
+	hs.TLSNextProto[key] = serve
 	hs.RegisterOnShutdown(s.goAway)
 }
 
@@ -108,12 +135,26 @@ func (s *Server) Configure(hs *http.Server) {
 // handler net/http passes: it carries the connection's base context.
 func (s *Server) ServeConn(hs *http.Server, tc *tls.Conn, h http.Handler) {
 	state := tc.ConnectionState()
-	s.serveConn(tc, &state, h)
+	s.serveConn(tc, &state, h, false)
 }
 
-// serveConn serves nc, whose TLS state is state.
-func (s *Server) serveConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) {
+// serveUnencrypted serves HTTP/2 on the connection without TLS that
+// net/http's server hands over (ConfigureCleartext) in place of a TLS
+// one, which has read its client's preface.
+func (s *Server) serveUnencrypted(hs *http.Server, tc *tls.Conn, h http.Handler) {
+	u, ok := tc.NetConn().(interface{ UnencryptedNetConn() net.Conn })
+	if !ok {
+		s.logf("h2: a TLS connection handed over as one without TLS")
+		return // net/http's server closes it
+	}
+	s.serveConn(u.UnencryptedNetConn(), nil, h, true)
+}
+
+// serveConn serves nc, whose TLS state is state (nil: none), its
+// client's preface read already if prefaced.
+func (s *Server) serveConn(nc net.Conn, state *tls.ConnectionState, h http.Handler, prefaced bool) {
 	c := s.newConn(nc, state, h)
+	c.prefaced = prefaced
 	if !s.track(c, true) {
 		return
 	}
@@ -173,6 +214,7 @@ type conn struct {
 	tls      *tls.ConnectionState
 	remote   string
 	fr       *http2.Framer // reads; serve's alone
+	prefaced bool          // the client's preface was read before the connection came
 	block    *headerBlock  // the header block read last; serve's alone
 	idle     time.Duration
 	head     time.Duration // ReadHeaderTimeout
@@ -329,8 +371,10 @@ func (c *conn) serve() {
 		c.handlers.Wait()
 	}()
 	_ = c.nc.SetReadDeadline(time.Now().Add(prefaceTimeout))
-	if err := c.readPreface(); err != nil {
-		return
+	if !c.prefaced {
+		if err := c.readPreface(); err != nil {
+			return
+		}
 	}
 	err := c.write(func() error {
 		if err := c.wfr.WriteSettings(
