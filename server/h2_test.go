@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -36,7 +38,7 @@ func h2Conn(t *testing.T, addr string) (*tls.Conn, *http2.Framer) {
 
 // h2MaxStreams reads the server's first SETTINGS frame on c and returns
 // its SETTINGS_MAX_CONCURRENT_STREAMS.
-func h2MaxStreams(c *tls.Conn) (uint32, error) {
+func h2MaxStreams(c net.Conn) (uint32, error) {
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		return 0, err
 	}
@@ -248,5 +250,78 @@ func TestHTTP2MaxHeaderBytes(t *testing.T) {
 	}
 	if n := a.count(); n != 1 {
 		t.Fatalf("the backend saw %d requests, want the one within the limit", n)
+	}
+}
+
+// A cleartext http listener serves HTTP/2 to a client that opens with its
+// preface (prior knowledge, h2c), through the same lifecycle as HTTP/1.1:
+// balanced, forwarded as plain http, recorded, under the listener's
+// stream limit. An HTTP/1.1 client on the same listener is served as
+// before, and a client asking to upgrade to h2c is served HTTP/1.1 with
+// the upgrade not passed on (the backend would switch the whole
+// connection to itself).
+func TestHTTP2Cleartext(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	cfg := "log: {access: true}\n" + strings.Replace(webConfig("round_robin", a, b), "routes:", "max_concurrent_streams: 7, routes:", 1)
+	r := startRotor(t, cfg, nil)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	seen := map[string]int{}
+	for range 4 {
+		resp, err := client.Get(r.url("web") + "/h2c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+			t.Fatalf("%s %d, want HTTP/2.0 200", resp.Proto, resp.StatusCode)
+		}
+		seen[string(body)]++
+	}
+	if seen["a"] != 2 || seen["b"] != 2 {
+		t.Errorf("round robin over HTTP/2 without TLS: %v, want two each", seen)
+	}
+	if got := a.lastRequest().Header.Get("X-Forwarded-Proto"); got != "http" {
+		t.Errorf("X-Forwarded-Proto %q, want http", got)
+	}
+	eventually(t, 3*time.Second, "the requests' access lines", func() bool {
+		return strings.Count(r.logs.String(), "path=/h2c status=200") == 4
+	})
+
+	c, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if streams, err := h2MaxStreams(c); err != nil || streams != 7 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d (%v), want the listener's 7", streams, err)
+	}
+
+	if _, body := get(t, r.url("web")+"/h1"); body != "a" && body != "b" {
+		t.Errorf("HTTP/1.1 beside it: %q", body)
+	}
+	up, err := net.Dial("tcp", r.Addr("web").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	_ = up.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(up, "GET /up HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(up), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	last := a.lastRequest()
+	if b.lastRequest() != nil && b.lastRequest().URL.Path == "/up" {
+		last = b.lastRequest()
+	}
+	if resp.StatusCode != 200 || last.URL.Path != "/up" || last.Header.Get("Upgrade") != "" || last.Header.Get("HTTP2-Settings") != "" {
+		t.Errorf("an h2c upgrade: %d, the backend saw %s with Upgrade %q and HTTP2-Settings %q; want 200, no upgrade passed on",
+			resp.StatusCode, last.URL.Path, last.Header.Get("Upgrade"), last.Header.Get("HTTP2-Settings"))
 	}
 }

@@ -238,13 +238,14 @@ func (s *Server) Start() error {
 					}}
 				// HTTP/2 is rotor's own server's, offered to clients
 				// (ALPN) beside HTTP/1.1, which is the short way's.
-				h2s := &h2.Server{MaxConcurrentStreams: uint32(l.MaxConcurrentStreams),
-					MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ReadHeaderTimeout: l.Timeouts.ReadHeader,
-					ErrorLog: li.http.ErrorLog}
-				h2s.Configure(li.http)
+				h2Server(l, li.http).Configure(li.http)
 				li.short = s.shortServer(l, li.http)
 				go s.serve(name, func() error { return li.short.ServeTLS(ln) })
 			} else {
+				// Without TLS, HTTP/2 with prior knowledge (h2c): the
+				// short way hands a connection that opens with its
+				// preface to li.http, which hands it to rotor's server.
+				h2Server(l, li.http).ConfigureCleartext(li.http)
 				s.serveCleartext(li, ln)
 			}
 		case "forward":
@@ -318,6 +319,14 @@ func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+}
+
+// h2Server is the HTTP/2 server of http listener l, whose http.Server is
+// hs: the listener's bounds on streams, heads and time.
+func h2Server(l config.Listener, hs *http.Server) *h2.Server {
+	return &h2.Server{MaxConcurrentStreams: uint32(l.MaxConcurrentStreams),
+		MaxHeaderBytes: l.MaxHeaderBytes, IdleTimeout: l.Timeouts.Idle, ReadHeaderTimeout: l.Timeouts.ReadHeader,
+		ErrorLog: hs.ErrorLog}
 }
 
 // serveCleartext serves a cleartext http or forward listener: plain

@@ -33,6 +33,16 @@ func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted 
 	header := r.Header
 	if info.inPlace = h1.OutgoingInPlace(header, info.read); !info.inPlace {
 		up := upgradeType(r.Header)
+		if strings.EqualFold(up, "h2c") {
+			// HTTP/2 over this connection, its settings in a field of
+			// it (HTTP2-Settings): a backend that switched would take the
+			// client's connection for its own, every later request with
+			// it. Not passed on, as nginx and Envoy do not: the request
+			// is served as HTTP/1.1, which the client goes on with (RFC
+			// 9113 drops the upgrade; HTTP/2 without TLS is spoken here
+			// with prior knowledge).
+			up = ""
+		}
 		if !printable(up) {
 			h.errorHandler(w, r, info, fmt.Errorf("client tried to switch to invalid protocol %q", up))
 			return false
