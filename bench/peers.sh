@@ -31,7 +31,10 @@
 # each proxy's core a quarter idle, these make the proxy's core the
 # limit, so that the rate and the tail are the proxy's own. One more
 # runs only when asked for: "tls", HTTP/1.1 over TLS (wrk to each
-# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1).
+# proxy's TLS listener; wrk offers no ALPN, so each serves it HTTP/1.1);
+# and "h2c", HTTP/2 without TLS (h2load with prior knowledge to the
+# cleartext listeners of "get", and to one of nginx's own, which serves
+# HTTP/2 alone there).
 # ROUNDS=3 runs HTTP/1.1 (GET and POST), TCP and HTTP/2 three times, the targets taking
 # turns in a different order each round, and prints each figure's median:
 # this machine's speed swings by a quarter from minute to minute.
@@ -69,7 +72,7 @@ SIZE=${SIZE:-268435456}
 ROUNDS=${ROUNDS:-1}
 TESTS=${TESTS:-get post bound tcp h2 bodies}
 for t in $TESTS; do
-	case $t in get | post | tcp | h2 | tls | bound | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 tls bound bodies)" >&2; exit 1 ;; esac
+	case $t in get | post | tcp | h2 | h2c | tls | bound | bodies) ;; *) echo "TESTS: $t is not a test (get post tcp h2 h2c tls bound bodies)" >&2; exit 1 ;; esac
 done
 if [ "${WRITE:-}" = 1 ] && [ "$(echo $TESTS | tr ' ' '\n' | sort | paste -sd' ')" != "bodies bound get h2 post tcp" ]; then
 	echo "WRITE=1 writes the tables of docs/BENCHMARKS.md: it needs TESTS to be get post bound tcp h2 bodies" >&2
@@ -132,6 +135,11 @@ http {
   upstream fast { server 127.0.0.1:19311; server 127.0.0.1:19312; server 127.0.0.1:19313; keepalive 128; }
   server {
     listen 127.0.0.1:18181;
+    keepalive_requests 100000000;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
+  }
+  server {
+    listen 127.0.0.1:18187 http2;
     keepalive_requests 100000000;
     location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; $nginx_fwd }
   }
@@ -221,6 +229,9 @@ cat > "$out/Caddyfile" <<CADDY
 {
 	admin off
 	auto_https off
+	servers {
+		protocols h1 h2 h2c
+	}
 }
 http://127.0.0.1:18183 {
 	reverse_proxy 127.0.0.1:19301 127.0.0.1:19302 127.0.0.1:19303 {
@@ -250,7 +261,7 @@ CADDY
 GOMAXPROCS=$CORES taskset -c $pin caddy run --config "$out/Caddyfile" --adapter caddyfile >"$out/caddy.log" 2>&1 & pids+=($!)
 pid[caddy]=$!
 
-for port in 19379 19301 19311 18170 18171 18172 18173 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18190 18191 18192 18193; do
+for port in 19379 19301 19311 18170 18171 18172 18173 18379 18380 18381 18443 18444 18445 18446 18180 18181 18182 18183 18187 18190 18191 18192 18193; do
 	wait_port "$port"
 done
 results=$out/results.tsv
@@ -383,29 +394,39 @@ echo "## HTTP/1.1 over TLS: wrk -t$CORES -c$CONNS -d$DURATION --latency to each 
 wrk_test tls "rotor=18443 nginx=18444 haproxy=18445 caddy=18446" "HTTP/1.1 over TLS" "HTTP/1.1 over TLS per CPU s"
 echo
 fi
-if want h2; then
-echo "## HTTP/2 over TLS: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
-printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
-h2="rotor=18443 nginx=18444 haproxy=18445 caddy=18446"
-run_h2() {
-	local name=$1 port=$2 f=$out/h2load-$2-$3.txt t0
-	t0=$(ticks "$name")
-	taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "https://127.0.0.1:$port/" > "$f" 2>&1 || true
-	v[h2cpu-$name]+="$(cpu "$name" "$t0" "$REQUESTS") "
-	v[h2-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
-	v[mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
-	v[max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
-	v[ok-$name]=$(awk '/^status codes:/ {print $3, $4}' "$f")
+# h2_test KEY TARGETS SCHEME TITLE runs h2load through each of TARGETS
+# ("name=port ...") over SCHEME (https: HTTP/2 over TLS; http: HTTP/2
+# with prior knowledge, h2c) and prints each one's medians.
+h2_test() {
+	local key=$1 targets=$2 scheme=$3 title=$4 target name r c
+	echo "## $title: h2load -n $REQUESTS -c 20 -m 10, load on cores $load$of"
+	printf "%-10s %12s %10s %10s %12s\n" target "requests/s" "mean ms" "max ms" "CPU us/req"
+	run_h2() {
+		local name=$1 port=$2 f=$out/h2load-$2-$3.txt t0
+		t0=$(ticks "$name")
+		taskset -c $load h2load -t "$CORES" -n "$REQUESTS" -c 20 -m 10 "$scheme://127.0.0.1:$port/" > "$f" 2>&1 || true
+		v[$key-cpu-$name]+="$(cpu "$name" "$t0" "$REQUESTS") "
+		v[$key-$name]+="$(awk '/^finished in/ {print $4}' "$f") "
+		v[$key-mean-$name]+="$(ms "$(awk '/^time for request:/ {print $6}' "$f")") "
+		v[$key-max-$name]+="$(ms "$(awk '/^time for request:/ {print $5}' "$f")") "
+		v[$key-ok-$name]="$(awk '/^status codes:/ {print $3, $4}' "$f") $(awk '/^Application protocol:/ {print $3}' "$f")"
+	}
+	each "$targets" run_h2
+	for target in $targets; do
+		name=${target%=*}
+		r=$(median <<<"${v[$key-$name]}") c=$(median <<<"${v[$key-cpu-$name]}")
+		printf "%-10s %12s %10s %10s %12s  %s\n" "$name" "$r" "$(median <<<"${v[$key-mean-$name]}")" "$(median <<<"${v[$key-max-$name]}")" "$c" "(${v[$key-ok-$name]})"
+		[ "$key" = h2 ] || continue
+		result "HTTP/2" "$name" "$r"
+		result "HTTP/2 per CPU s" "$name" "$(per_cpu_s "$c")"
+	done
+	echo
 }
-each "$h2" run_h2
-for target in $h2; do
-	name=${target%=*}
-	r=$(median <<<"${v[h2-$name]}") c=$(median <<<"${v[h2cpu-$name]}")
-	printf "%-10s %12s %10s %10s %12s  %s\n" "$name" "$r" "$(median <<<"${v[mean-$name]}")" "$(median <<<"${v[max-$name]}")" "$c" "(${v[ok-$name]})"
-	result "HTTP/2" "$name" "$r"
-	result "HTTP/2 per CPU s" "$name" "$(per_cpu_s "$c")"
-done
-echo
+if want h2; then
+	h2_test h2 "rotor=18443 nginx=18444 haproxy=18445 caddy=18446" https "HTTP/2 over TLS"
+fi
+if want h2c; then
+	h2_test h2c "rotor=18180 nginx=18187 haproxy=18182 caddy=18183" http "HTTP/2 without TLS (h2c, prior knowledge)"
 fi
 if want bodies; then
 # speed prints curl's MB/s on the load's cores, the better of two runs.
@@ -427,11 +448,14 @@ done
 fi
 } | tee "$out/tables.txt"
 
-chart=$out/peers-${CORES}core.svg
-if [ "${WRITE:-}" = 1 ]; then chart=docs/img/peers-${CORES}core.svg; fi
-go run ./bench/chart -ref haproxy -title "rotor beside its peers, $CORES core(s) each (throughput / HAProxy's)" "$results" "$chart"
-echo
-echo "chart: $chart"
+# The chart, of what the tests charted ("h2c" charts nothing).
+if [ -s "$results" ]; then
+	chart=$out/peers-${CORES}core.svg
+	if [ "${WRITE:-}" = 1 ]; then chart=docs/img/peers-${CORES}core.svg; fi
+	go run ./bench/chart -ref haproxy -title "rotor beside its peers, $CORES core(s) each (throughput / HAProxy's)" "$results" "$chart"
+	echo
+	echo "chart: $chart"
+fi
 if [ "${WRITE:-}" = 1 ]; then
 	begin="<!-- peers-${CORES}core:begin -->" end="<!-- peers-${CORES}core:end -->"
 	grep -qF "$begin" docs/BENCHMARKS.md || { echo "docs/BENCHMARKS.md has no $begin marker" >&2; exit 1; }
