@@ -1018,6 +1018,50 @@ func failures(out []byte) []byte {
 	return out
 }
 
+// A request answered before its body has come is reset (NO_ERROR, RFC
+// 9113 8.1); what the client sent on it before it saw the reset (DATA,
+// its trailers) is dropped, not answered with a reset a frame, and the
+// connection goes on.
+func TestEarlyAnswerDropsWhatFollows(t *testing.T) {
+	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "no, thanks") // the body unread
+	}), nil)
+	r := dialRaw(t, s.addr)
+	r.headers(1, false, request(s.addr, "POST", "/")...)
+	if st := r.status(1); st != "200" {
+		t.Fatalf("the early answer: %s", st)
+	}
+	if code := r.reset(1); code != http2.ErrCodeNo {
+		t.Fatalf("the stream answered early reset with %v, want NO_ERROR", code)
+	}
+	for range 4 {
+		if err := r.fr.WriteData(1, false, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.headers(1, true, "x-trailer", "1")
+	r.headers(3, true, request(s.addr, "GET", "/")...)
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the next stream's answer: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			t.Fatalf("stream %d reset with %v after the early answer's reset", f.StreamID, f.ErrCode)
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v after the early answer's reset", f.ErrCode)
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 3 {
+				if st := f.PseudoValue("status"); st != "200" {
+					t.Fatalf("the next stream: %s", st)
+				}
+				return
+			}
+		}
+	}
+}
+
 // A request refused for its header block closes its stream only: the
 // body the client had started on it does not end the connection.
 func TestRefusedHeadersThenData(t *testing.T) {

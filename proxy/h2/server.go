@@ -34,6 +34,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,7 +258,30 @@ type conn struct {
 	idleTimer  *time.Timer
 	spare      []chan handlerTask // workers waiting for a stream (startHandler)
 	spareTimer *time.Timer        // ends them spareLinger after the last stream
+	resets     resetRing          // the streams this server reset last
 }
+
+// resetRing remembers the last streams this server reset (RST_STREAM:
+// an answer given before the request's body ended, a refused or cut
+// request) once they are gone, since what the client sent on them before
+// it saw the reset may still come: their DATA and trailers are dropped,
+// as RFC 9113 (5.1) has an endpoint that sent RST_STREAM ignore the
+// frames that follow it, where a stream closed otherwise is answered
+// STREAM_CLOSED. Without it, a client uploading when its answer came
+// early was sent a reset for each DATA frame in flight, and a trailer
+// block ended the whole connection. Older resets than the ring holds are
+// answered as closed streams, which the protocol allows too.
+type resetRing struct {
+	ids  [16]uint32 // 0: none (client streams are odd)
+	next int
+}
+
+func (r *resetRing) add(id uint32) {
+	r.ids[r.next%len(r.ids)] = id
+	r.next++
+}
+
+func (r *resetRing) has(id uint32) bool { return id != 0 && slices.Contains(r.ids[:], id) }
 
 func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) *conn {
 	base := context.Background()
@@ -639,9 +663,10 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		st.resetLocked(errRefused)
 	} else if id > c.maxID && id%2 == 1 {
 		// A request refused as it opened (a malformed header block): the
-		// stream is closed, and what the client still sends on it is
-		// answered as on a closed stream.
+		// stream is closed, and what the client sent on it before it saw
+		// the reset is dropped.
 		c.maxID = id
+		c.resets.add(id)
 	}
 	c.mu.Unlock()
 	_ = c.write(func() error { return c.wfr.WriteRSTStream(id, code) })

@@ -66,7 +66,11 @@ func (c *conn) onHeaders(f *headerBlock) error {
 		return err
 	}
 	if id <= c.maxID {
+		reset := c.resets.has(id)
 		c.mu.Unlock()
+		if reset {
+			return nil // trailers sent before the client saw our reset
+		}
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	c.maxID = id
@@ -162,6 +166,11 @@ func (c *conn) endRemoteLocked(st *stream) error {
 // 431, without a handler, as net/http does; the body, if one follows, is
 // not wanted.
 func (c *conn) refuseHead(id uint32, ended bool) error {
+	if !ended {
+		c.mu.Lock()
+		c.resets.add(id)
+		c.mu.Unlock()
+	}
 	return c.write(func() error {
 		fields := []hpack.HeaderField{{Name: ":status", Value: "431"}, {Name: "content-length", Value: "0"}}
 		if err := c.writeHeaders(id, fields, true); err != nil {
@@ -354,7 +363,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		c.unacked += n
 		// Closed for the client: it ended or reset the stream. One this
 		// server reset may still have DATA on the way: dropped.
-		closed := st == nil || st.remoteDone || st.err == errReset
+		closed := st == nil && !c.resets.has(id) || st != nil && (st.remoteDone || st.err == errReset)
 		c.unlockGrant()
 		if closed {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
@@ -455,6 +464,9 @@ func (c *conn) removeLocked(st *stream) {
 		return
 	}
 	delete(c.streams, st.id)
+	if st.err != nil && st.err != errReset && st.err != errConnClosed {
+		c.resets.add(st.id) // reset by this server (RST_STREAM)
+	}
 	st.dropBodyLocked()
 	if st.readTimer != nil {
 		st.readTimer.Stop()
