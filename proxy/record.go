@@ -32,6 +32,7 @@ type Record struct {
 	Method   string
 	Host     string // the Host, or the CONNECT target
 	Path     string
+	Proto    string // the request's protocol: HTTP/1.1, HTTP/2.0, ...; "" for a TCP connection
 	Client   string // the client's address
 	Start    time.Time
 	Duration time.Duration
@@ -96,6 +97,9 @@ func (a AccessLog) Served(r *Record) {
 	attrs = append(attrs, slog.String("host", r.Host))
 	if r.Path != "" {
 		attrs = append(attrs, slog.String("path", r.Path))
+	}
+	if r.Proto != "" {
+		attrs = append(attrs, slog.String("proto", r.Proto))
 	}
 	if r.Kind != KindTCP {
 		attrs = append(attrs, slog.Int("status", r.Status))

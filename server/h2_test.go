@@ -289,7 +289,7 @@ func TestHTTP2Cleartext(t *testing.T) {
 		t.Errorf("X-Forwarded-Proto %q, want http", got)
 	}
 	eventually(t, 3*time.Second, "the requests' access lines", func() bool {
-		return strings.Count(r.logs.String(), "path=/h2c status=200") == 4
+		return strings.Count(r.logs.String(), "path=/h2c proto=HTTP/2.0 status=200") == 4
 	})
 
 	c, err := net.Dial("tcp", r.Addr("web").String())

@@ -526,9 +526,9 @@ pools:
 	logs := r.logs.String()
 	// Each kind's record names the endpoint that carried it and its tries.
 	for _, want := range []string{
-		`kind=http .*status=200 .* endpoint=a attempts=1`,
-		`kind=forward .*status=200 .* endpoint=direct attempts=1`,
-		`kind=connect .*status=200 .* endpoint=direct attempts=1`,
+		`kind=http .*proto=HTTP/1.1 status=200 .* endpoint=a attempts=1`,
+		`kind=forward .*proto=HTTP/1.1 status=200 .* endpoint=direct attempts=1`,
+		`kind=connect .*proto=HTTP/1.1 status=200 .* endpoint=direct attempts=1`,
 		`kind=tcp .* endpoint=a attempts=1`,
 	} {
 		if !regexp.MustCompile(want).MatchString(logs) {
@@ -662,7 +662,7 @@ pools:
 		}
 		resp.Body.Close()
 		tc.tr.CloseIdleConnections() // the client's connection goes, mid-answer
-		line := regexp.MustCompile(`listener=` + tc.listener + ` .*path=/stream status=200 reason=(\S+)`)
+		line := regexp.MustCompile(`listener=` + tc.listener + ` .*path=/stream proto=\S+ status=200 reason=(\S+)`)
 		eventually(t, 5*time.Second, tc.listener+": the stream's access line", func() bool {
 			return line.MatchString(r.logs.String())
 		})

@@ -69,6 +69,6 @@ func (l *limits) refuse(w http.ResponseWriter, r *http.Request, status int, reas
 	}
 	l.obs.Served(&proxy.Record{
 		Listener: l.listener, Kind: kind, Status: status, Reason: reason, Method: r.Method, Host: r.Host,
-		Path: r.URL.Path, Client: r.RemoteAddr, Start: time.Now(),
+		Path: r.URL.Path, Proto: r.Proto, Client: r.RemoteAddr, Start: time.Now(),
 	})
 }

@@ -74,7 +74,7 @@ func (h *Handler) authorized(s *Settings, r *http.Request) bool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := h.settings()
 	record := &proxy.Record{
-		Listener: h.name, Kind: proxy.KindForward, Method: r.Method, Host: r.Host, Client: r.RemoteAddr,
+		Listener: h.name, Kind: proxy.KindForward, Method: r.Method, Host: r.Host, Proto: r.Proto, Client: r.RemoteAddr,
 		Start: h1.Began(r, time.Now()), Pool: s.Transport.pool.Name,
 	}
 	if r.Method == http.MethodConnect {

@@ -202,7 +202,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec, record := &info.rec, &info.record
 	info.served = time.Now()
 	*record = proxy.Record{
-		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path,
+		Listener: h.name, Kind: proxy.KindHTTP, Method: r.Method, Host: r.Host, Path: r.URL.Path, Proto: r.Proto,
 		Client: r.RemoteAddr, Start: h1.Began(r, info.served),
 	}
 	t := h.table()
