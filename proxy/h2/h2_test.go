@@ -44,26 +44,17 @@ type testServer struct {
 
 func start(t *testing.T, h http.Handler, srv *h2.Server) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if srv == nil {
-		srv = &h2.Server{}
-	}
-	cert, err := tls.X509KeyPair(testtool.SelfSigned(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	srv.Configure(hs)
-	go func() { _ = hs.ServeTLS(ln, "", "") }()
-	return served(t, ln, hs, srv)
+	return startWith(t, h, srv, true)
 }
 
 // startCleartext is start without TLS: HTTP/2 with prior knowledge
 // (ConfigureCleartext) beside HTTP/1.1.
 func startCleartext(t *testing.T, h http.Handler, srv *h2.Server) *testServer {
+	t.Helper()
+	return startWith(t, h, srv, false)
+}
+
+func startWith(t *testing.T, h http.Handler, srv *h2.Server, withTLS bool) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,13 +64,18 @@ func startCleartext(t *testing.T, h http.Handler, srv *h2.Server) *testServer {
 		srv = &h2.Server{}
 	}
 	hs := &http.Server{Handler: h}
-	srv.ConfigureCleartext(hs)
-	go func() { _ = hs.Serve(ln) }()
-	return served(t, ln, hs, srv)
-}
-
-// served is the test server hs serves on ln, shut down after the test.
-func served(t *testing.T, ln net.Listener, hs *http.Server, srv *h2.Server) *testServer {
+	if withTLS {
+		cert, err := tls.X509KeyPair(testtool.SelfSigned(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+		srv.Configure(hs)
+		go func() { _ = hs.ServeTLS(ln, "", "") }()
+	} else {
+		srv.ConfigureCleartext(hs)
+		go func() { _ = hs.Serve(ln) }()
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
