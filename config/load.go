@@ -73,10 +73,11 @@ func parse(name string, data []byte, getenv func(string) string) (*File, error) 
 	if err := root.Content[0].Decode(&f); err != nil {
 		return nil, p.decodeError(err)
 	}
+	misplaced := f.misplaced()
 	f.applyDefaults()
 	f.resolvePaths(filepath.Dir(name))
 	var errs []error
-	for _, pe := range f.validate() {
+	for _, pe := range append(misplaced, f.validate()...) {
 		errs = append(errs, p.at(pe.path, pe.msg))
 	}
 	if len(errs) > 0 {

@@ -101,6 +101,21 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"dns refresh", edit(8, "    endpoints_from: {dns: app.internal, port: 80, refresh: 1ms}"), "pools.app.endpoints_from.refresh: must be between 100ms and 24h (got 1ms)"},
 		{"dns name", edit(8, "    endpoints_from: {dns: 'http://app', port: 80}"), `pools.app.endpoints_from.dns: must be a DNS name (got "http://app")`},
 		{"dns", edit(8, "    endpoints_from: {dns: app.internal, port: 80, resolver: 127.0.0.1:53, weight: 2}"), ""},
+		// A field the listener's kind has no use for is refused, not left to look as if it held.
+		{"header bound on tcp", edit(4, "  - {name: db, kind: tcp, listen: 127.0.0.1:6432, pool: pg, max_header_bytes: 4096}"),
+			"rotor.yaml:4: listeners.db.max_header_bytes: is for http and forward listeners, which read requests; this is a tcp listener"},
+		{"idle timeout on tcp", edit(4, "  - {name: db, kind: tcp, listen: 127.0.0.1:6432, pool: pg, timeouts: {idle: 5s}}"),
+			"rotor.yaml:4: listeners.db.timeouts.idle: is for http and forward listeners, which read requests; this is a tcp listener"},
+		{"shutdown timeout on tcp", edit(4, "  - {name: db, kind: tcp, listen: 127.0.0.1:6432, pool: pg, timeouts: {shutdown: 5s}}"), ""},
+		{"streams on tcp", edit(4, "  - {name: db, kind: tcp, listen: 127.0.0.1:6432, pool: pg, max_concurrent_streams: 8}"),
+			"rotor.yaml:4: listeners.db.max_concurrent_streams: is for http listeners; this is a tcp listener"},
+		{"credentials on http", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, pool: app, auth: {users: {a: hunter2}}}"),
+			"rotor.yaml:3: listeners.web.auth: is for forward listeners; this is an http listener"},
+		{"connect ports on http", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, pool: app, connect_ports: [443]}"),
+			"rotor.yaml:3: listeners.web.connect_ports: is for forward listeners; this is an http listener"},
+		{"trusted proxies on forward", edit(4, "  - {name: out, kind: forward, listen: 127.0.0.1:3128, pool: app, trusted_proxies: [10.0.0.0/8]}"),
+			"rotor.yaml:4: listeners.out.trusted_proxies: is for http listeners; this is a forward listener"},
+		{"http bounds on http", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, pool: app, max_header_bytes: 4096, max_concurrent_streams: 8, trusted_proxies: [10.0.0.0/8], timeouts: {idle: 5s}}"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -208,6 +209,62 @@ func (f *File) resolvePaths(dir string) {
 }
 
 type pathError struct{ path, msg string }
+
+// misplaced finds the listener fields set on a kind of listener that has
+// no use for them (a header bound on a tcp listener, credentials on an
+// http one), as nginx refuses a directive where it is not allowed: set,
+// it would look as if it held. Run before the defaults fill them in.
+func (f *File) misplaced() []pathError {
+	var errs []pathError
+	for i, l := range f.Listeners {
+		path := "listeners." + l.Name
+		if l.Name == "" {
+			path = fmt.Sprintf("listeners[%d]", i)
+		}
+		httpOnly := map[string]bool{
+			"trusted_proxies":        len(l.TrustedProxies) > 0,
+			"max_concurrent_streams": l.MaxConcurrentStreams != 0,
+		}
+		requests := map[string]bool{ // what bounds a listener that reads requests
+			"timeouts.read_header": l.Timeouts.ReadHeader != 0,
+			"timeouts.body":        l.Timeouts.Body != 0,
+			"timeouts.idle":        l.Timeouts.Idle != 0,
+			"max_header_bytes":     l.MaxHeaderBytes != 0,
+			"max_body_bytes":       l.MaxBodyBytes != 0,
+		}
+		forwardOnly := map[string]bool{
+			"auth":          l.Auth != nil,
+			"allow_targets": len(l.AllowTargets) > 0,
+			"connect_ports": len(l.ConnectPorts) > 0,
+		}
+		check := func(fields map[string]bool, rule string) {
+			for _, field := range slices.Sorted(maps.Keys(fields)) {
+				if fields[field] {
+					errs = append(errs, errAt(path+"."+field, "%s; this is %s %s listener", rule, article(l.Kind), l.Kind))
+				}
+			}
+		}
+		switch l.Kind {
+		case "http":
+			check(forwardOnly, "is for forward listeners")
+		case "forward":
+			check(httpOnly, "is for http listeners")
+		case "tcp":
+			check(httpOnly, "is for http listeners")
+			check(requests, "is for http and forward listeners, which read requests")
+			check(forwardOnly, "is for forward listeners")
+		}
+	}
+	return errs
+}
+
+// article is a or an, as said before kind (http, tcp, forward).
+func article(kind string) string {
+	if kind == "http" {
+		return "an"
+	}
+	return "a"
+}
 
 func errAt(path, format string, args ...any) pathError {
 	return pathError{path, fmt.Sprintf(format, args...)}
