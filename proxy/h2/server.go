@@ -26,6 +26,7 @@
 package h2
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -56,6 +57,9 @@ const (
 	maxReadFrame = 16 << 10
 	// writeBuffer is the connection's write buffer.
 	writeBuffer = 16 << 10
+	// cleartextReadBuffer is what a connection without TLS reads its
+	// frames through.
+	cleartextReadBuffer = 4 << 10
 	// prefaceTimeout bounds the wait for the client's preface and
 	// SETTINGS.
 	prefaceTimeout = 10 * time.Second
@@ -312,7 +316,15 @@ func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler
 	// limit itself (and records it), and HPACK's 32 bytes a field do not
 	// refuse a head HTTP/1.1 would have taken.
 	c.maxHead = uint32(min(maxHead+4096, 1<<30))
-	c.fr = http2.NewFramer(nil, nc)
+	var r io.Reader = nc
+	if state == nil {
+		// Without TLS, whose records the frames are read out of, each
+		// frame would be two reads of the socket (its header, then its
+		// payload): read through a buffer, as an event loop reads a
+		// turn's bytes at once.
+		r = bufio.NewReaderSize(nc, cleartextReadBuffer)
+	}
+	c.fr = http2.NewFramer(nil, r)
 	c.block = newHeaderBlock(c.maxHead)
 	c.fr.SetMaxReadFrameSize(maxReadFrame)
 	c.wfr = http2.NewFramer(frameWriter{c}, nil)
