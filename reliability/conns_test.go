@@ -269,45 +269,70 @@ pools:
 // costs rotor. The short way's, as on a cleartext listener: parked, with
 // no goroutine, and no read buffer of its own held meanwhile.
 func TestIdleHTTPS(t *testing.T) {
-	idleTLS(t, "idle HTTP/1.1 connections over TLS", "http/1.1", 16<<10, 0.1, "a read buffer or a request's state",
-		func(c *tls.Conn, _ string) { getOn(t, c) })
+	idleHTTP(t, "idle HTTP/1.1 connections over TLS", "http/1.1", 16<<10, 0.1, "a read buffer or a request's state",
+		func(c net.Conn, _ string) { getOn(t, c) })
 }
 
 // Idle HTTP/2 connections over TLS, each after one request: what each
 // costs rotor. One goroutine each (its reading one, waiting for a frame)
 // and one descriptor; no write buffer held while it waits.
 func TestIdleHTTP2(t *testing.T) {
-	tr := &http2.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
-	idleTLS(t, "idle HTTP/2 connections", "h2", 24<<10, 1.1, "a write buffer or a stream's state",
-		func(c *tls.Conn, addr string) {
-			cc, err := tr.NewClientConn(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
-			resp, err := cc.RoundTrip(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		})
+	idleHTTP(t, "idle HTTP/2 connections", "h2", 24<<10, 1.1, "a write buffer or a stream's state", h2Get(t))
 }
 
-// idleTLS measures what idle connections to a TLS listener cost rotor,
-// rotor at GOGC=10: each offers proto alone, makes one request with ask
+// Idle HTTP/2 connections without TLS (prior knowledge), each after one
+// request: as over TLS, less TLS's state, with the buffer its frames are
+// read through, and with the 8 KiB of buffers net/http's server took for
+// the connection before it found HTTP/2's preface (held while it runs).
+func TestIdleH2C(t *testing.T) {
+	idleHTTP(t, "idle HTTP/2 connections without TLS", "", 24<<10, 1.1, "a write buffer or a stream's state", h2Get(t))
+}
+
+// h2Get makes one HTTP/2 request on a connection, with Go's client.
+func h2Get(t *testing.T) func(c net.Conn, addr string) {
+	tr := &http2.Transport{AllowHTTP: true}
+	return func(c net.Conn, addr string) {
+		cc, err := tr.NewClientConn(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scheme := "https"
+		if _, ok := c.(*tls.Conn); !ok {
+			scheme = "http"
+		}
+		req, _ := http.NewRequest("GET", scheme+"://"+addr+"/", nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+// idleHTTP measures what idle connections to an http listener cost
+// rotor, rotor at GOGC=10: each offers proto alone over TLS (proto "":
+// HTTP/2 with prior knowledge, without TLS), makes one request with ask
 // and is held. One descriptor each; more than maxG goroutines each, or
 // more than maxHeap bytes of heap each, fails the test, as kept (what it
 // would be) while idle.
-func idleTLS(t *testing.T, what, proto string, maxHeap, maxG float64, kept string, ask func(c *tls.Conn, addr string)) {
+func idleHTTP(t *testing.T, what, proto string, maxHeap, maxG float64, kept string, ask func(c net.Conn, addr string)) {
 	t.Helper()
 	a := newBackend(t, "a")
-	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
-	cfg := strings.Replace(webConfig("", a), "pool: app,",
-		fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
+	cfg := webConfig("", a)
+	if proto != "" {
+		certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+		cfg = strings.Replace(cfg, "pool: app,", fmt.Sprintf("pool: app, tls: {cert: %q, key: %q},", certFile, keyFile), 1)
+	}
 	p := start(t, cfg, "GOGC=10")
 	open := func() net.Conn {
-		c, err := tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
+		var c net.Conn
+		var err error
+		if proto != "" {
+			c, err = tls.Dial("tcp", p.addr("web"), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{proto}})
+		} else {
+			c, err = net.Dial("tcp", p.addr("web"))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
