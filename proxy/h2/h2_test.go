@@ -1017,26 +1017,43 @@ func failures(out []byte) []byte {
 // A request answered before its body has come is reset (NO_ERROR, RFC
 // 9113 8.1); what the client sent on it before it saw the reset (DATA,
 // its trailers) is dropped, not answered with a reset a frame, and the
-// connection goes on.
+// connection goes on: for each of a burst of such requests.
 func TestEarlyAnswerDropsWhatFollows(t *testing.T) {
 	s := start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "no, thanks") // the body unread
 	}), nil)
 	r := dialRaw(t, s.addr)
-	r.headers(1, false, request(s.addr, "POST", "/")...)
-	if st := r.status(1); st != "200" {
-		t.Fatalf("the early answer: %s", st)
+	const burst = 40 // more than a handful: every one is remembered
+	for id := uint32(1); id < 2*burst; id += 2 {
+		r.headers(id, false, request(s.addr, "POST", "/")...)
 	}
-	if code := r.reset(1); code != http2.ErrCodeNo {
-		t.Fatalf("the stream answered early reset with %v, want NO_ERROR", code)
+	answered, reset := map[uint32]bool{}, map[uint32]bool{}
+	for len(answered) < burst || len(reset) < burst {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the early answers: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if st := f.PseudoValue("status"); st != "200" {
+				t.Fatalf("stream %d answered %s", f.StreamID, st)
+			}
+			answered[f.StreamID] = true
+		case *http2.RSTStreamFrame:
+			if f.ErrCode != http2.ErrCodeNo || !answered[f.StreamID] {
+				t.Fatalf("stream %d reset with %v (answered first: %v), want NO_ERROR after its answer", f.StreamID, f.ErrCode, answered[f.StreamID])
+			}
+			reset[f.StreamID] = true
+		}
 	}
-	for range 4 {
-		if err := r.fr.WriteData(1, false, make([]byte, 1000)); err != nil {
+	for id := uint32(1); id < 2*burst; id += 2 {
+		if err := r.fr.WriteData(id, false, make([]byte, 1000)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	r.headers(1, true, "x-trailer", "1")
-	r.headers(3, true, request(s.addr, "GET", "/")...)
+	next := uint32(2*burst + 1)
+	r.headers(next, true, request(s.addr, "GET", "/")...)
 	for {
 		f, err := r.fr.ReadFrame()
 		if err != nil {
@@ -1046,9 +1063,9 @@ func TestEarlyAnswerDropsWhatFollows(t *testing.T) {
 		case *http2.RSTStreamFrame:
 			t.Fatalf("stream %d reset with %v after the early answer's reset", f.StreamID, f.ErrCode)
 		case *http2.GoAwayFrame:
-			t.Fatalf("GOAWAY %v after the early answer's reset", f.ErrCode)
+			t.Fatalf("GOAWAY %v after the early answers' resets", f.ErrCode)
 		case *http2.MetaHeadersFrame:
-			if f.StreamID == 3 {
+			if f.StreamID == next {
 				if st := f.PseudoValue("status"); st != "200" {
 					t.Fatalf("the next stream: %s", st)
 				}

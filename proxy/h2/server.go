@@ -273,19 +273,28 @@ type conn struct {
 // frames that follow it, where a stream closed otherwise is answered
 // STREAM_CLOSED. Without it, a client uploading when its answer came
 // early was sent a reset for each DATA frame in flight, and a trailer
-// block ended the whole connection. Older resets than the ring holds are
-// answered as closed streams, which the protocol allows too.
+// block ended the whole connection. The ring holds as many as the
+// streams a connection may have in flight (at most maxResetRing), made at
+// the connection's first reset: every stream of a burst answered early
+// together is remembered. Older resets are answered as closed streams,
+// which the protocol allows too.
 type resetRing struct {
-	ids  [16]uint32 // 0: none (client streams are odd)
+	ids  []uint32 // 0: none (client streams are odd)
 	next int
 }
 
-func (r *resetRing) add(id uint32) {
+// maxResetRing bounds a connection's ring of reset streams.
+const maxResetRing = 1024
+
+func (r *resetRing) add(id uint32, size int) {
+	if r.ids == nil {
+		r.ids = make([]uint32, min(max(size, 1), maxResetRing))
+	}
 	r.ids[r.next%len(r.ids)] = id
 	r.next++
 }
 
-func (r *resetRing) has(id uint32) bool { return id != 0 && slices.Contains(r.ids[:], id) }
+func (r *resetRing) has(id uint32) bool { return id != 0 && slices.Contains(r.ids, id) }
 
 func (s *Server) newConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) *conn {
 	base := context.Background()
@@ -678,7 +687,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		// stream is closed, and what the client sent on it before it saw
 		// the reset is dropped.
 		c.maxID = id
-		c.resets.add(id)
+		c.resets.add(id, int(c.s.maxStreams()))
 	}
 	c.mu.Unlock()
 	_ = c.write(func() error { return c.wfr.WriteRSTStream(id, code) })
