@@ -1343,14 +1343,14 @@ func (c *clientConn) serveRequest(r *http.Request) (end int) {
 		w.release()
 		putHeadBlock(block, valsFree)
 	}()
-	if c.ctx.Err() != nil {
-		w.putWriter()
-		return endClose
-	}
 	if err := w.finish(); err != nil {
 		return endClose
 	}
-	if w.closeAfter || c.s.inShutdown.Load() {
+	// A request whose context ended (the watch found the client's end of
+	// the connection) is answered whole all the same, as net/http's server
+	// answers it: a client that half-closes after its request still reads
+	// (one that left makes the writes fail). The connection ends after it.
+	if w.closeAfter || c.s.inShutdown.Load() || c.ctx.Err() != nil {
 		return endLinger
 	}
 	if s := c.stream; s != nil && !s.whole.Load() && !s.drain() {

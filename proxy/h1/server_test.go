@@ -207,6 +207,13 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 			w.(http.Flusher).Flush()
 			w.Write(bytes.Repeat([]byte("0123456789abcdef"), 1<<18))
 		}},
+		// The client half-closes after its request (exchangeOver does):
+		// a handler still running once the connection is watched sees its
+		// context end, and its answer goes whole all the same.
+		{"slow handler, client half-closed", get, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(400 * time.Millisecond)
+			io.WriteString(w, "late")
+		}},
 		// Writes gathered into chunks of 2 KiB as net/http gathers them:
 		// a write that overflows what is held fills it and the rest waits,
 		// one larger than the room left goes whole when nothing is held
