@@ -614,6 +614,54 @@ func TestAcceptEncodingPassedAsItCame(t *testing.T) {
 	}
 }
 
+// A client that half-closes its connection after its request (shutdown
+// of its sending side) is answered if the answer comes before rotor
+// notices (the short way watches a request after a tick or two; net/http's
+// server at once); one whose backend takes longer is taken for gone, as
+// nginx takes it (499, the backend's exchange ended), and is sent
+// nothing: never an empty 200 in place of the answer. Both through the
+// reverse proxy and the forward proxy.
+func TestHalfClosedClient(t *testing.T) {
+	fast, slow := newBackend(t, "fast"), newBackend(t, "slow")
+	slow.set(http.StatusOK, 800*time.Millisecond)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", routes: [{match: {path_prefix: /slow}, pool: slow}, {match: {path_prefix: /}, pool: fast}]}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: fast, endpoints: [{name: fast, url: %q}]}
+  - {name: slow, endpoints: [{name: slow, url: %q}]}
+  - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
+`, fast.url(), slow.url()), nil)
+	halfClosed := func(listener, req string) string {
+		c, err := net.Dial("tcp", r.Addr(listener).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, req)
+		_ = c.(*net.TCPConn).CloseWrite()
+		got, _ := io.ReadAll(c)
+		return string(got)
+	}
+	if got := halfClosed("web", "GET /fast HTTP/1.1\r\nHost: x\r\n\r\n"); got != "" && (!strings.HasPrefix(got, "HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(got, "\r\n\r\nfast")) {
+		t.Errorf("a quick answer to a half-closed client: %q, want the backend's or nothing", got)
+	}
+	for _, tc := range []struct{ listener, req string }{
+		{"web", "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"out", "GET " + slow.url() + "/slow HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		if got := halfClosed(tc.listener, tc.req); got != "" {
+			t.Errorf("%s: a half-closed client whose answer came late was sent %q, want nothing", tc.listener, got)
+		}
+	}
+	eventually(t, 5*time.Second, "both late answers recorded as the client's going", func() bool {
+		return strings.Count(r.logs.String(), "status=499 reason=client_gone") >= 2
+	})
+}
+
 // A client that goes away while its answer streams (an SSE page closed,
 // a download cancelled) is recorded as gone, on every listener kind that
 // carries answers: the answer was cut on its side, not broken by the

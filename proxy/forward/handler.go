@@ -147,9 +147,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rec.Header().Set("Connection", "close")
 		}
 		record.Status, record.Reason = status, trip.Reason
-		if status != proxy.StatusClientClosed {
-			http.Error(rec, http.StatusText(status), status)
+		if status == proxy.StatusClientClosed {
+			proxy.AbortGone(r) // recorded by the deferred finish as it unwinds
+			return
 		}
+		http.Error(rec, http.StatusText(status), status)
 		return
 	}
 	defer resp.Body.Close()

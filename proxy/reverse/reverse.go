@@ -259,6 +259,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.finish(record, rec, info.body)
+	written := rec.status != 0
 	if !info.held {
 		// No transport holds the header sent on, which shares the
 		// client's values: the server may read the next request's
@@ -268,6 +269,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if aborted {
 		panic(http.ErrAbortHandler)
+	}
+	if !written {
+		proxy.AbortGone(r) // the client went away before its answer
 	}
 }
 
