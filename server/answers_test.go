@@ -169,7 +169,7 @@ func receive(t *testing.T, got <-chan seen) seen {
 // sameAnswers sends one request through ReverseProxy (ref) and then
 // through rotor, and asks that the backend (got) and the client see the
 // same from both.
-func sameAnswers(t *testing.T, got <-chan seen, ref, rotor func() answer) {
+func sameAnswers(t *testing.T, got <-chan seen, ref, rotor func() answer, differs ...func(*seen)) {
 	t.Helper()
 	want := ref()
 	// ReverseProxy passes a backend's 100 Continue on when net/http's
@@ -180,6 +180,9 @@ func sameAnswers(t *testing.T, got <-chan seen, ref, rotor func() answer) {
 	// dropped, and rotor's answer must have none.
 	want.Interim = slices.CompactFunc(want.Interim, func(a, b http.Header) bool { return cmp.Equal(a, b) })
 	wantSeen := receive(t, got)
+	for _, d := range differs {
+		d(&wantSeen) // where rotor means to differ from ReverseProxy
+	}
 	have := rotor()
 	haveSeen := receive(t, got)
 	if diff := cmp.Diff(wantSeen, haveSeen); diff != "" {
@@ -228,6 +231,17 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 	t.Cleanup(ref.Close)
 	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
 
+	// A chunked body that came whole with its head goes on with its
+	// length, as nginx sends it, where ReverseProxy streams it chunked
+	// (-tags norawio: rotor streams it too).
+	withLength := func(n string) func(*seen) {
+		return func(s *seen) {
+			if rawio.Supported {
+				s.Header["Content-Length"] = []string{n}
+			}
+		}
+	}
+	differs := map[string][]func(*seen){"a chunked body": {withLength("3")}}
 	for _, tc := range []struct {
 		name, raw string
 		upgrade   bool
@@ -254,7 +268,7 @@ func TestAnswersAsReverseProxy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sameAnswers(t, got,
 				func() answer { return exchange(t, strings.TrimPrefix(ref.URL, "http://"), tc.raw, tc.upgrade) },
-				func() answer { return exchange(t, r.Addr("web").String(), tc.raw, tc.upgrade) })
+				func() answer { return exchange(t, r.Addr("web").String(), tc.raw, tc.upgrade) }, differs[tc.name]...)
 		})
 	}
 

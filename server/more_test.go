@@ -297,6 +297,33 @@ func TestHTTP2OverTLS(t *testing.T) {
 	}
 }
 
+// A chunked body that came whole with its head, with no trailer, reaches
+// the backend with its length, as nginx sends a body it has read: a
+// backend that takes no chunked request (411, as WSGI servers and
+// Python's http.server answer one) takes it. Read as the handler reads
+// it (-tags norawio: every body), it streams on chunked.
+func TestChunkedBodyInHandGoesWithItsLength(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength < 0 && rawio.Supported {
+			http.Error(w, "length required", http.StatusLengthRequired)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %q", r.ContentLength, b)
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+	resp, body, _ := rawExchange(t, r.Addr("web").String(),
+		"POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n")
+	want := `12 "hello, world"`
+	if !rawio.Supported {
+		want = `-1 "hello, world"`
+	}
+	if resp == nil || resp.StatusCode != http.StatusOK || body != want {
+		t.Fatalf("answered %v %q, want 200 %q", resp, body, want)
+	}
+}
+
 // Bodies read as the listener's handler reads them (chunked, or longer
 // than the 64 KiB read before it runs) reach the backend whole, and the
 // client's connection stays open for the requests after them, none

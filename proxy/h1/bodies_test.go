@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -208,15 +207,16 @@ func TestLongBodiesLeaveInLargeWrites(t *testing.T) {
 	}
 }
 
-// A chunked body in hand (it came whole with its head) goes the short
-// way: chunked, as it came, with its head in one write, its trailer-free
-// end with it; the connection is kept for the next one.
+// A chunked body in hand (it came whole with its head, no trailer) goes
+// the short way: with its length, as nginx sends a body it has read (a
+// backend that takes no chunked request takes it), with its head in one
+// write; the connection is kept for the next one.
 func TestChunkedBodyInHandLeavesWithItsHead(t *testing.T) {
 	testtool.NeedsRaw(t)
 	body := bytes.Repeat([]byte("0123456789"), 300)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
-		if err != nil || !bytes.Equal(b, body) || r.ContentLength != -1 || !slices.Equal(r.TransferEncoding, []string{"chunked"}) {
+		if err != nil || !bytes.Equal(b, body) || r.ContentLength != int64(len(body)) || len(r.TransferEncoding) != 0 {
 			http.Error(w, fmt.Sprintf("read %d bytes, length %d, %q (%v)", len(b), r.ContentLength, r.TransferEncoding, err), http.StatusBadRequest)
 			return
 		}

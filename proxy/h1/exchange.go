@@ -27,9 +27,12 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	if host == "" {
 		host = r.URL.Host
 	}
-	// A chunked body in hand leaves as one chunk, with its head.
-	chunked := r.ContentLength < 0 && len(body) > 0 && len(r.TransferEncoding) == 1 && r.TransferEncoding[0] == "chunked"
-	if r.Close || len(r.TransferEncoding) > 0 && !chunked || r.Trailer != nil || r.URL.Opaque != "" ||
+	// A chunked body in hand (all of it came, with no trailer) leaves with
+	// its length, as nginx sends a body it has read: backends that take
+	// no chunked requests (WSGI servers by default, Python's http.server)
+	// take it, and learn its length before they read it.
+	inHand := r.ContentLength < 0 && len(body) > 0 && len(r.TransferEncoding) == 1 && r.TransferEncoding[0] == "chunked"
+	if r.Close || len(r.TransferEncoding) > 0 && !inHand || r.Trailer != nil || r.URL.Opaque != "" ||
 		!plainHost(host) || watched(trace) {
 		return netWriteRequest(bw, r, body, trace)
 	}
@@ -65,8 +68,6 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 		b = append(b, "\r\n"...)
 	}
 	switch {
-	case chunked:
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	case len(body) > 0, method == http.MethodPost, method == http.MethodPut, method == http.MethodPatch:
 		// As Request.Write: a length for a body, and for these methods
 		// without one ("Content-Length: 0", which many servers expect).
@@ -77,16 +78,9 @@ func writeRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *httptra
 	var fields [24]headerField
 	b = appendFields(b, requestFields(fields[:], r.Header), read)
 	b = append(b, "\r\n"...)
-	if chunked {
-		b = strconv.AppendInt(b, int64(len(body)), 16)
-		b = append(b, "\r\n"...)
-	}
 	_, err := bw.Write(b)
 	if err == nil && len(body) > 0 {
 		_, err = bw.Write(body)
-	}
-	if err == nil && chunked {
-		_, err = bw.WriteString("\r\n0\r\n\r\n")
 	}
 	return err
 }
@@ -97,6 +91,7 @@ func netWriteRequest(bw *bufio.Writer, r *http.Request, body []byte, trace *http
 	r2 := *r
 	if len(body) > 0 {
 		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r2.TransferEncoding = nil // with its length, chunked as it came or not
 	}
 	if trace != nil && httptrace.ContextClientTrace(r.Context()) != trace {
 		r2 = *r2.WithContext(httptrace.WithClientTrace(r.Context(), trace))

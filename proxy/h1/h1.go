@@ -304,8 +304,8 @@ func short(r *http.Request) bool {
 
 // sendLength is the length of the body the short way sends r with: its
 // ContentLength, or for one of no known length (chunked) the bytes in
-// hand when all of it is (it came whole with its head), sent chunked as
-// it came; -1 when it is not known.
+// hand when all of it is (it came whole with its head), sent with that
+// length; -1 when it is not known.
 func sendLength(r *http.Request) int64 {
 	if r.ContentLength >= 0 {
 		return r.ContentLength
