@@ -25,7 +25,7 @@ func FuzzServe(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			s.serveConn(server, &tls.ConnectionState{}, http.HandlerFunc(fuzzHandler), false)
+			s.serveConn(server, &tls.ConnectionState{}, http.HandlerFunc(fuzzHandler))
 		}()
 		go func() { _, _ = io.Copy(io.Discard, client) }()
 		_ = client.SetWriteDeadline(time.Now().Add(2 * time.Second))

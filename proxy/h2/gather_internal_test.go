@@ -39,7 +39,7 @@ func serveLoopback(tb testing.TB, h http.Handler) (client net.Conn, server *coun
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		(&Server{}).serveConn(server, &tls.ConnectionState{}, h, false)
+		(&Server{}).serveConn(server, &tls.ConnectionState{}, h)
 	}()
 	tb.Cleanup(func() {
 		client.Close()

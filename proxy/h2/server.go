@@ -140,7 +140,7 @@ func (s *Server) configure(hs *http.Server, key string, serve func(*http.Server,
 // handler net/http passes: it carries the connection's base context.
 func (s *Server) ServeConn(hs *http.Server, tc *tls.Conn, h http.Handler) {
 	state := tc.ConnectionState()
-	s.serveConn(tc, &state, h, false)
+	s.serveConn(tc, &state, h)
 }
 
 // serveUnencrypted serves HTTP/2 on the connection without TLS that
@@ -152,14 +152,13 @@ func (s *Server) serveUnencrypted(hs *http.Server, tc *tls.Conn, h http.Handler)
 		s.logf("h2: a TLS connection handed over as one without TLS")
 		return // net/http's server closes it
 	}
-	s.serveConn(u.UnencryptedNetConn(), nil, h, true)
+	s.serveConn(u.UnencryptedNetConn(), nil, h)
 }
 
-// serveConn serves nc, whose TLS state is state (nil: none), its
-// client's preface read already if prefaced.
-func (s *Server) serveConn(nc net.Conn, state *tls.ConnectionState, h http.Handler, prefaced bool) {
+// serveConn serves nc, whose TLS state is state (nil: none, and the
+// client's preface read already by net/http's server).
+func (s *Server) serveConn(nc net.Conn, state *tls.ConnectionState, h http.Handler) {
 	c := s.newConn(nc, state, h)
-	c.prefaced = prefaced
 	if !s.track(c, true) {
 		return
 	}
@@ -219,7 +218,6 @@ type conn struct {
 	tls      *tls.ConnectionState
 	remote   string
 	fr       *http2.Framer // reads; serve's alone
-	prefaced bool          // the client's preface was read before the connection came
 	block    *headerBlock  // the header block read last; serve's alone
 	idle     time.Duration
 	head     time.Duration // ReadHeaderTimeout
@@ -285,6 +283,10 @@ type resetRing struct {
 
 // maxResetRing bounds a connection's ring of reset streams.
 const maxResetRing = 1024
+
+// rememberResetLocked notes that this server reset stream id. Called
+// with mu.
+func (c *conn) rememberResetLocked(id uint32) { c.resets.add(id, int(c.s.maxStreams())) }
 
 func (r *resetRing) add(id uint32, size int) {
 	if r.ids == nil {
@@ -416,7 +418,7 @@ func (c *conn) serve() {
 		c.handlers.Wait()
 	}()
 	_ = c.nc.SetReadDeadline(time.Now().Add(prefaceTimeout))
-	if !c.prefaced {
+	if c.tls != nil { // without TLS, net/http's server read it (serveUnencrypted)
 		if err := c.readPreface(); err != nil {
 			return
 		}
@@ -687,7 +689,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		// stream is closed, and what the client sent on it before it saw
 		// the reset is dropped.
 		c.maxID = id
-		c.resets.add(id, int(c.s.maxStreams()))
+		c.rememberResetLocked(id)
 	}
 	c.mu.Unlock()
 	_ = c.write(func() error { return c.wfr.WriteRSTStream(id, code) })

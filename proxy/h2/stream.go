@@ -168,7 +168,7 @@ func (c *conn) endRemoteLocked(st *stream) error {
 func (c *conn) refuseHead(id uint32, ended bool) error {
 	if !ended {
 		c.mu.Lock()
-		c.resets.add(id, int(c.s.maxStreams()))
+		c.rememberResetLocked(id)
 		c.mu.Unlock()
 	}
 	return c.write(func() error {
@@ -465,7 +465,7 @@ func (c *conn) removeLocked(st *stream) {
 	}
 	delete(c.streams, st.id)
 	if st.err != nil && st.err != errReset && st.err != errConnClosed {
-		c.resets.add(st.id, int(c.s.maxStreams())) // reset by this server (RST_STREAM)
+		c.rememberResetLocked(st.id) // reset by this server (RST_STREAM)
 	}
 	st.dropBodyLocked()
 	if st.readTimer != nil {
