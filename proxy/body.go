@@ -18,20 +18,41 @@ import (
 // (TryLatency).
 type Body struct {
 	rc     io.ReadCloser
-	n      atomic.Int64
+	got    atomic.Int64 // bytes read from rc
+	n      atomic.Int64 // bytes tries have taken
 	waited atomic.Int64 // nanoseconds spent in reads of rc
 	mu     sync.Mutex
 	err    error // guarded by mu: the first read error other than EOF
+	// What ReadAhead read and no try has taken yet; whole: it is all
+	// there is (rc is at its end).
+	ahead []byte
+	whole bool
 }
 
 // NewBody wraps rc.
 func NewBody(rc io.ReadCloser) *Body { return &Body{rc: rc} }
 
 func (b *Body) Read(p []byte) (int, error) {
+	if len(b.ahead) > 0 || b.whole {
+		n := copy(p, b.ahead)
+		b.ahead = b.ahead[n:]
+		b.n.Add(int64(n))
+		if len(b.ahead) == 0 && b.whole {
+			return n, io.EOF
+		}
+		return n, nil
+	}
+	n, err := b.read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// read reads rc, timing the read and keeping its error.
+func (b *Body) read(p []byte) (int, error) {
 	start := time.Now()
 	n, err := b.rc.Read(p)
 	b.waited.Add(int64(time.Since(start)))
-	b.n.Add(int64(n))
+	b.got.Add(int64(n))
 	if err != nil && err != io.EOF {
 		b.mu.Lock()
 		if b.err == nil {
@@ -45,10 +66,11 @@ func (b *Body) Read(p []byte) (int, error) {
 // Close closes the client's body.
 func (b *Body) Close() error { return b.rc.Close() }
 
-// Len returns the bytes read so far.
-func (b *Body) Len() int64 { return b.n.Load() }
+// Len returns the bytes read from the client so far.
+func (b *Body) Len() int64 { return b.got.Load() }
 
-// Spent reports whether any of it was read: it cannot be sent again.
+// Spent reports whether a try took any of it: it cannot be sent again.
+// What ReadAhead read is not spent until a try takes it.
 func (b *Body) Spent() bool { return b.n.Load() > 0 }
 
 // Waited returns the time reads of the body have taken so far: the
@@ -106,12 +128,22 @@ type InHand interface {
 
 // Take takes the rest of a body in hand (InHand), counted as read.
 func (l lent) Take(n int64) ([]byte, bool) {
+	if l.whole && l.n.Load() == 0 {
+		if int64(len(l.ahead)) != n {
+			return nil, false
+		}
+		p := l.ahead
+		l.ahead = nil
+		l.n.Add(n)
+		return p, true
+	}
 	h, ok := l.rc.(InHand)
 	if !ok {
 		return nil, false
 	}
 	p, ok := h.Take(n)
 	if ok {
+		l.got.Add(int64(len(p)))
 		l.n.Add(int64(len(p)))
 	}
 	return p, ok
@@ -120,6 +152,12 @@ func (l lent) Take(n int64) ([]byte, bool) {
 // Held returns the length of a body in hand none of which was read
 // (InHand), -1 for any other.
 func (l lent) Held() int64 {
+	if l.whole {
+		if l.n.Load() > 0 {
+			return -1
+		}
+		return int64(len(l.ahead))
+	}
 	h, ok := l.rc.(InHand)
 	if !ok || l.n.Load() > 0 {
 		return -1

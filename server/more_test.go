@@ -297,35 +297,119 @@ func TestHTTP2OverTLS(t *testing.T) {
 	}
 }
 
-// A chunked body that came whole with its head, with no trailer, reaches
-// the backend with its length, as nginx sends a body it has read: a
-// backend that takes no chunked request (411, as WSGI servers and
-// Python's http.server answer one) takes it. Read as the handler reads
-// it (-tags norawio: every body), it streams on chunked.
-func TestChunkedBodyInHandGoesWithItsLength(t *testing.T) {
+// A request body of no known length (chunked, or an HTTP/2 request's
+// without a content-length) that ends within 64 KiB reaches the backend
+// with its length, as nginx sends a body it has read, however it came:
+// whole with its head, or its last chunk apart (as curl and Python's
+// clients send it), after a 100 Continue, over HTTP/2, through the
+// forward listener. A backend that takes no chunked request (411, as WSGI
+// servers and Python's http.server answer one) takes them all. A longer
+// body, and one declaring trailers, go on chunked as they came.
+func TestChunkedBodyGoesWithItsLength(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength < 0 && rawio.Supported {
+		if r.ContentLength < 0 && !strings.HasPrefix(r.URL.Path, "/stream") {
 			http.Error(w, "length required", http.StatusLengthRequired)
 			return
 		}
-		b, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "%d %q", r.ContentLength, b)
+		b, err := io.ReadAll(r.Body)
+		sum := sha256.Sum256(b)
+		fmt.Fprintf(w, "%d %d %x expect=%q trailer=%q %v", r.ContentLength, len(b), sum[:4], r.Header.Get("Expect"), r.Trailer.Get("X-Sum"), err)
 	}))
 	t.Cleanup(be.Close)
-	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
-	resp, body, _ := rawExchange(t, r.Addr("web").String(),
-		"POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n")
-	want := `12 "hello, world"`
-	if !rawio.Supported {
-		want = `-1 "hello, world"`
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+  - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
+`, be.URL), nil)
+	want := func(cl int, body, trailer string) string {
+		sum := sha256.Sum256([]byte(body))
+		return fmt.Sprintf("%d %d %x expect=\"\" trailer=%q <nil>", cl, len(body), sum[:4], trailer)
 	}
-	if resp == nil || resp.StatusCode != http.StatusOK || body != want {
-		t.Fatalf("answered %v %q, want 200 %q", resp, body, want)
+	chunks := func(body string, size int) string {
+		var b strings.Builder
+		for ; len(body) > 0; body = body[min(size, len(body)):] {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", min(size, len(body)), body[:min(size, len(body))])
+		}
+		return b.String()
+	}
+	long := strings.Repeat("0123456789", 7000) // 70,000 bytes: over 64 KiB
+	head := "POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n"
+	for _, tc := range []struct {
+		name, head, rest string
+		expect           bool // the head asks for 100 Continue: the rest goes after it
+		want             string
+	}{
+		{"whole with its head", head + "\r\n" + chunks("hello, world", 5) + "0\r\n\r\n", "", false, want(12, "hello, world", "")},
+		{"its last chunk apart", head + "\r\n" + chunks("hello, world", 5), "0\r\n\r\n", false, want(12, "hello, world", "")},
+		{"after 100 Continue", head + "Expect: 100-continue\r\n\r\n", chunks("hello, world", 7) + "0\r\n\r\n", true, want(12, "hello, world", "")},
+		{"through the forward listener", strings.Replace(head, "/c", be.URL+"/c", 1) + "\r\n" + chunks("hello", 2), "0\r\n\r\n", false, want(5, "hello", "")},
+		{"longer than 64 KiB", strings.Replace(head, "/c", "/stream", 1) + "\r\n" + chunks(long, 4096), "0\r\n\r\n", false, want(-1, long, "")},
+		{"declaring a trailer", strings.Replace(head, "/c", "/stream", 1) + "Trailer: X-Sum\r\n\r\n" + chunks("hello", 5), "0\r\nX-Sum: 5\r\n\r\n", false, want(-1, "hello", "5")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listener := "web"
+			if strings.Contains(tc.head, "http://") {
+				listener = "out"
+			}
+			c, err := net.Dial("tcp", r.Addr(listener).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			io.WriteString(c, tc.head)
+			if tc.expect {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil || resp.StatusCode != http.StatusContinue {
+					t.Fatalf("%v, %v; want 100 Continue", resp, err)
+				}
+			} else {
+				time.Sleep(50 * time.Millisecond)
+			}
+			io.WriteString(c, tc.rest)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || string(body) != tc.want {
+				t.Fatalf("answered %d %q, want 200 %q (a second 100 Continue, or the backend's 411, is wrong)", resp.StatusCode, body, tc.want)
+			}
+		})
+	}
+
+	// HTTP/2 without TLS, a body of no known length (no content-length).
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	pr, pw := io.Pipe()
+	go func() {
+		for _, s := range []string{"hello", ", ", "world"} {
+			pw.Write([]byte(s))
+			time.Sleep(10 * time.Millisecond)
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, r.url("web")+"/h2", pr)
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(body) != want(12, "hello, world", "") {
+		t.Fatalf("HTTP/2: %s %d %q, want %q", resp.Proto, resp.StatusCode, body, want(12, "hello, world", ""))
 	}
 }
 
 // Bodies read as the listener's handler reads them (chunked, or longer
-// than the 64 KiB read before it runs) reach the backend whole, and the
+// than the 64 KiB read before it runs) reach the backend whole (a chunked
+// one of up to 64 KiB with its length), and the
 // client's connection stays open for the requests after them, none
 // answered with a close: a chunked request framed once does not close
 // its connection (one framed both ways does, net/http's, and so does
@@ -352,7 +436,8 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 	var c net.Conn // one connection for them all
 	var br *bufio.Reader
 	for _, tc := range []struct{ name, req, want string }{
-		{"chunked", chunked("hello, world", 5), want(-1, "hello, world")},
+		// Read ahead whole, and sent with its length (proxy.ReadAhead).
+		{"chunked", chunked("hello, world", 5), want(12, "hello, world")},
 		{"long", fmt.Sprintf("PUT /l HTTP/1.1\r\nHost: h.test\r\nContent-Length: %d\r\n\r\n%s", len(long), long), want(len(long), long)},
 		{"long chunked", chunked(long, 64<<10), want(-1, long)},
 		{"after them", "GET /g HTTP/1.1\r\nHost: h.test\r\n\r\n", want(0, "")},

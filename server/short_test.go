@@ -185,7 +185,9 @@ pools:
       - {name: a, url: "http://%s"}
 `, ln.Addr()), nil)
 	for _, tc := range []struct{ name, head, rest string }{
-		{"chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n" + strings.Repeat("c", 1024) + "\r\n",
+		// Longer than what is read ahead before a backend is picked
+		// (proxy.MaxAhead), so that it streams.
+		{"chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10400\r\n" + strings.Repeat("c", 0x10400) + "\r\n",
 			"4000\r\n" + strings.Repeat("c", 16384) + "\r\n0\r\n\r\n"},
 		{"of a length", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("l", 1000), strings.Repeat("l", 99000)},
 	} {

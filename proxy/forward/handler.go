@@ -133,7 +133,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = body
 		defer body.Close()
 	}
-	resp, trip, err := s.Transport.roundTrip(out, body)
+	var resp *http.Response
+	var trip Trip
+	err := proxy.ReadAhead(out, body)
+	if err == nil {
+		resp, trip, err = s.Transport.roundTrip(out, body)
+	} else {
+		trip.Reason = proxy.ClientReason(err) // nothing was picked
+	}
 	defer trip.held.End() // in flight until the answer has been passed on
 	record.Endpoint, record.Attempts = trip.Route, trip.Attempts
 	if body != nil {

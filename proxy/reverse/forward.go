@@ -30,6 +30,15 @@ import (
 // connection's answer (http.ErrAbortHandler), so that the client cannot
 // take a cut body for a whole one.
 func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted bool) {
+	if err := proxy.ReadAhead(r, info.body); err != nil {
+		h.errorHandler(w, r, info, err) // the client's body's: nothing was picked
+		return false
+	}
+	if info.body.Waited() > 0 {
+		// Read ahead: the tries, and the total, begin now; the upload
+		// was the client's pace.
+		info.served = time.Now()
+	}
 	header := r.Header
 	if info.inPlace = h1.OutgoingInPlace(header, info.read); !info.inPlace {
 		up := upgradeType(r.Header)
