@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/rawio"
 	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
@@ -209,5 +210,87 @@ pools:
 				t.Errorf("the next request: %d %q, want 200 next", resp.StatusCode, b)
 			}
 		})
+	}
+}
+
+// An upload a backend refuses at once (a 413 before it has read the
+// body, and a close with the body unread: its socket resets) has the
+// backend's answer passed on, not a 502, however the write of the body
+// to it ends; and the client that sends all of its body before it reads
+// gets that answer too: rotor drops what it sends after the answer
+// before it closes (a lingering close, as nginx's), so that no reset
+// reaches the client ahead of the answer.
+func TestRefusedUploadGetsTheAnswer(t *testing.T) {
+	answer := strings.Repeat("too large. ", 40)
+	ln := testtool.ServeTCP(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(answer), answer)
+		c.(*net.TCPConn).SetLinger(0) // reset, as a close with bytes unread does, at once
+		c.Close()
+	})
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - {name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%s"}]}
+`, ln.Addr()), nil)
+	const size = 4 << 20
+	chunk := strings.Repeat("u", 64<<10)
+	for _, tc := range []struct {
+		name, head string
+		body       func(w io.Writer) error
+	}{
+		{"of a length", fmt.Sprintf("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", size), func(w io.Writer) error {
+			for range size / len(chunk) {
+				if _, err := io.WriteString(w, chunk); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", func(w io.Writer) error {
+			for range size / len(chunk) {
+				if _, err := fmt.Fprintf(w, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+					return err
+				}
+			}
+			_, err := io.WriteString(w, "0\r\n\r\n")
+			return err
+		}},
+	} {
+		for _, read := range []string{"as it sends", "once it has sent"} {
+			t.Run(tc.name+", read "+read, func(t *testing.T) {
+				if read == "once it has sent" && !rawio.Supported {
+					// net/http's server reads at most 256 KiB of a body its
+					// handler left and closes without reading more.
+					t.Skip("without raw socket access (-tags norawio) net/http's server closes without a lingering read")
+				}
+				for i := range 8 {
+					c := dialWeb(t, r)
+					io.WriteString(c, tc.head)
+					sent := make(chan error, 1)
+					go func() { sent <- tc.body(c) }()
+					if read == "once it has sent" {
+						err := <-sent
+						if err != nil {
+							t.Fatalf("upload %d: the body was cut (%v) before it was all sent", i, err)
+						}
+						sent <- err
+					}
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					var body []byte
+					if err == nil {
+						body, err = io.ReadAll(resp.Body)
+					}
+					if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || string(body) != answer {
+						t.Fatalf("upload %d: %v, %v; want the backend's 413 whole", i, resp, err)
+					}
+					c.Close()
+					<-sent
+				}
+			})
+		}
 	}
 }

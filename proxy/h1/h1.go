@@ -155,7 +155,7 @@ func New(ht *http.Transport) *Transport {
 		if err != nil {
 			return nil, err
 		}
-		return bulkConn{c}, nil
+		return &bulkConn{Conn: c, closed: make(chan struct{})}, nil
 	}
 	t.chunks = t.HTTP.Clone()
 	t.chunks.WriteBufferSize = chunkWriteBuffer
@@ -191,13 +191,54 @@ const (
 // ReadFrom is not asked.) An upgrade's connection is handed over as the
 // 101's body, this one itself when nothing came behind the head: it
 // half-closes, and gives its socket to the relay, as the socket would.
-type bulkConn struct{ net.Conn }
+//
+// A write the backend refused (it closed or reset the connection: an
+// early answer to an upload it will not take, a 413 or a 401, and then
+// a close with the body unread) waits until net/http's reader is done
+// with the connection, and closes it, before it fails: on the failure
+// net/http closes the connection at once, and an answer the backend sent
+// before it closed, still to be read, was lost (502, or the answer cut).
+// The reader closes it once it has read the answer, or found none; the
+// wait is bounded all the same (refusedWait).
+type bulkConn struct {
+	net.Conn
+	closed chan struct{} // closed by Close
+	once   sync.Once
+}
 
-func (c bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c.Conn, r) }
+func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c, r) }
+
+func (c *bulkConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil && refused(err) {
+		t := time.NewTimer(refusedWait)
+		select {
+		case <-c.closed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return n, err
+}
+
+func (c *bulkConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// refusedWait bounds how long a write the backend refused waits for the
+// answer to be read.
+const refusedWait = 5 * time.Second
+
+// refused reports whether err is a write's to a peer that closed or
+// reset the connection.
+func refused(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
 
 // CloseWrite shuts the connection's sending side, when it has one to
 // shut.
-func (c bulkConn) CloseWrite() error {
+func (c *bulkConn) CloseWrite() error {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
@@ -206,13 +247,13 @@ func (c bulkConn) CloseWrite() error {
 
 // PlainTCP returns the socket, when the connection is a plain one: what
 // is read from it is the socket's bytes and nothing else.
-func (c bulkConn) PlainTCP() (*net.TCPConn, bool) {
+func (c *bulkConn) PlainTCP() (*net.TCPConn, bool) {
 	tc, ok := c.Conn.(*net.TCPConn)
 	return tc, ok
 }
 
 // SyscallConn returns the socket's raw connection, when it has one.
-func (c bulkConn) SyscallConn() (syscall.RawConn, error) {
+func (c *bulkConn) SyscallConn() (syscall.RawConn, error) {
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()
 	}

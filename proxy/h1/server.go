@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // Server serves HTTP/1.x the short way, in front of a net/http server that
@@ -1410,21 +1411,45 @@ func (c *clientConn) runHandler(w *response, r *http.Request) (aborted bool) {
 }
 
 // lingeringClose closes the connection after a last answer without
-// losing it to a reset: the client's further bytes are read and dropped
-// for up to half a second, or until it closes its side.
+// losing it to a reset, as nginx's lingering close does: the client's
+// further bytes (the rest of an upload answered early, a 413 or a 401)
+// are read and dropped until it closes its side, each read within
+// lingerWait and all of them within lingerTime, up to lingerMax bytes. A
+// socket closed with bytes unread sends a reset, and a client that gets
+// it before it has read the answer loses the answer (Go's, curl).
 func (c *clientConn) lingeringClose() {
 	if c.tls != nil {
 		_ = c.tls.CloseWrite() // the close_notify alert; what comes after it is read raw, and dropped
 	}
 	_ = c.tc.CloseWrite()
-	_ = c.tc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	var b [512]byte
-	for range 256 {
-		if _, err := c.tc.Read(b[:]); err != nil {
+	end := time.Now().Add(lingerTime)
+	buf := proxy.GetBuffer()
+	defer proxy.PutBuffer(buf)
+	for n := 0; n < lingerMax; {
+		now := time.Now()
+		if !now.Before(end) {
 			return
 		}
+		by := now.Add(lingerWait)
+		if by.After(end) {
+			by = end
+		}
+		_ = c.tc.SetReadDeadline(by)
+		k, err := c.tc.Read(buf)
+		if err != nil {
+			return
+		}
+		n += k
 	}
 }
+
+// The bounds of a lingering close: each read, all of it, and the bytes
+// it drops.
+const (
+	lingerWait = 500 * time.Millisecond
+	lingerTime = 2 * time.Second
+	lingerMax  = 64 << 20
+)
 
 // cancelRequest cancels the context of the connection's requests, and
 // with it a backend exchange of the short way's transport in flight.
