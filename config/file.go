@@ -161,6 +161,11 @@ type Pool struct {
 	// TLS is how the pool's https endpoints are reached and checked: the
 	// CAs to trust, a client certificate, the name to verify.
 	TLS *ClientTLS `yaml:"tls"`
+	// RequestBuffering (default true) reads a request body of no known
+	// length ahead, and sends one that ends within 64 KiB with its
+	// length (nginx's proxy_request_buffering); false streams every such
+	// body to the endpoint as it comes.
+	RequestBuffering *bool `yaml:"request_buffering"`
 }
 
 // Sticky configures the sticky policy.

@@ -83,6 +83,7 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"keyed policy needs a key", edit(8, "    key: {}") + "", ""},
 		{"panic threshold", edit(18, "      panic_threshold: 2"), "rotor.yaml:18: pools.app.health.panic_threshold: must be between 0 and 1 (got 2)"},
 		{"check timeout", edit(14, "      check: {path: /healthz, interval: 1s, timeout: 2s}"), "rotor.yaml:14: pools.app.health.check.timeout: must be positive and at most the interval 1s (got 2s)"},
+		{"request buffering on a tcp pool", edit(22, "    policy: least_conn\n    request_buffering: false"), "rotor.yaml:23: pools.pg.request_buffering: is for http and forward pools, whose requests have bodies"},
 		{"tcp pool with url", edit(23, "    endpoints: [{name: pg1, url: http://127.0.0.1:5432}]"), "rotor.yaml:23: pools.pg.endpoints.pg1.address: required for a tcp pool"},
 		{"yaml syntax", edit(5, "pools: [oops"), "rotor.yaml: "},
 		{"short admin token", edit(1, "admin: {listen: 127.0.0.1:9901, token: hunter2}"), "rotor.yaml:1: admin.token: must be at least 16 characters with no spaces (it was 7 long)"},

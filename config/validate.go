@@ -598,6 +598,9 @@ func (p *Pool) validate(path, kind string) []pathError {
 		}
 		errs = append(errs, t.validate(path+".tls")...)
 	}
+	if p.RequestBuffering != nil && kind == "tcp" {
+		add(errAt(path+".request_buffering", "is for http and forward pools, whose requests have bodies"))
+	}
 	if p.Key.TargetHost && kind != "forward" {
 		add(errAt(path+".key.target_host", "is for forward pools"))
 	}

@@ -3,91 +3,64 @@ package proxy
 import (
 	"bytes"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 )
 
 // MaxAhead is the longest request body of no known length that is read
-// whole before its request goes on (ReadAhead), as long as the longest
-// body with a length the short way's server reads whole first.
+// whole before its request goes on (Body.ReadAhead), as long as the
+// longest body with a length the short way's server reads whole first.
 const MaxAhead = 64 << 10
 
 // aheadBudget bounds the bytes requests hold at once of bodies being read
-// ahead; past it a body goes on as it comes, as before there was any.
+// ahead; past it a body goes on as it comes, unread.
 var aheadBudget int64 = 64 << 20 // tests set it lower
 
 var (
 	aheadHeld    atomic.Int64
-	aheadBuffers = sync.Pool{New: func() any { return new([MaxAhead + 1]byte) }}
+	aheadBuffers = sync.Pool{New: func() any { return new([aheadSize]byte) }}
 )
 
-// ReadAhead readies b, the body of r (a request about to go on), for a
-// backend. A body of no known length (chunked, or an HTTP/2 request's
-// without a content-length) is read ahead, and one that ends within
-// MaxAhead bytes goes on with its length, as nginx sends on a body it has
-// buffered: a backend that takes no chunked request (WSGI servers by
-// default, Python's http.server) reads it, and however many chunks it
-// came in it leaves in one write with its head. r then has its
-// ContentLength, and no Transfer-Encoding. A longer body goes on chunked
-// as it comes, what was read ahead first. Either way its Expect is
-// dropped: the read sent the client its 100 Continue already. A body
-// that came whole with its head (InHand) is only given its length.
+// aheadSize is what a read ahead reads at most: MaxAhead, and one byte
+// more that tells the body goes on.
+const aheadSize = MaxAhead + 1
+
+// ReadAhead reads the body ahead, before any try has taken any of it, up
+// to MaxAhead bytes and one more. whole: it ended within MaxAhead bytes,
+// n of them, and is in hand from now on (a lent body's Held and Take
+// give it whole). Otherwise what was read goes first to the try that
+// reads the body, before the rest. Nothing read ahead is spent: a try
+// that fails before it takes the body leaves it whole for the next.
 //
-// Left to stream, unread: a body whose request declares trailers (only
-// a chunked body carries them), an upgrade's or a CONNECT's, and any
-// while bodies being read ahead hold aheadBudget bytes.
+// ok is false when nothing was read: bodies read ahead hold the budget
+// (64 MiB together), and this one goes on as it comes. An error is the
+// client's body's, kept as any read's is (Err).
 //
-// The read is the client's: bounded by the listener's body timeout and
-// maximum as every read of the body is, before anything is picked, so
-// that a slow upload holds no endpoint. An error is the client's body's
-// (b.Err keeps it), and nothing was sent.
-func ReadAhead(r *http.Request, b *Body) error {
-	if b == nil || r.ContentLength >= 0 || r.Method == http.MethodConnect || r.Trailer != nil {
-		return nil
+// The read is as bounded as the body's reads are (the listener's body
+// timeout and maximum, proxy.LimitBody or the server's own).
+func (b *Body) ReadAhead() (n int64, whole, ok bool, err error) {
+	if aheadHeld.Add(aheadSize) > aheadBudget {
+		aheadHeld.Add(-aheadSize)
+		return 0, false, false, nil
 	}
-	if _, ok := r.Header["Upgrade"]; ok {
-		return nil
-	}
-	if _, ok := r.Header["Trailer"]; ok {
-		return nil
-	}
-	if h, ok := b.rc.(InHand); ok {
-		if n := h.Held(); n >= 0 {
-			sendWith(r, n)
-			return nil
-		}
-	}
-	const size = MaxAhead + 1 // one byte more tells the body goes on
-	if aheadHeld.Add(size) > aheadBudget {
-		aheadHeld.Add(-size)
-		return nil
-	}
-	defer aheadHeld.Add(-size)
-	buf := aheadBuffers.Get().(*[size]byte)
+	defer aheadHeld.Add(-aheadSize)
+	buf := aheadBuffers.Get().(*[aheadSize]byte)
 	defer aheadBuffers.Put(buf)
-	n := 0
-	var err error
-	for n < size && err == nil {
+	got := 0
+	for got < aheadSize && err == nil {
 		var k int
-		k, err = b.read(buf[n:])
-		n += k
+		k, err = b.read(buf[got:])
+		got += k
 	}
-	delete(r.Header, "Expect")
 	// A copy of its own: a transport may still read the body after its
 	// request has ended, and the buffer is another's by then.
-	b.ahead = bytes.Clone(buf[:n])
+	b.ahead = bytes.Clone(buf[:got])
 	switch {
 	case err == io.EOF:
 		b.whole = true
-		sendWith(r, int64(n))
+		return int64(got), true, true, nil
 	case err != nil:
-		return err
+		return int64(got), false, true, err
 	}
-	return nil
-}
-
-// sendWith has r go on with a body of n bytes framed by its length.
-func sendWith(r *http.Request, n int64) {
-	r.ContentLength, r.TransferEncoding = n, nil
+	return int64(got), false, true, nil
 }

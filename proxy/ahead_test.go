@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -12,35 +12,22 @@ import (
 	"github.com/rotor-lb/rotor/proxy"
 )
 
-// chunkedRequest is a request with a body of no known length, read a
-// byte at a time (a client's chunks as they come).
-func chunkedRequest(body io.Reader) (*http.Request, *proxy.Body) {
-	r, _ := http.NewRequest(http.MethodPost, "http://h.test/", nil)
-	r.ContentLength, r.TransferEncoding = -1, []string{"chunked"}
-	r.Header.Set("Expect", "100-continue")
-	b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(body)))
-	r.Body = b
-	return r, b
-}
-
-// A body of no known length that ends within MaxAhead is read whole
-// before its request goes on, and goes with its length: nothing of it is
-// spent (a try that never sent it leaves it for the next), and the try
-// that sends it takes it whole.
-func TestReadAheadGivesAShortBodyItsLength(t *testing.T) {
+// A body read ahead that ends within MaxAhead is in hand: nothing of it
+// is spent (a try that never sent it leaves it for the next), Held says
+// its length, and the try that sends it takes it whole. A longer one
+// gives what was read ahead first and the rest after it, every byte
+// once.
+func TestReadAhead(t *testing.T) {
 	for _, size := range []int{0, 5, proxy.MaxAhead} {
 		body := bytes.Repeat([]byte("x"), size)
-		r, b := chunkedRequest(bytes.NewReader(body))
-		if err := proxy.ReadAhead(r, b); err != nil {
-			t.Fatal(err)
-		}
-		if r.ContentLength != int64(size) || r.TransferEncoding != nil || r.Header.Get("Expect") != "" {
-			t.Fatalf("%d bytes: length %d, %v, Expect %q; want its length, no chunked, no Expect", size, r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
+		b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))))
+		n, whole, ok, err := b.ReadAhead()
+		if n != int64(size) || !whole || !ok || err != nil {
+			t.Fatalf("%d bytes: read ahead %d, whole %v, ok %v, %v", size, n, whole, ok, err)
 		}
 		if b.Spent() || b.Len() != int64(size) {
 			t.Fatalf("%d bytes: spent %v, %d read; want none spent, all read", size, b.Spent(), b.Len())
 		}
-		// A try that failed to dial read nothing; the next takes it.
 		h := b.Lend().(proxy.InHand)
 		if n := h.Held(); n != int64(size) {
 			t.Fatalf("%d bytes: Held %d", size, n)
@@ -52,21 +39,12 @@ func TestReadAheadGivesAShortBodyItsLength(t *testing.T) {
 			t.Fatalf("%d bytes: a read after the take: %d, %v; want the end", size, n, err)
 		}
 	}
-}
 
-// A longer body goes on as it came, chunked, what was read ahead first
-// and the rest after it, every byte once.
-func TestReadAheadStreamsALongBody(t *testing.T) {
 	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*3+1)
-	r, b := chunkedRequest(bytes.NewReader(body))
-	if err := proxy.ReadAhead(r, b); err != nil {
-		t.Fatal(err)
-	}
-	if r.ContentLength != -1 || len(r.TransferEncoding) != 1 || r.Header.Get("Expect") != "" {
-		t.Fatalf("length %d, %v, Expect %q; want it left chunked, its Expect dropped", r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
-	}
-	if b.Spent() || b.Len() != proxy.MaxAhead+1 {
-		t.Fatalf("spent %v, %d read ahead; want none spent, MaxAhead+1 read", b.Spent(), b.Len())
+	b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))))
+	n, whole, ok, err := b.ReadAhead()
+	if n != proxy.MaxAhead+1 || whole || !ok || err != nil || b.Spent() {
+		t.Fatalf("a long body: read ahead %d, whole %v, ok %v, %v, spent %v; want MaxAhead+1 read, not whole, none spent", n, whole, ok, err, b.Spent())
 	}
 	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
 		t.Fatalf("Held %d of a body not all in hand, want -1", n)
@@ -77,44 +55,36 @@ func TestReadAheadStreamsALongBody(t *testing.T) {
 	}
 }
 
-// A body that fails as it is read ahead fails the request: the error is
-// the client's body's, kept. Bodies that are not read ahead are left
-// unread: one with a length, one declaring trailers, one in hand (given
-// its length only), an upgrade's, and any while bodies read ahead hold
-// the budget.
-func TestReadAheadLeavesWhatItMust(t *testing.T) {
+// A body that fails as it is read ahead gives the error, kept as the
+// client's; while bodies read ahead hold the budget, nothing is read.
+func TestReadAheadFailsAndKeepsToItsBudget(t *testing.T) {
 	cut := errors.New("unexpected EOF in a chunk")
-	r, b := chunkedRequest(io.MultiReader(strings.NewReader("abc"), failing{cut}))
-	if err := proxy.ReadAhead(r, b); !errors.Is(err, cut) || !errors.Is(b.Err(), cut) || r.ContentLength != -1 {
-		t.Fatalf("a cut body: %v (kept %v), length %d; want its error, kept, and no length", err, b.Err(), r.ContentLength)
+	b := proxy.NewBody(io.NopCloser(io.MultiReader(strings.NewReader("abc"), failing{cut})))
+	if _, whole, ok, err := b.ReadAhead(); whole || !ok || !errors.Is(err, cut) || !errors.Is(b.Err(), cut) {
+		t.Fatalf("a cut body: whole %v, ok %v, %v (kept %v); want its error, kept", whole, ok, err, b.Err())
 	}
 
-	for _, tc := range []struct {
-		name string
-		set  func(*http.Request, *proxy.Body) *proxy.Body
-	}{
-		{"with a length", func(r *http.Request, b *proxy.Body) *proxy.Body { r.ContentLength = 5; return b }},
-		{"declaring trailers", func(r *http.Request, b *proxy.Body) *proxy.Body { r.Trailer = http.Header{"X-Sum": nil}; return b }},
-		{"an upgrade", func(r *http.Request, b *proxy.Body) *proxy.Body { r.Header.Set("Upgrade", "websocket"); return b }},
-		{"over the budget", func(r *http.Request, b *proxy.Body) *proxy.Body {
-			t.Cleanup(proxy.SetAheadBudget(proxy.MaxAhead))
-			return b
-		}},
-	} {
-		r, b := chunkedRequest(strings.NewReader("hello"))
-		want := r.ContentLength
-		b = tc.set(r, b)
-		if tc.name == "with a length" {
-			want = 5
-		}
-		if err := proxy.ReadAhead(r, b); err != nil || b.Len() != 0 || r.ContentLength != want {
-			t.Fatalf("%s: %v, %d read, length %d; want nothing read, the length as it was", tc.name, err, b.Len(), r.ContentLength)
-		}
+	t.Cleanup(proxy.SetAheadBudget(proxy.MaxAhead))
+	b = proxy.NewBody(io.NopCloser(strings.NewReader("hello")))
+	if n, whole, ok, err := b.ReadAhead(); n != 0 || whole || ok || err != nil || b.Len() != 0 {
+		t.Fatalf("over the budget: %d, whole %v, ok %v, %v, %d read; want nothing read", n, whole, ok, err, b.Len())
 	}
+	if got, _ := io.ReadAll(b.Lend()); string(got) != "hello" {
+		t.Fatalf("the body after a read ahead refused: %q", got)
+	}
+}
 
-	r, _ = chunkedRequest(nil)
-	b = proxy.NewBody(&inHand{b: []byte("hello")})
-	if err := proxy.ReadAhead(r, b); err != nil || r.ContentLength != 5 || r.TransferEncoding != nil || b.Len() != 0 {
-		t.Fatalf("in hand: %v, length %d, %v, %d read; want its length, nothing read", err, r.ContentLength, r.TransferEncoding, b.Len())
+// proxy and sim never import net/http: the simulator drives the same
+// flights as the listeners on virtual time, with none of a server's
+// machinery.
+func TestNoNetHTTP(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/rotor-lb/rotor/proxy", "github.com/rotor-lb/rotor/sim").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for pkg := range strings.SplitSeq(string(out), "\n") {
+		if pkg == "net/http" {
+			t.Fatalf("proxy or sim imports net/http:\n%s", out)
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"net/http"
 	"os"
 	"syscall"
 
@@ -62,18 +61,6 @@ const (
 	// answer. It is logged and counted, never sent.
 	StatusClientClosed = 499
 )
-
-// AbortGone ends the handling of a request whose client went away before
-// anything was written to it (StatusClientClosed): the server is told to
-// abort (http.ErrAbortHandler), so that it sends nothing, where a handler
-// that wrote nothing would get an empty 200 sent for it, which a client
-// that only half-closed its connection would read. Call it once the
-// request is recorded. Outside a server it does nothing.
-func AbortGone(r *http.Request) {
-	if r.Context().Err() != nil && r.Context().Value(http.ServerContextKey) != nil {
-		panic(http.ErrAbortHandler)
-	}
-}
 
 // Status maps an error to the status the client gets: 503 when no endpoint
 // can take the request, 400 when the client's request was at fault, 499

@@ -259,7 +259,8 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 		if pr.next.transport == nil || pr.next.transKey != key {
 			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try, pr.tls), key, true
 		}
-		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key)}
+		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key),
+			Stream: streams(pc)}
 		if sc := pc.StickyCookie; sc != nil {
 			pr.reverse.Sticky = &reverse.StickyCookie{Name: sc.Name, Secret: []byte(sc.Secret), TTL: sc.TTL}
 		}
@@ -342,8 +343,13 @@ func (s *Server) buildForward(l config.Listener, rt *runtime) (*forward.Settings
 		Users:         users,
 		ConnectPorts:  l.ConnectPorts,
 		TunnelTimeout: pc.Timeouts.Connect + pc.Timeouts.Try,
+		Stream:        streams(pc),
 	}, nil
 }
+
+// streams reports whether pool pc streams request bodies of no known
+// length as they come (request_buffering: false), none read ahead.
+func streams(pc config.Pool) bool { return pc.RequestBuffering != nil && !*pc.RequestBuffering }
 
 // routeOptions are the routes of forward listener l over pool pc: the
 // listener's guard in each, the pool's timeouts.

@@ -307,6 +307,18 @@ func TestHTTP2OverTLS(t *testing.T) {
 // body, and one declaring trailers, go on chunked as they came.
 func TestChunkedBodyGoesWithItsLength(t *testing.T) {
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/live" {
+			// Answers the first five bytes as they come, then reads the rest.
+			http.NewResponseController(w).EnableFullDuplex()
+			first := make([]byte, 5)
+			_, err := io.ReadFull(r.Body, first)
+			answer := fmt.Sprintf("%d %q %v", r.ContentLength, first, err)
+			w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+			io.WriteString(w, answer)
+			w.(http.Flusher).Flush()
+			io.Copy(io.Discard, r.Body)
+			return
+		}
 		if r.ContentLength < 0 && !strings.HasPrefix(r.URL.Path, "/stream") {
 			http.Error(w, "length required", http.StatusLengthRequired)
 			return
@@ -318,10 +330,11 @@ func TestChunkedBodyGoesWithItsLength(t *testing.T) {
 	t.Cleanup(be.Close)
 	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, routes: [{match: {path_prefix: /live}, pool: live}]}
   - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
 pools:
-  - {name: app, endpoints: [{name: a, url: %q}]}
+  - {name: app, endpoints: [{name: a, url: %[1]q}]}
+  - {name: live, request_buffering: false, endpoints: [{name: a, url: %[1]q}]}
   - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
 `, be.URL), nil)
 	want := func(cl int, body, trailer string) string {
@@ -380,6 +393,26 @@ pools:
 				t.Fatalf("answered %d %q, want 200 %q (a second 100 Continue, or the backend's 411, is wrong)", resp.StatusCode, body, tc.want)
 			}
 		})
+	}
+
+	// A pool that streams them (request_buffering: false): the body goes
+	// on as it comes, chunked, and the backend answers its first bytes
+	// before the client has sent the rest. (Not where net/http's server
+	// reads the request, -tags norawio: its body's Close, once the
+	// answer's head came, waits for the read in flight, which waits for
+	// the client.)
+	if rawio.Supported {
+		c := dialWeb(t, r)
+		br := bufio.NewReader(c)
+		io.WriteString(c, strings.Replace(head, "/c", "/live", 1)+"\r\n"+chunks("hello", 5))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("streamed: %v (the body held back?)", err)
+		}
+		if body, _ := io.ReadAll(resp.Body); string(body) != `-1 "hello" <nil>` {
+			t.Fatalf("streamed: %q, want the first chunk answered, chunked", body)
+		}
+		io.WriteString(c, "0\r\n\r\n")
 	}
 
 	// HTTP/2 without TLS, a body of no known length (no content-length).

@@ -30,6 +30,9 @@ type Settings struct {
 	// TunnelTimeout bounds establishing a CONNECT tunnel over a route
 	// (10s by default).
 	TunnelTimeout time.Duration
+	// Stream sends request bodies of no known length as they come, none
+	// read ahead (h1.ReadAhead).
+	Stream bool
 }
 
 // Handler is a forward proxy: clients send it absolute-URI requests and
@@ -135,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var resp *http.Response
 	var trip Trip
-	err := proxy.ReadAhead(out, body)
+	err := h1.ReadAhead(out, body, !s.Stream)
 	if err == nil {
 		resp, trip, err = s.Transport.roundTrip(out, body)
 	} else {
@@ -155,7 +158,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		record.Status, record.Reason = status, trip.Reason
 		if status == proxy.StatusClientClosed {
-			proxy.AbortGone(r) // recorded by the deferred finish as it unwinds
+			h1.AbortGone(r) // recorded by the deferred finish as it unwinds
 			return
 		}
 		http.Error(rec, http.StatusText(status), status)

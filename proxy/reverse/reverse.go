@@ -42,6 +42,9 @@ type Pool struct {
 	Transport *h1.Transport
 	Key       KeyFunc       // nil: no key
 	Sticky    *StickyCookie // nil: no sticky cookie
+	// Stream sends request bodies of no known length as they come, none
+	// read ahead (h1.ReadAhead).
+	Stream bool
 }
 
 // NewTransport returns the transport for a pool's backends: keep-alive
@@ -271,7 +274,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	if !written {
-		proxy.AbortGone(r) // the client went away before its answer
+		h1.AbortGone(r) // the client went away before its answer
 	}
 }
 

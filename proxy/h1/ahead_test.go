@@ -1,0 +1,93 @@
+package h1
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/rotor-lb/rotor/proxy"
+)
+
+// chunkedRequest is a request with a body of no known length, read a
+// byte at a time (a client's chunks as they come), that asks for 100
+// Continue.
+func chunkedRequest(body io.Reader) (*http.Request, *proxy.Body) {
+	r, _ := http.NewRequest(http.MethodPost, "http://h.test/", nil)
+	r.ContentLength, r.TransferEncoding = -1, []string{"chunked"}
+	r.Header.Set("Expect", "100-continue")
+	b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(body)))
+	r.Body = b
+	return r, b
+}
+
+// A body of no known length that ends within MaxAhead goes on with its
+// length and no chunked framing; a longer one stays chunked; both lose
+// their Expect (the read sent the client its 100 Continue). A body in
+// hand is given its length unread. One that fails fails the request
+// with its error.
+func TestReadAheadFramesTheRequest(t *testing.T) {
+	r, b := chunkedRequest(strings.NewReader("hello, world"))
+	if err := ReadAhead(r, b, true); err != nil || r.ContentLength != 12 || r.TransferEncoding != nil || r.Header.Get("Expect") != "" {
+		t.Fatalf("a short body: %v, length %d, %v, Expect %q; want its length, no chunked, no Expect", err, r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
+	}
+	if got, _ := io.ReadAll(b.Lend()); string(got) != "hello, world" {
+		t.Fatalf("a short body sends %q", got)
+	}
+
+	long := bytes.Repeat([]byte("y"), proxy.MaxAhead+100)
+	r, b = chunkedRequest(bytes.NewReader(long))
+	if err := ReadAhead(r, b, true); err != nil || r.ContentLength != -1 || len(r.TransferEncoding) != 1 || r.Header.Get("Expect") != "" {
+		t.Fatalf("a long body: %v, length %d, %v, Expect %q; want it chunked, no Expect", err, r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
+	}
+	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, long) {
+		t.Fatalf("a long body sends %d bytes, want its %d", len(got), len(long))
+	}
+
+	for _, read := range []bool{true, false} { // in hand, it waits for nothing: streamed or not
+		r, _ = chunkedRequest(nil)
+		b = proxy.NewBody(&wholeBody{b: []byte("hello")})
+		if err := ReadAhead(r, b, read); err != nil || r.ContentLength != 5 || r.TransferEncoding != nil || b.Len() != 0 {
+			t.Fatalf("in hand (read %v): %v, length %d, %v, %d read; want its length, nothing read", read, err, r.ContentLength, r.TransferEncoding, b.Len())
+		}
+	}
+
+	cut := errors.New("unexpected EOF in a chunk")
+	r, b = chunkedRequest(io.MultiReader(strings.NewReader("abc"), failingReader{cut}))
+	if err := ReadAhead(r, b, true); !errors.Is(err, cut) || r.ContentLength != -1 {
+		t.Fatalf("a cut body: %v, length %d; want its error, and no length", err, r.ContentLength)
+	}
+}
+
+// Bodies that are not read ahead are left unread, their requests as they
+// were: one with a length, one declaring trailers (only chunked carries
+// them), an upgrade's and a CONNECT's, and any of a pool that streams
+// them (read false).
+func TestReadAheadLeavesWhatItMust(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*http.Request)
+		read bool
+	}{
+		{"with a length", func(r *http.Request) { r.ContentLength, r.TransferEncoding = 5, nil }, true},
+		{"declaring trailers", func(r *http.Request) { r.Trailer = http.Header{"X-Sum": nil} }, true},
+		{"naming a trailer", func(r *http.Request) { r.Header.Set("Trailer", "X-Sum") }, true},
+		{"an upgrade", func(r *http.Request) { r.Header.Set("Upgrade", "websocket") }, true},
+		{"a CONNECT", func(r *http.Request) { r.Method = http.MethodConnect }, true},
+		{"streamed by its pool", func(*http.Request) {}, false},
+	} {
+		r, b := chunkedRequest(strings.NewReader("hello"))
+		tc.set(r)
+		length := r.ContentLength
+		if err := ReadAhead(r, b, tc.read); err != nil || b.Len() != 0 || r.ContentLength != length || r.Header.Get("Expect") == "" {
+			t.Fatalf("%s: %v, %d read, length %d, Expect %q; want nothing read, the request as it was", tc.name, err, b.Len(), r.ContentLength, r.Header.Get("Expect"))
+		}
+	}
+}
+
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
