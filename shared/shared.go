@@ -537,3 +537,15 @@ func (s *Store) Shared(ctx context.Context, name string) (health.Shared, error) 
 	}
 	return parseShared(v)
 }
+
+// LogTo sends what the Redis client library logs of its own (a pool's
+// dropped connection, a failed handshake) to l, as warnings in l's
+// format, secrets taken out, instead of lines of its own on stderr. It
+// sets the library's logger, which is the process's.
+func LogTo(l *slog.Logger) { redis.SetLogger(libLog{l}) }
+
+type libLog struct{ l *slog.Logger }
+
+func (g libLog) Printf(ctx context.Context, format string, v ...any) {
+	g.l.WarnContext(ctx, "state store client", "said", secret.Text(strings.TrimSpace(fmt.Sprintf(format, v...))))
+}

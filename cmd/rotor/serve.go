@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -13,6 +14,7 @@ import (
 	"github.com/rotor-lb/rotor/internal/gcfloor"
 	"github.com/rotor-lb/rotor/internal/procs"
 	"github.com/rotor-lb/rotor/server"
+	"github.com/rotor-lb/rotor/shared"
 )
 
 func newServeCmd() *cobra.Command {
@@ -67,6 +69,11 @@ and exits 0.`,
 			if err != nil {
 				return err
 			}
+			// What libraries log of their own goes to rotor's log, in its
+			// format: the log package's (net/http's transport, say) and
+			// the Redis client's.
+			slog.SetDefault(s.Log())
+			shared.LogTo(s.Log())
 			return s.Run(context.Background())
 		},
 	}

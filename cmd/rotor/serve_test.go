@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -198,4 +201,95 @@ func runRotorEnv(t *testing.T, env map[string]string, args ...string) (int, stri
 		t.Setenv(k, v)
 	}
 	return runRotor(t, "", args...)
+}
+
+// What a library logs of its own reaches rotor's log in rotor's format:
+// net/http's transport, told of an answer a backend sent on an idle
+// connection, writes to the log package's logger, which would otherwise
+// put a line of plain text among JSON ones.
+func TestServeLogsLibrariesInItsFormat(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(100 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // unasked
+				time.Sleep(time.Second)
+			}()
+		}
+	}()
+	web := freeAddr(t)
+	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf(`admin: {listen: "off"}
+log: {format: json}
+listeners: [{name: web, kind: http, listen: %q, pool: app}]
+pools: [{name: app, endpoints: [{name: a, url: "http://%s"}]}]
+`, web, ln.Addr())), 0o600)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "ROTOR_TEST_MAIN=serve\x1f--config\x1f"+cfg)
+	var logs syncBuilder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var resp *http.Response
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		// A body over 64 KiB goes through net/http's transport.
+		resp, err = http.Post("http://"+web, "application/octet-stream", strings.NewReader(strings.Repeat("b", 100<<10)))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rotor did not answer: %v\n%s", err, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "Unsolicited response") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no line of net/http's transport in the log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("a line not in the log's format (JSON): %q", line)
+		}
+	}
+}
+
+// syncBuilder is a strings.Builder a process's output and a test may use
+// at once.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
