@@ -118,8 +118,7 @@ func parseHead(head []byte, base *http.Request, a *headBlock) (r *http.Request, 
 			// closes the connection after the answer (RFC 9112, 6.1).
 			return nil, "", 0
 		}
-		a.te[0] = "chunked"
-		r.ContentLength, r.TransferEncoding = -1, a.te[:]
+		r.ContentLength, r.TransferEncoding = -1, chunkedTE
 	}
 	u := &a.u
 	if !plainTarget(target, u) {
@@ -166,8 +165,13 @@ type headBlock struct {
 	// for a body it reads before the handler runs (startBody) or as the
 	// handler reads it (streamBody).
 	expect bool
-	te     [1]string // the request's TransferEncoding, when chunked
 }
+
+// chunkedTE is the TransferEncoding of every chunked request the short
+// way reads: one array, never written, as net/http's transport may still
+// read a request's after its handler has returned (it sends the body on
+// as the answer is passed back), when the request's block is another's.
+var chunkedTE = []string{"chunked"}
 
 var headBlocks = sync.Pool{New: func() any { return new(headBlock) }}
 
