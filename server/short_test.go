@@ -161,6 +161,7 @@ func TestAccessLogCountsTheUpload(t *testing.T) {
 // connection.
 func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
 	testtool.NeedsRaw(t)
+	refusal := strings.Repeat("not you. ", 1<<17) // over 1 MiB
 	ln := testtool.ServeTCP(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
@@ -172,8 +173,10 @@ func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
 				continue
 			}
-			// At once, the body unread; what comes of it is dropped.
-			io.WriteString(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+			// At once, the body unread; what comes of it is dropped. The
+			// answer's body is more than any buffer on the way holds: it
+			// is still being passed on while the upload waits.
+			fmt.Fprintf(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s", len(refusal), refusal)
 			io.Copy(io.Discard, br)
 			return
 		}
@@ -200,7 +203,9 @@ pools:
 			if err != nil || resp.StatusCode != 401 || resp.Close {
 				t.Fatalf("answer %v, %v; want the backend's 401, the connection kept\n%s", resp, err, r.logs.String())
 			}
-			io.Copy(io.Discard, resp.Body)
+			if n, err := io.Copy(io.Discard, resp.Body); n != int64(len(refusal)) || err != nil {
+				t.Fatalf("the answer's body: %d bytes (%v), want its %d: cut while the upload waited", n, err, len(refusal))
+			}
 			io.WriteString(c, tc.rest+"GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
 			resp, err = http.ReadResponse(br, nil)
 			if err != nil {

@@ -34,7 +34,7 @@ func (b *cancelBody) Close() error {
 // the flight picks until one answers for good. cancel, when not nil, ends
 // out's context (the total's); it is called unless the answer's body
 // streams, whose Close calls it.
-func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.CancelFunc) (*http.Response, error) {
+func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.CancelFunc) (answer *http.Response, _ error) {
 	pool := info.pool
 	f := &info.flight
 	var began time.Time // the request's start, when the pool keeps the system's time
@@ -44,7 +44,17 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 	pool.Begin(f, proxy.Request{Key: info.key, Pin: info.pinned, Idempotent: proxy.Idempotent(out.Method), Hold: true, At: began})
 	info.started = true
 	if info.body != nil {
-		defer info.body.Close()
+		// With no answer the client's body is done with. With one, the
+		// transport may still be sending it as the answer comes (a
+		// backend that answers an upload early, before the client has
+		// sent it all); the server ends it once the answer is passed on.
+		// Closed now, the transport's send would fail, and net/http would
+		// cut the answer with the connection.
+		defer func() {
+			if answer == nil {
+				info.body.Close()
+			}
+		}()
 	}
 	if cancel == nil {
 		cancel = func() {}
