@@ -12,10 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // TestMain lets the test binary stand in for rotor itself, so tests can
@@ -208,31 +209,17 @@ func runRotorEnv(t *testing.T, env map[string]string, args ...string) (int, stri
 // connection, writes to the log package's logger, which would otherwise
 // put a line of plain text among JSON ones.
 func TestServeLogsLibrariesInItsFormat(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				time.Sleep(100 * time.Millisecond)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // unasked
-				time.Sleep(time.Second)
-			}()
+	ln := testtool.ServeTCP(t, func(c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
 		}
-	}()
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") // unasked
+		time.Sleep(time.Second)
+	})
 	web := freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "rotor.yaml")
 	_ = os.WriteFile(cfg, []byte(fmt.Sprintf(`admin: {listen: "off"}
@@ -242,13 +229,14 @@ pools: [{name: app, endpoints: [{name: a, url: "http://%s"}]}]
 `, web, ln.Addr())), 0o600)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "ROTOR_TEST_MAIN=serve\x1f--config\x1f"+cfg)
-	var logs syncBuilder
+	var logs testtool.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	var resp *http.Response
+	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		// A body over 64 KiB goes through net/http's transport.
 		resp, err = http.Post("http://"+web, "application/octet-stream", strings.NewReader(strings.Repeat("b", 100<<10)))
@@ -273,23 +261,4 @@ pools: [{name: app, endpoints: [{name: a, url: "http://%s"}]}]
 			t.Fatalf("a line not in the log's format (JSON): %q", line)
 		}
 	}
-}
-
-// syncBuilder is a strings.Builder a process's output and a test may use
-// at once.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
