@@ -41,6 +41,36 @@ func getInParallel(b *testing.B, tr *http.Transport, url string) {
 	tr.CloseIdleConnections()
 }
 
+// BenchmarkProxyChunkedPOST: 2 KB POSTs of no known length, as Go's
+// client sends them (the head and the body's chunk in one write, the
+// last chunk in another: in hand when both have come by the time rotor
+// reads, read ahead otherwise), through the reverse proxy to a local
+// backend that reads them; client, rotor and backend in this process.
+// Most of the bytes it allocates a request are the client's (its copy
+// of a body of no known length takes a 32 KiB buffer).
+func BenchmarkProxyChunkedPOST(b *testing.B) {
+	t := &testing.T{}
+	a := newBackend(t, "a")
+	defer a.Close()
+	r := startRotorB(b, webConfig("round_robin", a))
+	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	body := strings.Repeat("p", 2000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			// A reader of no known length: the body goes chunked.
+			resp, err := cl.Post(r.url("web"), "text/plain", io.MultiReader(strings.NewReader(body)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	cl.CloseIdleConnections()
+}
+
 // BenchmarkForwardGET: absolute-URI GETs through the forward listener's
 // direct route to a local backend, client, rotor and backend in this
 // process: the forward path's own cost, allocations included.
