@@ -201,3 +201,39 @@ func TestForwardCutAnswerIsAborted(t *testing.T) {
 		})
 	}
 }
+
+// A client's malformed body through the forward listener is the
+// client's: 400 to it, its connection closed, no route charged, and no
+// warning in the log (a debug line, as the reverse proxy's), however
+// often it is sent; the route serves the next request.
+func TestForwardMalformedBodyIsTheClients(t *testing.T) {
+	target := newBackend(t, "target")
+	r := startRotor(t, `admin: {listen: "off"}
+log: {access: true, level: debug}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
+`, nil)
+	for _, body := range []string{"zz\r\nnot a chunk\r\n0\r\n\r\n", "5\r\nhelloXX\r\n0\r\n\r\n"} {
+		for range 5 {
+			resp, _, closed := rawExchange(t, r.Addr("out").String(),
+				"POST "+target.url()+"/upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+body)
+			if resp.StatusCode != 400 || !closed {
+				t.Fatalf("%q: %d (closed %v), want 400 and the connection closed", body, resp.StatusCode, closed)
+			}
+		}
+	}
+	s := r.Pools()[0].Snapshot.Get("direct").Snapshot(time.Now())
+	if s.Failures != 0 || s.BreakerName != "closed" || target.count() != 0 {
+		t.Fatalf("the route was charged for the client's body (%d failures, breaker %s), or the target saw %d of them", s.Failures, s.BreakerName, target.count())
+	}
+	if logs := r.logs.String(); strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "bad request body") {
+		t.Fatalf("want a debug line for each bad body and no warning:\n%s", logs)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.Addr("out").String()})}}).Get(target.url() + "/after")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the bad bodies: %v, %v", resp, err)
+	}
+	resp.Body.Close()
+}

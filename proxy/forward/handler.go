@@ -150,7 +150,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		record.BytesIn = body.Len()
 	}
 	if err != nil {
-		status := h.fail(r, trip, err)
+		status := h.fail(r, trip, err, body != nil && body.Err() != nil)
 		if body != nil && body.Err() != nil && status != proxy.StatusClientClosed {
 			// The client's body broke the request: its fault, said as such.
 			status = proxy.ClientStatus(body.Err())
@@ -192,15 +192,20 @@ func (h *Handler) refuse(w http.ResponseWriter, record *proxy.Record, status int
 	http.Error(w, msg, status)
 }
 
-// fail logs a failed request and returns the status for it.
-func (h *Handler) fail(r *http.Request, trip Trip, err error) int {
+// fail logs a failed request and returns the status for it. One the
+// client's body failed (clients) is logged at debug, as the reverse
+// proxy logs it: the client's fault, nothing an operator can mend.
+func (h *Handler) fail(r *http.Request, trip Trip, err error, clients bool) int {
 	if errors.Is(err, ErrForbiddenTarget) {
 		h.log.Warn("target refused", "listener", h.name, "host", r.URL.Hostname(), "error", err)
 		return http.StatusForbidden
 	}
 	kind := proxy.Classify(err, r.Context())
 	status := proxy.Status(err, kind)
-	if status != proxy.StatusClientClosed {
+	switch {
+	case clients:
+		h.log.Debug("bad request body", "listener", h.name, "host", r.URL.Hostname(), "error", secret.Text(err.Error()))
+	case status != proxy.StatusClientClosed:
 		h.log.Warn("forward failed", "listener", h.name, "route", trip.Route, "host", r.URL.Hostname(), "status", status, "error", secret.Text(err.Error()))
 	}
 	return status
