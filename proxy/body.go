@@ -27,6 +27,10 @@ type Body struct {
 	// there is (rc is at its end).
 	ahead []byte
 	whole bool
+	// aborted: a transport gave up sending it (Abort), its backend's
+	// connection gone; what reading it then fails with is not the
+	// client's.
+	aborted atomic.Bool
 }
 
 // NewBody wraps rc.
@@ -53,7 +57,7 @@ func (b *Body) read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.waited.Add(int64(time.Since(start)))
 	b.got.Add(int64(n))
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF && !b.aborted.Load() {
 		b.mu.Lock()
 		if b.err == nil {
 			b.err = err
@@ -69,9 +73,10 @@ func (b *Body) Close() error { return b.rc.Close() }
 // Len returns the bytes read from the client so far.
 func (b *Body) Len() int64 { return b.got.Load() }
 
-// Spent reports whether a try took any of it: it cannot be sent again.
-// What ReadAhead read is not spent until a try takes it.
-func (b *Body) Spent() bool { return b.n.Load() > 0 }
+// Spent reports whether a try took any of it, or gave it up (Abort): it
+// cannot be sent again. What ReadAhead read is not spent until a try
+// takes it.
+func (b *Body) Spent() bool { return b.n.Load() > 0 || b.aborted.Load() }
 
 // Waited returns the time reads of the body have taken so far: the
 // client's upload, where a read waited for its bytes. A nil Body has
@@ -110,6 +115,18 @@ func (b *Body) Lend() io.ReadCloser { return lent{b} }
 type lent struct{ *Body }
 
 func (lent) Close() error { return nil }
+
+// Abort ends the body for a transport whose connection to the backend
+// is gone while it sends the body: a read of it that waits for the
+// client is stopped (the client's body is closed, in a goroutine of its
+// own, as a close may wait for a read in flight), and what that read
+// fails with is not the client's fault. The body is spent.
+func (l lent) Abort() {
+	if l.aborted.Swap(true) {
+		return
+	}
+	go l.rc.Close()
+}
 
 // InHand is a body whose bytes are all in memory already (the short way's
 // server read it whole before the request was served): a transport that

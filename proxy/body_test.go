@@ -199,3 +199,29 @@ func TestTryLatencyLeavesOutTheUpload(t *testing.T) {
 		t.Errorf("waits longer than the try: %v, want 0", got)
 	}
 }
+
+// A lent body a transport gives up (Abort: its backend's connection gone
+// while it sent the body) stops a read that waits for the client, and
+// what that read fails with is not kept as the client's error; the body
+// is spent, not to be sent again.
+func TestAbortStopsAWaitingRead(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	b := proxy.NewBody(pr)
+	l := b.Lend()
+	read := make(chan error, 1)
+	go func() {
+		_, err := l.Read(make([]byte, 8))
+		read <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the read waits for the client
+	l.(interface{ Abort() }).Abort()
+	select {
+	case err := <-read:
+		if err == nil || b.Err() != nil || !b.Spent() {
+			t.Fatalf("read ended with %v, kept %v, spent %v; want it failed, nothing kept, spent", err, b.Err(), b.Spent())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read still waits after Abort")
+	}
+}

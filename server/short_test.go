@@ -299,3 +299,37 @@ pools:
 		}
 	}
 }
+
+// A backend that resets its connection while the client holds the rest
+// of its upload back fails the request at once, a 502 charged to the
+// endpoint: net/http's transport waits, when its connection fails, for
+// the goroutine sending the body, which waited in a read of the body for
+// the client's next bytes, and the answer came at the body timeout as
+// the client's 408.
+func TestBackendResetWhileTheUploadWaits(t *testing.T) {
+	testtool.NeedsRaw(t) // net/http's server's body cannot be stopped mid-read
+	ln := testtool.ServeTCP(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond) // the client has paused by now
+		c.(*net.TCPConn).SetLinger(0)
+	})
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {body: 8s}}
+pools:
+  - {name: app, retries: {attempts: 1}, endpoints: [{name: a, url: "http://%s"}]}
+`, ln.Addr()), nil)
+	c := dialWeb(t, r)
+	io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"+strings.Repeat("u", 100000))
+	start := time.Now()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusBadGateway || time.Since(start) > 4*time.Second {
+		t.Fatalf("%v, %v after %v; want a 502 at once, not the body timeout's 408", resp, err, time.Since(start))
+	}
+	s := r.Pools()[0].Snapshot.Get("a").Snapshot(time.Now())
+	if s.Failures != 1 {
+		t.Fatalf("the endpoint has %d failures, want the reset counted against it", s.Failures)
+	}
+}

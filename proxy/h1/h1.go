@@ -38,6 +38,7 @@ package h1
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -202,8 +203,9 @@ const (
 // wait is bounded all the same (refusedWait).
 type bulkConn struct {
 	net.Conn
-	closed chan struct{} // closed by Close
-	once   sync.Once
+	closed  chan struct{} // closed by Close
+	once    sync.Once
+	sending atomic.Pointer[watchedBody] // the body being sent on it, if any
 }
 
 func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c, r) }
@@ -223,7 +225,72 @@ func (c *bulkConn) Write(p []byte) (int, error) {
 
 func (c *bulkConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
+	if w := c.sending.Swap(nil); w != nil {
+		w.abort()
+	}
 	return c.Conn.Close()
+}
+
+// aborter is a request body a transport can give up sending: a client's
+// (proxy.Body's lent one).
+type aborter interface{ Abort() }
+
+// watchedBody is a client's request body on its way to a backend through
+// net/http's transport, on the connection it got (bulkConn.sending) until
+// it has been read to its end. net/http waits, when the connection fails
+// (the backend reset it, or the try timed out), for the goroutine
+// writing the body to end, and that one waits in a read of the body for
+// a client that may be holding it back: the request's answer, a 502 or a
+// 504, waited for the client's next bytes or the body timeout, which
+// then made it the client's 408. The connection's Close gives the body
+// up (proxy's Abort), so that the read ends at once.
+type watchedBody struct {
+	io.ReadCloser
+	abort func()
+	conn  atomic.Pointer[bulkConn]
+}
+
+// watchBody returns r with its body watched: a copy, with a trace that
+// tells the body its connection.
+func watchBody(r *http.Request, a aborter) *http.Request {
+	w := &watchedBody{ReadCloser: r.Body, abort: a.Abort}
+	rc := r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{GotConn: w.gotConn}))
+	rc.Body = w
+	return rc
+}
+
+func (w *watchedBody) gotConn(info httptrace.GotConnInfo) {
+	c := info.Conn
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if bc, ok := c.(*bulkConn); ok {
+		w.conn.Store(bc)
+		bc.sending.Store(w)
+	}
+}
+
+// done takes the body off its connection: read to its end, or failed.
+func (w *watchedBody) done() {
+	if bc := w.conn.Load(); bc != nil {
+		bc.sending.CompareAndSwap(w, nil)
+	}
+}
+
+func (w *watchedBody) Read(p []byte) (int, error) {
+	n, err := w.ReadCloser.Read(p)
+	if err != nil {
+		w.done()
+	}
+	return n, err
+}
+
+// WriteTo copies the body as the body it watches copies itself (a lent
+// body's large writes).
+func (w *watchedBody) WriteTo(dst io.Writer) (int64, error) {
+	n, err := io.Copy(dst, w.ReadCloser)
+	w.done()
+	return n, err
 }
 
 // refusedWait bounds how long a write the backend refused waits for the
@@ -399,6 +466,9 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 	if !t.Short(r) {
 		if own && trace != nil {
 			r = r.WithContext(httptrace.WithClientTrace(r.Context(), trace))
+		}
+		if a, ok := r.Body.(aborter); ok {
+			r = watchBody(r, a)
 		}
 		if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 			rc := *r
