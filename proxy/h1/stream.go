@@ -75,6 +75,13 @@ type streamBody struct {
 	by      atomic.Int64 // the reads' deadline SetReadDeadline gave, in ns since the epoch (0: none)
 	byGiven atomic.Bool  // SetReadDeadline was called: by, not the server's body timeout, bounds the reads
 
+	// endMu orders a Close against the server's end: a Close that comes
+	// after it (a transport giving the body up once its connection is
+	// gone, proxy's Abort) leaves the body to the server, whose drain may
+	// be reading it by then (ended).
+	endMu sync.Mutex
+	ended bool // guarded by endMu
+
 	contMu  sync.Mutex
 	expect  bool // 100 Continue is owed (guarded by contMu)
 	headOut bool // the answer's head is going out: 100 Continue no longer (guarded by contMu)
@@ -196,14 +203,21 @@ func (b *streamBody) readLocked(p []byte) (int, error) {
 
 // Close closes the body to its reader: reads from now on fail, and one
 // waiting for the client now is stopped (errBodyEnded) rather than waited
-// for, so that a handler that closes the body while a transport's read
-// of it waits (the reverse proxy does once the answer's head came) is not
-// held until the body timeout. What is left is drained after the answer.
+// for, so that a transport that gives the body up while its read of it
+// waits (its connection to the backend gone) is not held until the body
+// timeout. What is left is drained after the answer. Once the server has
+// ended the body (its handler returned), Close does nothing.
 func (b *streamBody) Close() error {
+	b.endMu.Lock()
+	if b.ended {
+		b.endMu.Unlock()
+		return nil // the server's now: its drain may be reading
+	}
 	if !b.whole.Load() {
 		b.ending.Store(true)
 		b.stopWait()
 	}
+	b.endMu.Unlock()
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
@@ -675,6 +689,9 @@ func (b *streamBody) stopWait() {
 // body was read whole; if not, the connection must close. Called by the
 // connection's goroutine, which reads the connection again after it.
 func (b *streamBody) end() (whole bool) {
+	b.endMu.Lock()
+	b.ended = true
+	b.endMu.Unlock()
 	if !b.whole.Load() {
 		b.ending.Store(true)
 		b.stopWait()
