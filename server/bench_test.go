@@ -25,11 +25,17 @@ func BenchmarkProxyGET(b *testing.B) {
 // getInParallel GETs url through tr from every benchmark goroutine, the
 // bodies read to their end.
 func getInParallel(b *testing.B, tr *http.Transport, url string) {
+	inParallel(b, tr, func(cl *http.Client) (*http.Response, error) { return cl.Get(url) })
+}
+
+// inParallel sends a request through tr with send from every benchmark
+// goroutine, the answers' bodies read to their end.
+func inParallel(b *testing.B, tr *http.Transport, send func(*http.Client) (*http.Response, error)) {
 	cl := &http.Client{Transport: tr}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			resp, err := cl.Get(url)
+			resp, err := send(cl)
 			if err != nil {
 				b.Error(err)
 				return
@@ -53,22 +59,11 @@ func BenchmarkProxyChunkedPOST(b *testing.B) {
 	a := newBackend(t, "a")
 	defer a.Close()
 	r := startRotorB(b, webConfig("round_robin", a))
-	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	body := strings.Repeat("p", 2000)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			// A reader of no known length: the body goes chunked.
-			resp, err := cl.Post(r.url("web"), "text/plain", io.MultiReader(strings.NewReader(body)))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+	inParallel(b, &http.Transport{MaxIdleConnsPerHost: 256}, func(cl *http.Client) (*http.Response, error) {
+		// A reader of no known length: the body goes chunked.
+		return cl.Post(r.url("web"), "text/plain", io.MultiReader(strings.NewReader(body)))
 	})
-	cl.CloseIdleConnections()
 }
 
 // BenchmarkForwardGET: absolute-URI GETs through the forward listener's
