@@ -516,7 +516,11 @@ func keyFunc(k config.Key) reverse.KeyFunc {
 }
 
 // sameListeners reports why two configs' listeners differ in a way a
-// reload cannot apply (they need new sockets), or "" when they do not.
+// reload cannot apply, or "" when they do not: new sockets (a name, kind,
+// address or TLS files), or a bound the listener's servers took when
+// they started (net/http's, the short way's and HTTP/2's read them
+// unlocked while they serve), which a reload that said it reloaded would
+// otherwise leave as it was.
 func sameListeners(a, b *config.File) string {
 	if len(a.Listeners) != len(b.Listeners) {
 		return "the set of listeners changed"
@@ -526,6 +530,21 @@ func sameListeners(a, b *config.File) string {
 		if x.Name != y.Name || x.Kind != y.Kind || x.Listen != y.Listen || (x.TLS == nil) != (y.TLS == nil) ||
 			x.TLS != nil && *x.TLS != *y.TLS {
 			return "listener " + y.Name + " changed its name, kind, address or tls"
+		}
+		for _, f := range []struct {
+			field    string
+			was, now any
+		}{
+			{"timeouts.read_header", x.Timeouts.ReadHeader, y.Timeouts.ReadHeader},
+			{"timeouts.body", x.Timeouts.Body, y.Timeouts.Body},
+			{"timeouts.idle", x.Timeouts.Idle, y.Timeouts.Idle},
+			{"max_header_bytes", x.MaxHeaderBytes, y.MaxHeaderBytes},
+			{"max_body_bytes", x.MaxBodyBytes, y.MaxBodyBytes},
+			{"max_concurrent_streams", x.MaxConcurrentStreams, y.MaxConcurrentStreams},
+		} {
+			if f.was != f.now {
+				return fmt.Sprintf("listeners.%s.%s changed (%v to %v)", y.Name, f.field, f.was, f.now)
+			}
 		}
 	}
 	if a.Admin != b.Admin {

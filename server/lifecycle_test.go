@@ -410,6 +410,26 @@ pools:
 		c, br := upgrade(t, r.Addr("web").String())
 		drainThenCut(t, r, c, br)
 	})
+	// The bound of the config in force: a reload's, not the start's.
+	t.Run("after a reload", func(t *testing.T) {
+		cfg := `admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {shutdown: %s}}
+pools:
+  - name: app
+    endpoints:
+      - {name: echo, url: %q}
+`
+		echo := newUpgradeEcho(t).url()
+		r := startRotor(t, fmt.Sprintf(cfg, "1h", echo), nil)
+		r.rewrite(t, fmt.Sprintf(cfg, "600ms", echo))
+		if err := r.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		c, br := upgrade(t, r.Addr("web").String())
+		drainThenCut(t, r, c, br)
+	})
 }
 
 // drainThenCut holds the long-lived connection c (an echo) through a

@@ -427,6 +427,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true
 	listeners, adminSrv, history := s.listeners, s.admin, s.history
+	// The drain's bound is the config in force, which a reload may have
+	// changed since the listener started.
+	bound := map[string]time.Duration{}
+	for _, l := range s.rt.Load().cfg.Listeners {
+		bound[l.Name] = l.Timeouts.Shutdown
+	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(listeners))
@@ -434,7 +440,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lctx, cancel := context.WithTimeout(ctx, li.cfg.Timeouts.Shutdown)
+			lctx, cancel := context.WithTimeout(ctx, bound[li.cfg.Name])
 			defer cancel()
 			if err := li.drain(lctx); err != nil {
 				errs <- fmt.Errorf("listener %s: %w", li.cfg.Name, err)
