@@ -115,6 +115,10 @@ type ListenerTimeouts struct {
 	// Shutdown is how long SIGTERM waits for requests and connections in
 	// flight before cutting them (default 30s).
 	Shutdown time.Duration `yaml:"shutdown"`
+	// Tunnel is how long a relayed connection (a tcp listener's, an
+	// upgraded one, a CONNECT tunnel) may move no byte either way before
+	// it is closed (default 1h; HAProxy's timeout tunnel).
+	Tunnel time.Duration `yaml:"tunnel"`
 }
 
 // Route sends the requests it matches to a pool. Every condition given

@@ -26,6 +26,8 @@ const (
 	DefaultStreams        = 128
 	DefaultIdle           = 60 * time.Second
 	DefaultShutdown       = 30 * time.Second
+	DefaultTunnel         = time.Hour
+	MinTunnel             = time.Second
 	DefaultMaxHeaderBytes = 1 << 20
 	DefaultConnect        = 2 * time.Second
 	DefaultTry            = 10 * time.Second
@@ -88,6 +90,9 @@ func (f *File) applyDefaults() {
 		}
 		if l.Timeouts.Shutdown == 0 {
 			l.Timeouts.Shutdown = DefaultShutdown
+		}
+		if l.Timeouts.Tunnel == 0 {
+			l.Timeouts.Tunnel = DefaultTunnel
 		}
 		if l.MaxHeaderBytes == 0 {
 			l.MaxHeaderBytes = DefaultMaxHeaderBytes
@@ -433,10 +438,13 @@ func (f *File) validate() []pathError {
 		if l.MaxConcurrentStreams < 0 {
 			add(errAt(path+".max_concurrent_streams", "must be positive"))
 		}
-		for field, d := range map[string]time.Duration{"read_header": l.Timeouts.ReadHeader, "body": l.Timeouts.Body, "idle": l.Timeouts.Idle, "shutdown": l.Timeouts.Shutdown} {
+		for field, d := range map[string]time.Duration{"read_header": l.Timeouts.ReadHeader, "body": l.Timeouts.Body, "idle": l.Timeouts.Idle, "shutdown": l.Timeouts.Shutdown, "tunnel": l.Timeouts.Tunnel} {
 			if d < 0 {
 				add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
 			}
+		}
+		if d := l.Timeouts.Tunnel; d > 0 && d < MinTunnel {
+			add(errAt(path+".timeouts.tunnel", "must be at least %v (got %v): the relays tell bytes moving apart at a tenth of a second", MinTunnel, d))
 		}
 	}
 	for i := range f.Pools {

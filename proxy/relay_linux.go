@@ -191,6 +191,9 @@ type relay struct {
 	cut    atomic.Bool   // cut by Close: the loop finishes it at its next event
 	done   chan struct{} // closed once finished; nil when then is set
 	then   func(aToB, bToA int64)
+	// moves is the session's idle watch, bumped the first time the relay
+	// has events in a look of its loop (relayLook); nil without a session.
+	moves *atomic.Uint64
 }
 
 // A direction is one way of a relay: bytes read from one socket and
@@ -308,6 +311,9 @@ func (l *loop) relay(ta, tb *net.TCPConn, s *Session, then func(aToB, bToA int64
 		return nil
 	}
 	r := &relay{fd: [2]int{fa, fb}, flags: [2]uint8{canWrite, canWrite}, then: then}
+	if s != nil {
+		r.moves = &s.moves
+	}
 	if then == nil {
 		r.done = make(chan struct{})
 	}
@@ -626,6 +632,9 @@ func (l *loop) run(ep *rawio.Epoll) {
 			if r.lookN != l.lookN {
 				r.lookN = l.lookN
 				l.active++
+				if r.moves != nil {
+					r.moves.Add(1)
+				}
 			}
 			if r.cut.Load() {
 				l.finish(r)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
@@ -15,7 +16,8 @@ import (
 // stops sending, the other is told by a half-close, so protocols that
 // finish by shutting one direction work. s, when not nil, is the drain's
 // session for the two: its cut ends the splice (a and b may have been
-// handed over, so closing them might not).
+// handed over, so closing them might not), and so does its tracker's
+// tunnel bound when nothing moves either way for that long.
 //
 // Two plain TCP connections are relayed in rotor's event loop on Linux
 // (see relay_linux.go), others with a goroutine a direction. Either way
@@ -25,10 +27,11 @@ import (
 // garbage collection. A proxied connection costs its two sockets and
 // nothing else; an idle one holds no buffer (see copyConn).
 func Splice(a, b io.ReadWriteCloser, s *Session) (aToB, bToA int64) {
+	moves := s.watch()
 	if aToB, bToA, ok := relayTCP(a, b, s); ok {
 		return aToB, bToA
 	}
-	return copyBoth(a, b)
+	return copyBoth(a, b, moves)
 }
 
 // SpliceThen is Splice without the wait: it returns at once, and then
@@ -36,10 +39,11 @@ func Splice(a, b io.ReadWriteCloser, s *Session) (aToB, bToA int64) {
 // ended. Two plain TCP connections relayed in the event loop so cost no
 // goroutine, and nothing of the caller's, while they last.
 func SpliceThen(a, b io.ReadWriteCloser, s *Session, then func(aToB, bToA int64)) {
+	moves := s.watch()
 	if relayTCPThen(a, b, s, then) {
 		return
 	}
-	go func() { then(copyBoth(a, b)) }()
+	go func() { then(copyBoth(a, b, moves)) }()
 }
 
 // LoopStats is what an event loop relaying TCP connections is doing.
@@ -56,9 +60,13 @@ func RelayLoops() []LoopStats { return relayLoops() }
 
 // copyBoth copies both ways between a and b, one direction in a goroutine
 // of its own and the other in the caller's, until both have ended; each
-// direction's end is passed on as a half-close where dst has one.
-func copyBoth(a, b io.ReadWriteCloser) (aToB, bToA int64) {
+// direction's end is passed on as a half-close where dst has one. moves,
+// when not nil, is bumped at each write.
+func copyBoth(a, b io.ReadWriteCloser, moves *atomic.Uint64) (aToB, bToA int64) {
 	cp := func(dst, src io.ReadWriteCloser) int64 {
+		if moves != nil {
+			dst = movesWriter{dst, moves}
+		}
 		n, _ := copyConn(dst, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
@@ -75,6 +83,26 @@ func copyBoth(a, b io.ReadWriteCloser) (aToB, bToA int64) {
 	bToA = cp(a, b)
 	<-done
 	return aToB, bToA
+}
+
+// movesWriter bumps moves at each write to its connection: the idle
+// watch of a relay copied a goroutine a direction.
+type movesWriter struct {
+	io.ReadWriteCloser
+	moves *atomic.Uint64
+}
+
+func (w movesWriter) Write(p []byte) (int, error) {
+	w.moves.Add(1)
+	return w.ReadWriteCloser.Write(p)
+}
+
+// CloseWrite half-closes the connection when it can be.
+func (w movesWriter) CloseWrite() error {
+	if cw, ok := w.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return w.ReadWriteCloser.Close()
 }
 
 // waitBuffer is what one direction of a connection holds while it waits

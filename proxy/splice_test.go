@@ -288,3 +288,91 @@ func testSpliceHalfCloseAfterLastBytes(t *testing.T, w way) {
 		backend.Close()
 	}
 }
+
+// A relayed session that moves nothing either way for its tracker's
+// tunnel bound is cut, and says so (Idled); one whose bytes keep moving,
+// in either direction alone, is not, however long it lasts; a session
+// that only waits for its relay to begin is not watched.
+func TestSpliceTunnelIdle(t *testing.T) { eachWay(t, testSpliceTunnelIdle) }
+
+func testSpliceTunnelIdle(t *testing.T, w way) {
+	const bound = 400 * time.Millisecond
+	var conns proxy.Conns
+	conns.SetTunnelIdle(bound)
+	waiting, _ := conns.Add() // no relay yet: never idle
+	defer waiting.Done()
+	type tunnel struct {
+		client, backend net.Conn
+		sess            *proxy.Session
+		done            chan time.Time
+	}
+	open := func() *tunnel {
+		client, a := pair(t)
+		b, backend := pair(t)
+		a, b = w.wrap(a), w.wrap(b)
+		tn := &tunnel{client: client, backend: backend, done: make(chan time.Time, 1)}
+		tn.sess, _ = conns.Add(a, b)
+		w.splice(a, b, tn.sess, func(int64, int64) {
+			a.Close()
+			b.Close()
+			tn.done <- time.Now()
+			tn.sess.Done()
+		})
+		t.Cleanup(func() {
+			client.Close()
+			backend.Close()
+		})
+		return tn
+	}
+	quiet, up, down := open(), open(), open()
+	start := time.Now()
+	// up sends to its backend, down to its client, every 100 ms for three
+	// bounds; each reader drains as it goes.
+	for _, c := range []net.Conn{up.backend, down.client} {
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+	}
+	for time.Since(start) < 3*bound {
+		for _, c := range []net.Conn{up.client, down.backend} {
+			if _, err := c.Write([]byte("ping\n")); err != nil {
+				t.Fatalf("a busy tunnel broke after %v: %v", time.Since(start), err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case at := <-quiet.done:
+		if d := at.Sub(start); d < bound-150*time.Millisecond {
+			t.Fatalf("the quiet tunnel was cut after %v, before its %v bound", d, bound)
+		}
+	default:
+		t.Fatalf("the quiet tunnel is still open after %v, three times its bound", time.Since(start))
+	}
+	if !quiet.sess.Idled() {
+		t.Fatal("the quiet tunnel's session does not say it was cut for idling")
+	}
+	_ = quiet.client.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.Copy(io.Discard, quiet.client); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the quiet tunnel's client after the cut: %v, want its end", err)
+	}
+	for _, tn := range []*tunnel{up, down} {
+		select {
+		case <-tn.done:
+			t.Fatal("a tunnel moving bytes one way was cut")
+		default:
+		}
+		if tn.sess.Idled() {
+			t.Fatal("a busy tunnel's session says it idled")
+		}
+	}
+	if waiting.Idled() {
+		t.Fatal("a session whose relay had not begun was cut")
+	}
+	// Quiet from now on, they go too.
+	for _, tn := range []*tunnel{up, down} {
+		select {
+		case <-tn.done:
+		case <-time.After(10 * bound):
+			t.Fatal("a tunnel that went quiet was not cut")
+		}
+	}
+}

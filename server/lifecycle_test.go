@@ -6,12 +6,14 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -798,4 +800,126 @@ func TestInFlightUntilTheAnswerEnds(t *testing.T) {
 	}
 	c.Close()
 	eventually(t, 5*time.Second, "the upgraded connection's count ended", func() bool { return inflight("echo") == 0 })
+}
+
+// Every kind of relayed connection (a tcp listener's, an upgraded one, a
+// CONNECT tunnel) is closed once it has moved nothing either way for the
+// listener's timeouts.tunnel, and recorded with reason idle; one that
+// keeps talking stays open past it. The bound is the config in force: a
+// reload sets it for the connections open already.
+func TestTunnelIdleTimeout(t *testing.T) {
+	echo := testtool.Echo(t)
+	_, echoPort, _ := net.SplitHostPort(echo)
+	cfg := `admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {tunnel: %[1]s}}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, connect_ports: [%[2]s], allow_targets: [127.0.0.0/8],
+     timeouts: {tunnel: %[1]s}}
+  - {name: db, kind: tcp, listen: "127.0.0.1:0", pool: echo, timeouts: {tunnel: %[1]s}}
+pools:
+  - name: app
+    endpoints:
+      - {name: up, url: %[3]q}
+  - name: routes
+    endpoints:
+      - {name: direct, url: "direct://"}
+  - name: echo
+    endpoints:
+      - {name: e, address: %[4]q}
+`
+	up := newUpgradeEcho(t).url()
+	r := startRotor(t, fmt.Sprintf(cfg, "1h", echoPort, up, echo), nil)
+	type conn struct {
+		name string
+		c    net.Conn
+		br   *bufio.Reader
+	}
+	var conns []conn
+	open := func(name string) conn {
+		var c net.Conn
+		var br *bufio.Reader
+		switch name {
+		case "tcp", "busy tcp":
+			var err error
+			if c, err = net.Dial("tcp", r.Addr("db").String()); err != nil {
+				t.Fatal(err)
+			}
+			br = bufio.NewReader(c)
+		case "upgrade":
+			c, br = upgrade(t, r.Addr("web").String())
+		case "connect":
+			var status int
+			if c, status = connect(t, r.Addr("out").String(), echo); status != http.StatusOK {
+				t.Fatalf("CONNECT: %d", status)
+			}
+			br = bufio.NewReader(c)
+		}
+		t.Cleanup(func() { c.Close() })
+		cn := conn{name, c, br}
+		conns = append(conns, cn)
+		return cn
+	}
+	roundTrip := func(cn conn, msg string) error {
+		_ = cn.c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := fmt.Fprintln(cn.c, msg); err != nil {
+			return err
+		}
+		line, err := cn.br.ReadString('\n')
+		if err == nil && line != msg+"\n" {
+			err = fmt.Errorf("echoed %q", line)
+		}
+		return err
+	}
+	for _, name := range []string{"tcp", "upgrade", "connect", "busy tcp"} {
+		if err := roundTrip(open(name), "hello"); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	r.rewrite(t, fmt.Sprintf(cfg, "1s", echoPort, up, echo))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	busy := conns[3]
+	for time.Since(start) < 2500*time.Millisecond {
+		if err := roundTrip(busy, "still here"); err != nil {
+			t.Fatalf("a connection that kept talking was closed after %v: %v", time.Since(start), err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, cn := range conns[:3] {
+		_ = cn.c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if b, err := cn.br.ReadByte(); err == nil {
+			t.Fatalf("%s: still open %v after a reload set a 1s bound (read %q)", cn.name, time.Since(start), b)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: still open %v after a reload set a 1s bound", cn.name, time.Since(start))
+		}
+	}
+	eventually(t, 3*time.Second, "the idle connections logged", func() bool {
+		return strings.Count(r.logs.String(), "reason=idle") == 3
+	})
+	logs := r.logs.String()
+	for _, want := range []string{
+		`kind=http .*status=101 reason=idle bytes_in=[1-9]`,
+		`kind=connect .*status=200 reason=idle bytes_in=[1-9]`,
+		`kind=tcp .*reason=idle bytes_in=6 bytes_out=6 `,
+	} {
+		if !regexp.MustCompile(want).MatchString(logs) {
+			t.Errorf("no access line matching %q:\n%s", want, logs)
+		}
+	}
+	_, metrics := get(t, "http://"+r.Addr("admin").String()+"/metrics")
+	for _, want := range []string{
+		`rotor_tcp_connections_total{endpoint="e",listener="db",pool="echo",result="idle"} 1`,
+		`rotor_refused_total{listener="web",reason="idle"} 1`,
+		`rotor_refused_total{listener="out",reason="idle"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if err := roundTrip(busy, "last"); err != nil {
+		t.Fatalf("the busy connection: %v", err)
+	}
 }

@@ -224,6 +224,7 @@ func (s *Server) Start() error {
 		ln := lns[l.Name]
 		name := l.Name
 		li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
+		li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
 		switch l.Kind {
 		case "http":
 			h := reverse.NewHandler(name, s.tableOf(name),
@@ -401,6 +402,9 @@ func (s *Server) reloadOnce() error {
 		return err
 	}
 	s.swapIn(rt)
+	for i, li := range s.listeners { // the same listeners, in the same order (sameListeners)
+		li.conns.SetTunnelIdle(cfg.Listeners[i].Timeouts.Tunnel)
+	}
 	s.commitDiscovery(ds)
 	s.level.Set(levelOf(cfg.Log.Level))
 	if s.listeners != nil {

@@ -348,6 +348,9 @@ func (h *Handler) connect(s *Settings, w *counter, r *http.Request, record *prox
 			closeBoth()
 			record.BytesIn += in
 			record.BytesOut = out
+			if sess.Idled() {
+				record.Reason = proxy.ReasonIdle
+			}
 			f.End()
 			end()
 		})

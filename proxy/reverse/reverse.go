@@ -257,6 +257,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			up.rec.held.End()
 			up.rec.upIn += in
 			up.rec.upOut += out
+			if up.rec.session.Idled() {
+				up.record.Reason = proxy.ReasonIdle
+			}
 			h.finish(&up.record, &up.rec, up.body)
 		})
 		return

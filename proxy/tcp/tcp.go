@@ -136,6 +136,9 @@ func (p *Proxy) handle(client net.Conn) {
 	}
 	proxy.SpliceThen(client, backend, sess, func(in, out int64) {
 		record.BytesIn, record.BytesOut = in, out
+		if sess.Idled() {
+			record.Reason = proxy.ReasonIdle
+		}
 		p.Bytes.Add(in + out)
 		end(backend)
 	})
