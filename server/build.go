@@ -550,6 +550,10 @@ func sameListeners(a, b *config.File) string {
 	if a.Admin != b.Admin {
 		return "admin.listen or admin.token changed"
 	}
+	if a.Log.Format != b.Log.Format {
+		// The logger every part was given at start writes it.
+		return fmt.Sprintf("log.format changed (%s to %s)", a.Log.Format, b.Log.Format)
+	}
 	if !sameState(a.State, b.State) {
 		return "state (the store of shared health) changed"
 	}

@@ -79,6 +79,7 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"a listener moves", reloadConfig("127.0.0.2:0", anyPort, anyPort, anyPort, a, b, cert, key), "restart rotor"},
 		{"a listener's body cap changes", strings.Replace(good, "pool: app}", "pool: app, max_body_bytes: 1000}", 1), "listeners.web.max_body_bytes changed (0 to 1000); restart rotor"},
 		{"a listener's idle timeout changes", strings.Replace(good, "pool: app, tls:", "pool: app, timeouts: {idle: 5s}, tls:", 1), "listeners.secure.timeouts.idle changed (1m0s to 5s)"},
+		{"the log's format changes", good + "log: {format: json}\n", "log.format changed (text to json); restart rotor"},
 		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
 		{"the admin token changes", strings.Replace(good, `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "a-new-token-0123456789"}`, 1), "admin.listen or admin.token changed"},
 		{"a certificate that does not load", good, "listeners.secure.tls"},
