@@ -3,12 +3,16 @@ package server_test
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,5 +318,119 @@ func TestHTTP2StreamLimit(t *testing.T) {
 	}
 	if streams != 7 {
 		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d, want 7", streams)
+	}
+}
+
+// A client that reads nothing of its answer holds neither its connection
+// nor the backend's past the listener's idle timeout (nginx's
+// send_timeout): the answer's write that makes no progress that long
+// ends the request, recorded as the client's (client_gone), not charged
+// to the endpoint, and the backend's stream is closed. A client that
+// reads slowly but keeps reading is not cut. Over HTTP/1.1, cleartext
+// and TLS, and HTTP/2.
+func TestStalledReaderIsBounded(t *testing.T) {
+	var ended atomic.Int32 // backend streams that ended with a failed write
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 32<<10)
+		rc := http.NewResponseController(w)
+		for range 4096 { // 128 MiB at most
+			if _, err := w.Write(chunk); err != nil {
+				ended.Add(1)
+				return
+			}
+			_ = rc.Flush()
+		}
+	}))
+	t.Cleanup(be.Close)
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}}
+  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}, tls: {cert: %q, key: %q}}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, certFile, keyFile, be.URL), nil)
+	dial := func(t *testing.T, listener string, alpn string) net.Conn {
+		t.Helper()
+		addr := r.Addr(listener).String()
+		tc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tc.Close() })
+		if listener == "web" {
+			return tc
+		}
+		c := tls.Client(tc, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn}})
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	waitEnded := func(t *testing.T, want int32, start time.Time) {
+		t.Helper()
+		eventually(t, 8*time.Second, "the backend's stream ended", func() bool { return ended.Load() >= want })
+		if d := time.Since(start); d < 900*time.Millisecond {
+			t.Fatalf("the stream ended after %v, before the 1s bound", d)
+		}
+	}
+	var n int32
+	for _, tc := range []struct{ name, listener, alpn string }{
+		{"HTTP/1.1", "web", ""},
+		{"HTTP/1.1 over TLS", "secure", "http/1.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testtool.NeedsRaw(t) // net/http's server, which serves HTTP/1.1 without it, bounds no write
+			c := dial(t, tc.listener, tc.alpn)
+			start := time.Now()
+			fmt.Fprint(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+			n++
+			waitEnded(t, n, start)
+			// What rotor had sent is read, then the connection's end.
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("after the stall: %v, want the connection's end", err)
+			}
+		})
+	}
+	t.Run("HTTP/2", func(t *testing.T) {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		start := time.Now()
+		resp, err := (&http.Client{Transport: tr}).Get("https://" + r.Addr("secure").String() + "/stream")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s, want HTTP/2", resp.Proto)
+		}
+		n++
+		waitEnded(t, n, start) // the body unread: the stream's window runs out
+	})
+	t.Run("a slow reader", func(t *testing.T) {
+		c := dial(t, "web", "")
+		fmt.Fprint(c, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+		buf := make([]byte, 256<<10)
+		start := time.Now()
+		for time.Since(start) < 3*time.Second {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if _, err := io.ReadFull(c, buf); err != nil {
+				t.Fatalf("a client reading 256 KiB every 200 ms was cut after %v: %v", time.Since(start), err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got := ended.Load(); got != n {
+			t.Fatalf("%d backend streams ended, want %d: the slow reader's was cut", got, n)
+		}
+	})
+	eventually(t, 3*time.Second, "the stalled requests logged", func() bool {
+		return strings.Count(r.logs.String(), "reason=client_gone") >= int(n)
+	})
+	if s := r.Pools()[0].Snapshot.Get("a").Snapshot(time.Now()); s.Failures != 0 {
+		t.Fatalf("the endpoint was charged %d failures for clients that read nothing", s.Failures)
 	}
 }

@@ -63,3 +63,6 @@ func Look(fd uintptr, p []byte) (n int, err error) {
 	n, _, err = syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	return n, err
 }
+
+// Unsent cannot be told here: ok is false.
+func Unsent(fd uintptr) (n int, ok bool) { return 0, false }

@@ -68,3 +68,12 @@ func call(trap, fd uintptr, p []byte, flags uintptr) (int, error) {
 		return r, errno
 	})
 }
+
+// Unsent returns the bytes socket fd holds that its peer has not
+// acknowledged (SIOCOUTQ): what a writer waiting for room has left to
+// go, which falls as the peer reads even while the socket is still too
+// full to wake the writer. ok is false when it cannot be told.
+func Unsent(fd uintptr) (n int, ok bool) {
+	v, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	return v, err == nil
+}

@@ -33,3 +33,6 @@ func Look(fd uintptr, p []byte) (int, error) { return 0, errUnsupported }
 
 // Shutdown fails: see Supported.
 func Shutdown(fd uintptr) error { return errUnsupported }
+
+// Unsent fails: see Supported.
+func Unsent(fd uintptr) (n int, ok bool) { return 0, false }

@@ -168,7 +168,8 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 		if cfg != nil {
 			// A sock of its own, not the connection's: a TLS connection
 			// handed on (HTTP/2) keeps nothing else of the short way's.
-			c.tls = tls.Server(rawTCP{tc, newSock(tc, c.rc)}, cfg)
+			c.tlsSock = newSock(tc, c.rc)
+			c.tls = tls.Server(rawTCP{tc, c.tlsSock}, cfg)
 			c.out = tlsOut{c.tls}
 		}
 		go c.serve()
@@ -393,6 +394,7 @@ type clientConn struct {
 	rc       syscall.RawConn
 	raw      sock      // the socket's reads and writes, through rc (cleartext: under TLS, a sock of its own)
 	tls      *tls.Conn // over tc, on a TLS listener; nil on a cleartext one
+	tlsSock  *sock     // what tls reads and writes through
 	out      connOut   // what answers are written through: raw, or tls
 	remote   string
 	addr     string // remote, when no piece of it needs a look to be written (plainAddr): its requests' ReadHead's
@@ -455,6 +457,7 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 		c.addr = c.remote
 	}
 	c.raw.init(tc, rc)
+	c.raw.stall = writeStall(s.HTTP)
 	c.ready.init()
 	c.raw.ready = &c.ready
 	c.out = &c.raw
@@ -657,12 +660,21 @@ func (c *clientConn) handshake() (handedOff, ok bool) {
 	st := c.tls.ConnectionState()
 	switch st.NegotiatedProtocol {
 	case "", "http/1.1", "http/1.0":
+		// Its answers are the short way's to bound (HTTP/2's server
+		// bounds its own writes).
+		c.tlsSock.stall = writeStall(c.s.HTTP)
 	default:
 		return c.s.handoff.give(c.tls), false
 	}
 	c.base.TLS = &st
 	return false, true
 }
+
+// writeStall is how long a write of an answer may make no progress
+// before the request fails, as nginx's send_timeout bounds the wait
+// between two writes: the server's idle timeout, the bound HTTP/2's
+// server gives its writes.
+func writeStall(hs *http.Server) time.Duration { return hs.IdleTimeout }
 
 // handshakeTimeout bounds a TLS handshake as net/http's server does: the
 // least of its head, read and write timeouts that are set.

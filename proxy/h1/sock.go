@@ -1,10 +1,12 @@
 package h1
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
 )
@@ -32,6 +34,16 @@ type sock struct {
 	writeFn func(fd uintptr) bool // writeStep, made once
 	ready   *waiter               // its connection's place in readySockets (nil: none): a write lets the turn run first (together)
 	turn    bool                  // the write is to go with its turn's sends (readySockets.inTurn)
+	// stall, when not 0, fails a write that makes no progress this long
+	// (a client that reads nothing of its answer): a write deadline is
+	// set when the socket takes no more, moved on each time it takes some
+	// or, at the deadline, when what it holds unsent has fallen since
+	// (unsent: the peer read, though not enough to wake the writer), and
+	// cleared once the write is done (armed: one is set). A write the
+	// socket takes at once sets none.
+	stall  time.Duration
+	armed  bool
+	unsent int // the socket's bytes not yet taken by the peer when the deadline was set; -1: not known
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
@@ -85,8 +97,15 @@ func (s *sock) Write(p []byte) (int, error) {
 	}
 	s.wp, s.wn, s.werr = p, 0, nil
 	err := s.rc.Write(s.writeFn)
+	for err != nil && s.armed && errors.Is(err, os.ErrDeadlineExceeded) && s.tookSome() {
+		err = s.rc.Write(s.writeFn)
+	}
 	n, werr := s.wn, s.werr
 	s.wp = nil
+	if s.armed {
+		s.armed = false
+		_ = s.nc.SetWriteDeadline(time.Time{})
+	}
 	switch {
 	case werr != nil:
 		return n, s.opError("write", os.NewSyscallError("write", werr))
@@ -120,10 +139,41 @@ func (s *sock) writeStep(fd uintptr) bool {
 	}
 	s.wn += n
 	if err == syscall.EAGAIN {
+		if s.stall > 0 && (n > 0 || !s.armed) {
+			// The wait that follows ends at the deadline (Go's poller
+			// reads it as it waits).
+			s.armed = true
+			s.unsent = unsent(fd)
+			_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
+		}
 		return false
 	}
 	s.werr = err
 	return true
+}
+
+// tookSome says, at the stall's deadline, whether the peer took some of
+// what the socket held since the deadline was set, and if so sets it
+// again from now: a peer that reads slowly is not one that reads
+// nothing, though the socket, woken only once a good part of it is free,
+// may not have said so.
+func (s *sock) tookSome() bool {
+	now := -1
+	_ = s.rc.Control(func(fd uintptr) { now = unsent(fd) })
+	if now < 0 || s.unsent < 0 || now >= s.unsent {
+		return false
+	}
+	s.unsent = now
+	_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
+	return true
+}
+
+// unsent is rawio.Unsent, -1 when not known.
+func unsent(fd uintptr) int {
+	if n, ok := rawio.Unsent(fd); ok {
+		return n
+	}
+	return -1
 }
 
 // opError is err as the connection's own Read or Write would return it.
