@@ -1577,10 +1577,12 @@ func (c *clientConn) endTLSWait() { _ = c.tc.CloseRead() }
 
 // cut ends the connection from another goroutine without waiting for its
 // raw read: both directions are shut down, which wakes a wait and fails
-// the handler's writes, and the request's context is cancelled.
+// the handler's writes, and then the request's context is cancelled (in
+// that order: a handler that returns when its context ends finds the
+// socket shut already, and its answer is not written after the cut).
 func (c *clientConn) cut() {
-	c.cancelRequest()
 	_ = c.rc.Control(func(fd uintptr) { _ = rawio.Shutdown(fd) })
+	c.cancelRequest()
 }
 
 // closeIfEnded closes an idle connection whose client has closed its
