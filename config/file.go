@@ -292,6 +292,10 @@ type Timeouts struct {
 	Connect time.Duration `yaml:"connect"` // default 2s
 	Try     time.Duration `yaml:"try"`     // to response headers, per attempt; default 10s
 	Total   time.Duration `yaml:"total"`   // all attempts; default 30s
+	// Read bounds each wait for a byte of an answer's body, once its head
+	// came (nginx's proxy_read_timeout); default 60s (DefaultRead, applied
+	// where the pool is built: tcp pools have no answers).
+	Read time.Duration `yaml:"read"`
 }
 
 // StickyCookie pins clients with a signed cookie.

@@ -32,6 +32,7 @@ const (
 	DefaultConnect        = 2 * time.Second
 	DefaultTry            = 10 * time.Second
 	DefaultTotal          = 30 * time.Second
+	DefaultRead           = 60 * time.Second
 	DefaultAttempts       = 2
 	DefaultBudget         = 0.2
 	DefaultRetryStatuses  = "502,503,504"
@@ -587,7 +588,7 @@ func (p *Pool) validate(path, kind string) []pathError {
 	if _, err := health.NewClassifier(p.Retries.Statuses); err != nil {
 		add(errAt(path+".retries.statuses", "%v", err))
 	}
-	for field, d := range map[string]time.Duration{"connect": p.Timeouts.Connect, "try": p.Timeouts.Try, "total": p.Timeouts.Total} {
+	for field, d := range map[string]time.Duration{"connect": p.Timeouts.Connect, "try": p.Timeouts.Try, "total": p.Timeouts.Total, "read": p.Timeouts.Read} {
 		if d < 0 {
 			add(errAt(path+".timeouts."+field, "must be positive (got %v)", d))
 		}
@@ -605,6 +606,9 @@ func (p *Pool) validate(path, kind string) []pathError {
 			add(errAt(path+".tls", "no endpoint is https (url https://..., or endpoints_from's scheme: https)"))
 		}
 		errs = append(errs, t.validate(path+".tls")...)
+	}
+	if p.Timeouts.Read != 0 && kind == "tcp" {
+		add(errAt(path+".timeouts.read", "is for http and forward pools, whose backends answer (a tcp listener's connections are bounded by its timeouts.tunnel)"))
 	}
 	if p.RequestBuffering != nil && kind == "tcp" {
 		add(errAt(path+".request_buffering", "is for http and forward pools, whose requests have bodies"))

@@ -246,14 +246,32 @@ func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
 }
 
 // CutReason is the record's reason for an answer CopyAnswer ended early:
-// "broken" when the backend's side failed, "client_gone" when the client
-// left (its write failed, or the request's context was cancelled).
+// "timeout" when the backend sent nothing of it for its pool's
+// timeouts.read (ErrAnswerStalled), "broken" when the backend's side
+// failed otherwise, "client_gone" when the client left (its write
+// failed, or the request's context was cancelled).
 func CutReason(rerr error) string {
-	if rerr == nil || errors.Is(rerr, context.Canceled) {
+	switch {
+	case rerr == nil || errors.Is(rerr, context.Canceled):
 		return "client_gone"
+	case errors.Is(rerr, ErrAnswerStalled):
+		return "timeout"
 	}
 	return "broken"
 }
+
+// ErrAnswerStalled is a read of an answer's body that waited its pool's
+// timeouts.read for a byte (nginx's proxy_read_timeout, after the head):
+// the backend stalled. A timeout (net.Error), as a deadline's.
+var ErrAnswerStalled error = answerStalled{}
+
+type answerStalled struct{}
+
+func (answerStalled) Error() string {
+	return "proxy: the backend sent nothing of its answer for its read timeout"
+}
+func (answerStalled) Timeout() bool   { return true }
+func (answerStalled) Temporary() bool { return false }
 
 // Errors a limited body returns: the client's, never an endpoint's.
 var (

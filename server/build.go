@@ -46,8 +46,8 @@ type home struct {
 }
 
 type transportKey struct {
-	connect, try time.Duration
-	tls          [sha256.Size]byte // the client TLS section's digest (clientTLS); zero without one
+	connect, try, read time.Duration
+	tls                [sha256.Size]byte // the client TLS section's digest (clientTLS); zero without one
 }
 
 // routeKey says what a route is built from: a route with the same key is
@@ -56,7 +56,7 @@ type routeKey struct {
 	listener, name, url string
 	insecure            bool
 	allow               string
-	connect, try        time.Duration
+	connect, try, read  time.Duration
 }
 
 // runtime is one config turned into everything the listeners serve with:
@@ -250,14 +250,14 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 	}
 	switch kind {
 	case "http":
-		key := transportKey{connect: pc.Timeouts.Connect, try: pc.Timeouts.Try}
+		key := transportKey{connect: pc.Timeouts.Connect, try: pc.Timeouts.Try, read: answerIdle(pc)}
 		if pc.TLS != nil {
 			if pr.tls, key.tls, err = clientTLS("pools."+pc.Name+".tls", pc.TLS); err != nil {
 				return nil, err
 			}
 		}
 		if pr.next.transport == nil || pr.next.transKey != key {
-			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try, pr.tls), key, true
+			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try, key.read, pr.tls), key, true
 		}
 		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key),
 			Stream: streams(pc)}
@@ -303,7 +303,7 @@ func (s *Server) buildForward(l config.Listener, rt *runtime) (*forward.Settings
 	var routes []*forward.Route
 	for _, ro := range ros {
 		key := routeKey{listener: l.Name, name: ro.Name, url: ro.URL, insecure: ro.InsecureSkipVerify,
-			allow: strings.Join(l.AllowTargets, ","), connect: ro.Connect, try: ro.Try}
+			allow: strings.Join(l.AllowTargets, ","), connect: ro.Connect, try: ro.Try, read: ro.Read}
 		var r *forward.Route
 		if pr.home != nil {
 			r = pr.home.routes[key] // built from the same settings: taken over
@@ -347,6 +347,15 @@ func (s *Server) buildForward(l config.Listener, rt *runtime) (*forward.Settings
 	}, nil
 }
 
+// answerIdle is how long pool pc waits for a byte of an answer's body
+// (timeouts.read, a tcp pool's left unset: no default there).
+func answerIdle(pc config.Pool) time.Duration {
+	if pc.Timeouts.Read > 0 {
+		return pc.Timeouts.Read
+	}
+	return config.DefaultRead
+}
+
 // streams reports whether pool pc streams request bodies of no known
 // length as they come (request_buffering: false), none read ahead.
 func streams(pc config.Pool) bool { return pc.RequestBuffering != nil && !*pc.RequestBuffering }
@@ -362,7 +371,7 @@ func routeOptions(l config.Listener, pc config.Pool) ([]forward.RouteOptions, er
 	var out []forward.RouteOptions
 	for _, e := range pc.Endpoints {
 		out = append(out, forward.RouteOptions{Name: e.Name, URL: e.URL, InsecureSkipVerify: e.InsecureSkipVerify,
-			Guard: guard, Connect: pc.Timeouts.Connect, Try: pc.Timeouts.Try})
+			Guard: guard, Connect: pc.Timeouts.Connect, Try: pc.Timeouts.Try, Read: answerIdle(pc)})
 	}
 	return out, nil
 }

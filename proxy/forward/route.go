@@ -56,6 +56,9 @@ type RouteOptions struct {
 	Connect time.Duration
 	// Try bounds the wait for response headers; 0 means 30s.
 	Try time.Duration
+	// Read bounds each wait for a byte of an answer's body (over
+	// HTTP/1.1: an HTTP/2 connection's streams share its reads); 0: none.
+	Read time.Duration
 }
 
 // ParseRouteURL checks a route URL. Its errors never show the URL's
@@ -152,6 +155,7 @@ func NewRoute(o RouteOptions) (*Route, error) {
 	// short way for bodiless GETs; an HTTP-proxy route (t.Proxy set) sends
 	// them to the proxy as absolute-URI requests, through t.
 	r.transport = h1.New(t)
+	r.transport.AnswerIdle = o.Read
 	return r, nil
 }
 

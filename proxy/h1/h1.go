@@ -82,6 +82,11 @@ type Transport struct {
 	// connections send a body of a known length in large writes
 	// (bulkConn).
 	HTTP *http.Transport
+	// AnswerIdle, when not 0, bounds each wait for a byte of an answer's
+	// body, either way it goes (a pool's timeouts.read: nginx's
+	// proxy_read_timeout after the head): a read that waits longer fails
+	// with proxy.ErrAnswerStalled. Set before the first request.
+	AnswerIdle time.Duration
 	// chunks carries the requests whose bodies have no known length (sent
 	// chunked): HTTP's settings, but a write buffer a chunk of up to
 	// maxChunk and its framing fit in, and fewer idle connections.
@@ -206,7 +211,82 @@ type bulkConn struct {
 	closed  chan struct{} // closed by Close
 	once    sync.Once
 	sending atomic.Pointer[watchedBody] // the body being sent on it, if any
+
+	// While an answer's body is read from it (answering), each read's
+	// wait is bounded by stall, as the short way's are; net/http's reader
+	// waits on an idle connection unbounded, as it must.
+	stallMu sync.Mutex
+	stall   time.Duration // guarded by stallMu
 }
+
+func (c *bulkConn) Read(p []byte) (int, error) {
+	c.stallMu.Lock()
+	if c.stall > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.stall))
+	}
+	c.stallMu.Unlock()
+	return c.Conn.Read(p)
+}
+
+// answering bounds the connection's reads by d while an answer's body is
+// read from it; 0 lifts the bound, from the read in flight too.
+func (c *bulkConn) answering(d time.Duration) {
+	c.stallMu.Lock()
+	defer c.stallMu.Unlock()
+	if c.stall == d {
+		return
+	}
+	c.stall = d
+	if d == 0 {
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// watchAnswer returns r with a trace that tells, once the request has
+// its connection, where the answer's body is to be bounded: got's
+// connection is set then.
+func watchAnswer(r *http.Request, got *atomic.Pointer[bulkConn]) *http.Request {
+	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if bc := bulkOf(info.Conn); bc != nil {
+			got.Store(bc)
+		}
+	}}))
+}
+
+// bulkOf returns the bulkConn under c, over TLS or not; nil if none.
+func bulkOf(c net.Conn) *bulkConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	bc, _ := c.(*bulkConn)
+	return bc
+}
+
+// answerBody is an answer's body read through net/http's transport from
+// a bulkConn whose reads it bounds (answering) until it ends.
+type answerBody struct {
+	io.ReadCloser
+	c    *bulkConn
+	once sync.Once
+}
+
+func (b *answerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end()
+		if errors.Is(err, os.ErrDeadlineExceeded) { // net/http sets none of its own
+			err = proxy.ErrAnswerStalled
+		}
+	}
+	return n, err
+}
+
+func (b *answerBody) Close() error {
+	b.end()
+	return b.ReadCloser.Close()
+}
+
+func (b *answerBody) end() { b.once.Do(func() { b.c.answering(0) }) }
 
 func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c, r) }
 
@@ -260,11 +340,7 @@ func watchBody(r *http.Request, a aborter) *http.Request {
 }
 
 func (w *watchedBody) gotConn(info httptrace.GotConnInfo) {
-	c := info.Conn
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if bc, ok := c.(*bulkConn); ok {
+	if bc := bulkOf(info.Conn); bc != nil {
 		w.conn.Store(bc)
 		bc.sending.Store(w)
 	}
@@ -470,12 +546,26 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 		if a, ok := r.Body.(aborter); ok {
 			r = watchBody(r, a)
 		}
+		var got atomic.Pointer[bulkConn]
+		if t.AnswerIdle > 0 {
+			r = watchAnswer(r, &got)
+		}
+		var resp *http.Response
+		var err error
 		if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
 			rc := *r
 			rc.Body = chunkedBody{r.Body}
-			return t.chunks.RoundTrip(&rc)
+			resp, err = t.chunks.RoundTrip(&rc)
+		} else {
+			resp, err = t.HTTP.RoundTrip(r)
 		}
-		return t.HTTP.RoundTrip(r)
+		// Over HTTP/1.1 only: an HTTP/2 connection's reads are its
+		// streams', which another answer may be leaving idle.
+		if bc := got.Load(); err == nil && bc != nil && resp.ProtoMajor == 1 && resp.StatusCode != http.StatusSwitchingProtocols {
+			bc.answering(t.AnswerIdle)
+			resp.Body = &answerBody{ReadCloser: resp.Body, c: bc}
+		}
+		return resp, err
 	}
 	addr := r.URL.Host
 	if !hasPort(addr) { // as net/http dials it
@@ -573,6 +663,7 @@ func (t *Transport) get(ctx context.Context, host string, fresh bool) (c *conn, 
 	if sc, ok := nc.(syscall.Conn); ok && rawio.Supported {
 		if c.rc, _ = sc.SyscallConn(); c.rc != nil {
 			c.sock = newSock(nc, c.rc)
+			c.sock.cut = &c.cutting
 		}
 	}
 	c.last = lastWrite{c: c}
@@ -732,6 +823,26 @@ type conn struct {
 	tryTimer *time.Timer
 	armed    atomic.Bool
 	expired  atomic.Bool
+	// cutting is set while a cut's deadline in the past holds (cut, until
+	// endTry lifts it): the answer's read bound (stall) sets none over it.
+	cutting atomic.Bool
+	// stall bounds each wait for a byte of the answer's body, while one
+	// is read (Transport.AnswerIdle; 0 otherwise).
+	stall time.Duration
+}
+
+// answering bounds each wait for a byte of the answer's body by d while
+// it is read; 0 lifts the bound once it has been.
+func (c *conn) answering(d time.Duration) {
+	if c.stall == d {
+		return
+	}
+	c.stall = d
+	if c.sock != nil {
+		c.sock.readStall = d
+	} else if d == 0 {
+		setReadDeadline(c.conn, &c.cutting, time.Time{})
+	}
 }
 
 // close closes the connection, out of readySockets first (its descriptor
@@ -756,9 +867,15 @@ func (c *conn) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.sock != nil {
-		n, err = c.sock.Read(p)
+		n, err = c.sock.Read(p) // it bounds the wait itself (readStall)
 	} else {
+		if c.stall > 0 {
+			setReadDeadline(c.conn, &c.cutting, time.Now().Add(c.stall))
+		}
 		n, err = c.conn.Read(p)
+		if c.stall > 0 && err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.cutting.Load() {
+			err = proxy.ErrAnswerStalled
+		}
 	}
 	c.read += int64(n)
 	if c.limit > 0 {
@@ -833,6 +950,7 @@ func (c *conn) unhook() bool {
 // context is done, or its try's time is up. A wait for the answer in
 // readySockets ends too.
 func (c *conn) cut() {
+	c.cutting.Store(true)
 	c.conn.SetDeadline(aLongTimeAgo)
 	c.ready.poke()
 }
@@ -919,6 +1037,7 @@ func (c *conn) endTry() (lifted bool) {
 	}
 	c.expired.Store(false)
 	c.tryEnd.Store(0)
+	c.cutting.Store(false)
 	c.conn.SetDeadline(time.Time{})
 	return true
 }
@@ -1140,6 +1259,7 @@ func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *Re
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return c.switched(ctx, resp, stop)
 	}
+	c.answering(c.t.AnswerIdle)
 	var b *body
 	if a != nil {
 		b = &a.body
@@ -1254,6 +1374,7 @@ func (b *body) Close() error {
 
 func (b *body) release(whole bool) {
 	b.done = true
+	b.c.answering(0)
 	cancelled := b.stop != nil && !b.stop()
 	if whole && b.reuse && !cancelled && b.c.br.Buffered() == 0 {
 		b.c.t.put(b.c)

@@ -5,10 +5,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // sock reads and writes a TCP connection through its raw descriptor with
@@ -44,6 +46,15 @@ type sock struct {
 	stall  time.Duration
 	armed  bool
 	unsent int // the socket's bytes not yet taken by the peer when the deadline was set; -1: not known
+	// readStall, when not 0, fails a read that waits this long for a byte
+	// (a backend stalled in its answer) with proxy.ErrAnswerStalled: a
+	// read deadline is set when the socket has nothing, and cleared once
+	// the read is done (rarmed: one is set). A read that finds bytes sets
+	// none. cut, when not nil, is its owner's cut, which sets a deadline
+	// in the past from another goroutine: one set here never undoes it.
+	readStall time.Duration
+	rarmed    bool
+	cut       *atomic.Bool
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
@@ -66,6 +77,13 @@ func (s *sock) Read(p []byte) (int, error) {
 	err := s.rc.Read(s.readFn)
 	n, rerr := s.rn, s.rerr
 	s.rp = nil
+	if s.rarmed {
+		s.rarmed = false
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !s.isCut() {
+			err = proxy.ErrAnswerStalled
+		}
+		s.setReadDeadline(time.Time{})
+	}
 	switch {
 	case rerr != nil:
 		return n, s.opError("read", os.NewSyscallError("read", rerr))
@@ -80,10 +98,31 @@ func (s *sock) Read(p []byte) (int, error) {
 func (s *sock) readStep(fd uintptr) bool {
 	n, err := rawio.Read(fd, s.rp)
 	if err == syscall.EAGAIN {
+		if s.readStall > 0 && !s.rarmed {
+			s.rarmed = true // the wait that follows ends at the deadline
+			s.setReadDeadline(time.Now().Add(s.readStall))
+		}
 		return false
 	}
 	s.rn, s.rerr = n, err
 	return true
+}
+
+func (s *sock) isCut() bool { return s.cut != nil && s.cut.Load() }
+
+func (s *sock) setReadDeadline(t time.Time) { setReadDeadline(s.nc, s.cut, t) }
+
+// setReadDeadline sets nc's read deadline to t unless its owner has cut
+// it (cut, when not nil, set before the cut's deadline in the past); a
+// cut that came while it was set is set again.
+func setReadDeadline(nc net.Conn, cut *atomic.Bool, t time.Time) {
+	if cut != nil && cut.Load() {
+		return
+	}
+	_ = nc.SetReadDeadline(t)
+	if cut != nil && cut.Load() {
+		_ = nc.SetReadDeadline(aLongTimeAgo)
+	}
 }
 
 func (s *sock) Write(p []byte) (int, error) {

@@ -52,9 +52,9 @@ type Pool struct {
 // bounds the dial and try the wait for response headers. It never asks for
 // compression itself: a client's Accept-Encoding reaches the backend as it
 // came, and the answer reaches the client as the backend encoded it.
-func NewTransport(connect, try time.Duration, tlsConfig *tls.Config) *h1.Transport {
+func NewTransport(connect, try, read time.Duration, tlsConfig *tls.Config) *h1.Transport {
 	dialer := &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
-	return h1.New(&http.Transport{
+	t := h1.New(&http.Transport{
 		DialContext:            dialer.DialContext,
 		TLSClientConfig:        tlsConfig,
 		TLSHandshakeTimeout:    connect, // as nginx and Envoy bound it: part of connecting
@@ -68,6 +68,8 @@ func NewTransport(connect, try time.Duration, tlsConfig *tls.Config) *h1.Transpo
 		// Backends get HTTP/1.1 keep-alive pools; clients may speak HTTP/2.
 		ForceAttemptHTTP2: false,
 	})
+	t.AnswerIdle = read
+	return t
 }
 
 // Route sends matching requests to a pool. Every condition set must hold.

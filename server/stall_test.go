@@ -1,0 +1,152 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stallingBackend answers /stall with a head and the first KiB of a
+// 100,000-byte body, then nothing (its connection held open until the
+// test ends), and /trickle with an 8-byte body, a byte every 300 ms. It
+// reads a request's body of a known length first.
+func stallingBackend(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(done)
+		ln.Close()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					switch req.URL.Path {
+					case "/stall":
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n%s", bytes.Repeat([]byte("s"), 1024))
+						<-done
+						return
+					case "/trickle":
+						fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
+						for range 8 {
+							time.Sleep(300 * time.Millisecond)
+							if _, err := c.Write([]byte("t")); err != nil {
+								return
+							}
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A backend that sends the head of its answer and then stalls in its body
+// holds the client no longer than its pool's timeouts.read (nginx's
+// proxy_read_timeout): the answer is cut (the client sees it end short,
+// never as whole) and recorded with reason timeout. A backend that sends
+// its body slowly, a byte at a time within the bound, is not cut. Every
+// way an answer comes: a GET through the short way, a POST with a body
+// over 64 KiB through net/http's, and the forward proxy's direct route.
+func TestBackendStalledInItsAnswer(t *testing.T) {
+	be := stallingBackend(t)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: app
+    timeouts: {read: 1s}
+    endpoints:
+      - {name: a, url: "http://%s"}
+  - name: routes
+    timeouts: {read: 1s}
+    endpoints:
+      - {name: direct, url: "direct://"}
+`, be), nil)
+	web := "http://" + r.Addr("web").String()
+	proxyURL, _ := url.Parse("http://" + r.Addr("out").String())
+	viaProxy := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	plain := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	big := strings.Repeat("b", 100<<10)
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		method string
+		url    string
+		body   string
+	}{
+		{"GET", plain, http.MethodGet, web + "/stall", ""},
+		{"POST over 64 KiB", plain, http.MethodPost, web + "/stall", big},
+		{"forward GET", viaProxy, http.MethodGet, "http://" + be + "/stall", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+			if tc.body == "" {
+				req.Body = nil
+			}
+			// The head and the first KiB wait in rotor's buffer for more
+			// (an answer of a known length is passed on in large writes)
+			// or have gone on: the client sees the answer end short, or
+			// end before its head, never whole.
+			start := time.Now()
+			var got []byte
+			resp, err := tc.client.Do(req)
+			if err == nil {
+				got, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			d := time.Since(start)
+			if err == nil {
+				t.Fatalf("%d bytes read whole after %v: a cut answer passed for a whole one", len(got), d)
+			}
+			if len(got) > 1024 || d < 900*time.Millisecond || d > 5*time.Second {
+				t.Fatalf("%d bytes, then %v after %v: want the answer cut after about 1s", len(got), err, d)
+			}
+		})
+	}
+	t.Run("a slow body", func(t *testing.T) {
+		status, body := get(t, web+"/trickle")
+		if status != 200 || body != "tttttttt" {
+			t.Fatalf("%d %q: a body sent a byte every 300 ms was cut", status, body)
+		}
+	})
+	eventually(t, 3*time.Second, "the stalled answers logged", func() bool {
+		return strings.Count(r.logs.String(), "reason=timeout") >= 3
+	})
+	for _, want := range []string{
+		`kind=http .*method=GET .*path=/stall .*status=200 reason=timeout .*bytes_out=1024 `,
+		`kind=http .*method=POST .*path=/stall .*status=200 reason=timeout .*bytes_in=` + strconv.Itoa(len(big)) + ` bytes_out=1024 `,
+		`kind=forward .*status=200 reason=timeout .*bytes_out=1024 `,
+	} {
+		if !regexp.MustCompile(want).MatchString(r.logs.String()) {
+			t.Errorf("no access line matching %q:\n%s", want, r.logs.String())
+		}
+	}
+}
