@@ -11,30 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rotor-lb/rotor/internal/testtool"
 	"github.com/rotor-lb/rotor/proxy"
 )
 
 // pair returns the two ends of a loopback TCP connection.
 func pair(tb testing.TB) (net.Conn, net.Conn) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := <-accepted
-	if s == nil {
-		tb.Fatal("accept failed")
-	}
+	c, s := testtool.TCPPair(tb)
 	return c, s
 }
 

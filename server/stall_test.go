@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // stallingBackend answers /stall with a head and the first KiB of a
@@ -21,48 +23,32 @@ import (
 // reads a request's body of a known length first.
 func stallingBackend(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan struct{})
-	t.Cleanup(func() {
-		close(done)
-		ln.Close()
-	})
-	go func() {
+	t.Cleanup(func() { close(done) })
+	ln := testtool.ServeTCP(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
+			_, _ = io.Copy(io.Discard, req.Body)
+			switch req.URL.Path {
+			case "/stall":
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n%s", bytes.Repeat([]byte("s"), 1024))
+				<-done
+				return
+			case "/trickle":
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
+				for range 8 {
+					time.Sleep(300 * time.Millisecond)
+					if _, err := c.Write([]byte("t")); err != nil {
 						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					switch req.URL.Path {
-					case "/stall":
-						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n%s", bytes.Repeat([]byte("s"), 1024))
-						<-done
-						return
-					case "/trickle":
-						fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
-						for range 8 {
-							time.Sleep(300 * time.Millisecond)
-							if _, err := c.Write([]byte("t")); err != nil {
-								return
-							}
-						}
 					}
 				}
-			}()
+			}
 		}
-	}()
+	})
 	return ln.Addr().String()
 }
 

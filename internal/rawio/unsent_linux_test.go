@@ -1,40 +1,28 @@
 //go:build linux && !norawio
 
-package rawio
+package rawio_test
 
 import (
 	"io"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/rawio"
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // Unsent tells the bytes a TCP socket holds that its peer has not taken:
 // none before a write, some once the peer's buffers are full and it reads
 // nothing, fewer as it reads, none once it has read everything.
 func TestUnsent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	rc, err := c.(*net.TCPConn).SyscallConn()
+	c, peer := testtool.TCPPair(t)
+	rc, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
 	unsent := func() int {
 		n, ok := -1, false
-		_ = rc.Control(func(fd uintptr) { n, ok = Unsent(fd) })
+		_ = rc.Control(func(fd uintptr) { n, ok = rawio.Unsent(fd) })
 		if !ok {
 			t.Fatal("Unsent cannot tell on Linux")
 		}

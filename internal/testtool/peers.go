@@ -181,6 +181,31 @@ func NewCanary(t testing.TB) *Canary {
 	return nil
 }
 
+// TCPPair returns the two ends of a loopback TCP connection, closed when
+// the test ends.
+func TCPPair(tb testing.TB) (*net.TCPConn, *net.TCPConn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
 // ServeTCP serves each connection to a loopback listener with serve, in
 // a goroutine of its own that closes it after, until the test ends.
 func ServeTCP(t testing.TB, serve func(c net.Conn)) net.Listener {
