@@ -82,6 +82,67 @@ func TestSlowloris(t *testing.T) {
 	}
 }
 
+// Slow readers (slowhttptest -X): clients that ask for a large answer
+// and read none of it have their requests ended and their connections
+// closed by rotor within about twice the idle timeout (a write that
+// makes no progress for it: the answers fill the sockets' buffers
+// first, which is progress), and normal clients meanwhile are served.
+func TestSlowReaders(t *testing.T) {
+	testtool.NeedsRaw(t) // on net/http's server (Windows) an answer's writes have no bound
+	big := make([]byte, 4<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			_, _ = w.Write(big)
+			return
+		}
+		fmt.Fprint(w, "a")
+	}))
+	t.Cleanup(srv.Close)
+	a := &backend{&testtool.Backend{Server: srv, Name: "a"}}
+	cfg := strings.Replace(webConfig("", a), "timeouts: {shutdown: 10s}", "timeouts: {shutdown: 10s, idle: 2s}", 1)
+	p := start(t, strings.Replace(cfg, "log: {level: info}", "log: {level: info, access: true}", 1))
+	base := load(context.Background(), p.url("web"), 100, 2*time.Second)
+	n := scale(100, 200)
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	begin := time.Now()
+	for range n {
+		c, err := net.Dial("tcp", p.addr("web"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.(*net.TCPConn).SetReadBuffer(4 << 10) // the answer stalls in the kernel's buffers soon
+		conns = append(conns, c)
+		fmt.Fprint(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	during := load(context.Background(), p.url("web"), 100, 2*time.Second)
+	// Once every slow reader's request has ended, rotor holds none of
+	// their connections either: its keep-alive connections on the
+	// listener's port are none but the normal load's, which idle out.
+	eventually(t, 20*time.Second, "every slow reader's connection closed", func() bool {
+		return strings.Count(p.logs.String(), "path=/big") >= n && p.established(p.addr("web")) == 0
+	})
+	ended := time.Since(begin)
+	gone := strings.Count(p.logs.String(), "path=/big proto=HTTP/1.1 status=200 reason=client_gone")
+	nf, first := failed(during)
+	figure(t, "slow readers", "%d connections asking for 4 MiB and reading none of it: %d requests cut (the rest had their answers fit in the sockets' buffers) and every connection closed by %v (idle 2s); normal clients' p99 %v with them, %v without, %d failed",
+		n, gone, ended.Round(100*time.Millisecond), p99(during).Round(100*time.Microsecond), p99(base).Round(100*time.Microsecond), nf)
+	if gone == 0 {
+		t.Fatal("no slow reader's request was cut: every answer fit in the sockets' buffers, and the test tested nothing")
+	}
+	// The slow readers' answers are load of their own (400 MiB through
+	// rotor into the sockets' buffers in the first second), which the
+	// normal clients share the cores with; they are not starved: none
+	// fails, and none waits for the idle timeout.
+	if nf != 0 || p99(during) > 2*time.Second {
+		t.Fatalf("normal clients: %d failed (%s), p99 %v against %v without slow readers", nf, first, p99(during), p99(base))
+	}
+}
+
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,6 +227,43 @@ func (p *proc) fds() int {
 		p.t.Skip("no /proc here")
 	}
 	return len(e)
+}
+
+// established is the process's TCP connections in state ESTABLISHED
+// whose local address is addr (a listener's: its clients'), from
+// /proc/net/tcp and the process's descriptors.
+func (p *proc) established(addr string) int {
+	p.t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		p.t.Fatalf("established: %q is not an IPv4 address and port", addr)
+	}
+	mine := map[string]bool{}
+	dir := fmt.Sprintf("/proc/%d/fd", p.cmd.Process.Pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		p.t.Skip("no /proc here")
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		p.t.Skip("no /proc/net/tcp here")
+	}
+	ip := ap.Addr().As4()
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ap.Port())
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		// sl local remote st tx:rx tr:when retrnsmt uid timeout inode
+		if len(f) > 9 && f[1] == local && f[3] == "01" && mine[f[9]] {
+			n++
+		}
+	}
+	return n
 }
 
 // backend is testtool's controllable backend, with the helpers the
