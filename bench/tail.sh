@@ -37,6 +37,10 @@
 # way of sending costs it. REQUEST=post sends POSTs of 100-byte bodies
 # (peers.sh's post.lua; POST_BYTES=N: N-byte ones) in place of GETs;
 # REQUEST=chunked the same bodies chunked, with no Content-Length.
+# WARMUP=2s runs the same load for that long, unmeasured, before each
+# measured run: the steady state alone, without a run's first moments
+# (rotor's tuner, internal/procs, gives up its second P half a second
+# into a run on full cores).
 # BASE_ENV sets variables for the base's rotor alone (BASE_ENV=GOGC=off
 # with BASE=HEAD sizes a runtime setting against the code as it is).
 # Needs: nginx, haproxy, wrk, taskset, git, GNU time (Debian: nginx-light
@@ -51,6 +55,7 @@ BASE=${1:-}
 CONNS=${CONNS:-10 50}
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-}
 setup tail
 CORES=${CORES:-1}
 SHARED=${SHARED:-0}
@@ -149,6 +154,9 @@ declare -A v
 # run CONNS NAME PORT ROUND: one wrk run through NAME, its figures kept.
 run() {
 	local c=$1 name=$2 port=$3 f=$out/wrk-$1-$2-$4.txt t0 u0 g0 n g1 k0 l0 l1 w0 s0 b0
+	if [ -n "$WARMUP" ]; then
+		taskset -c $load wrk -t"$CORES" -c"$c" -d"$WARMUP" -s "$out/pct.lua" "http://127.0.0.1:$port/" > /dev/null
+	fi
 	t0=$(ticks "$name") u0=$(user "$name") g0=$(cycles "$name") k0=$(core_ticks $pin) w0=$(waited "$name") s0=$(date +%s%N) b0=$(switches backends)
 	load_ticks l0
 	/usr/bin/time -f "%c %w" -o "$out/wrk-switches" taskset -c $load wrk -t"$CORES" -c"$c" -d"$DURATION" -s "$out/pct.lua" "http://127.0.0.1:$port/" > "$f"
