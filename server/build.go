@@ -545,10 +545,8 @@ func sameListeners(a, b *config.File) string {
 			was, now any
 		}{
 			{"timeouts.read_header", x.Timeouts.ReadHeader, y.Timeouts.ReadHeader},
-			{"timeouts.body", x.Timeouts.Body, y.Timeouts.Body},
 			{"timeouts.idle", x.Timeouts.Idle, y.Timeouts.Idle},
 			{"max_header_bytes", x.MaxHeaderBytes, y.MaxHeaderBytes},
-			{"max_body_bytes", x.MaxBodyBytes, y.MaxBodyBytes},
 			{"max_concurrent_streams", x.MaxConcurrentStreams, y.MaxConcurrentStreams},
 		} {
 			if f.was != f.now {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotor-lb/rotor/proxy"
@@ -16,13 +17,21 @@ import (
 // refused later, while its body is read, is answered by the listener,
 // which never charges it to an endpoint.
 type limits struct {
-	next        http.Handler
-	listener    string
-	kind        string // proxy.KindHTTP or proxy.KindForward
-	maxHeader   int
-	maxBody     int64
-	bodyTimeout time.Duration
-	obs         proxy.Observer
+	next      http.Handler
+	listener  string
+	kind      string // proxy.KindHTTP or proxy.KindForward
+	maxHeader int
+	obs       proxy.Observer
+	// The listener's max_body_bytes and timeouts.body (in nanoseconds),
+	// which a reload may change while it serves (setBodies).
+	maxBody     atomic.Int64
+	bodyTimeout atomic.Int64
+}
+
+// setBodies bounds the bodies of the requests that come from now on.
+func (l *limits) setBodies(max int64, timeout time.Duration) {
+	l.maxBody.Store(max)
+	l.bodyTimeout.Store(int64(timeout))
 }
 
 func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +47,7 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 	}
 	bounded := l.maxHeader <= 0 || h1.HeadBounded(r)
+	maxBody := l.maxBody.Load()
 	switch {
 	case !bounded && len(r.RequestURI) > l.maxHeader:
 		l.refuse(w, r, http.StatusRequestURITooLong, "uri_too_long")
@@ -45,14 +55,14 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !bounded && h1.HeadSize(r) > l.maxHeader:
 		l.refuse(w, r, http.StatusRequestHeaderFieldsTooLarge, "header_too_large")
 		return
-	case l.maxBody > 0 && r.ContentLength > l.maxBody:
+	case maxBody > 0 && r.ContentLength > maxBody:
 		l.refuse(w, r, http.StatusRequestEntityTooLarge, "body_too_large")
 		return
 	}
 	// A body the short way reads is held to max_body and the body timeout
 	// by its server (h1.Server's MaxBody and BodyTimeout).
 	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect && !h1.BodyBounded(r) {
-		r.Body = proxy.LimitBody(r.Body, l.maxBody, l.bodyTimeout, http.NewResponseController(w).SetReadDeadline)
+		r.Body = proxy.LimitBody(r.Body, maxBody, time.Duration(l.bodyTimeout.Load()), http.NewResponseController(w).SetReadDeadline)
 	}
 	l.next.ServeHTTP(w, r)
 }

@@ -77,7 +77,7 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
 		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
 		{"a listener moves", reloadConfig("127.0.0.2:0", anyPort, anyPort, anyPort, a, b, cert, key), "restart rotor"},
-		{"a listener's body cap changes", strings.Replace(good, "pool: app}", "pool: app, max_body_bytes: 1000}", 1), "listeners.web.max_body_bytes changed (0 to 1000); restart rotor"},
+		{"a listener's head bound changes", strings.Replace(good, "pool: app}", "pool: app, max_header_bytes: 8192}", 1), "listeners.web.max_header_bytes changed (1048576 to 8192); restart rotor"},
 		{"a listener's idle timeout changes", strings.Replace(good, "pool: app, tls:", "pool: app, timeouts: {idle: 5s}, tls:", 1), "listeners.secure.timeouts.idle changed (1m0s to 5s)"},
 		{"the log's format changes", good + "log: {format: json}\n", "log.format changed (text to json); restart rotor"},
 		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
@@ -203,5 +203,43 @@ pools:
 	}
 	if got := serial(); got == first {
 		t.Fatal("after the reload the old certificate is still served")
+	}
+}
+
+// A reload's max_body_bytes holds for the requests after it, however
+// their bodies are read: whole with the head, chunked, and streamed past
+// 64 KiB (net/http's server reads every one of them in -tags norawio).
+func TestReloadChangesBodyLimits(t *testing.T) {
+	a := newBackend(t, "a")
+	cfg := `admin: {listen: "127.0.0.1:0"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, max_body_bytes: %d}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`
+	r := startRotor(t, fmt.Sprintf(cfg, 100, a.url()), nil)
+	addr := r.Addr("web").String()
+	small := strings.Repeat("s", 1000)
+	big := strings.Repeat("b", 100<<10)
+	posts := []struct{ name, raw string }{
+		{"whole", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + small},
+		{"chunked", fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(small), small)},
+		{"streamed", fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(big), big)},
+	}
+	for _, p := range posts {
+		if resp, _, _ := rawExchange(t, addr, p.raw); resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("%s, over a cap of 100: %d, want 413", p.name, resp.StatusCode)
+		}
+	}
+	r.rewrite(t, fmt.Sprintf(cfg, 1<<20, a.url()))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range posts {
+		if resp, body, _ := rawExchange(t, addr, p.raw); resp.StatusCode != http.StatusOK || body != "a" {
+			t.Fatalf("%s, under a cap a reload raised to 1 MiB: %d %q, want the backend's 200", p.name, resp.StatusCode, body)
+		}
 	}
 }

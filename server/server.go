@@ -312,9 +312,10 @@ func (s *Server) httpServer(l config.Listener, h http.Handler) *http.Server {
 	if l.Kind == "forward" {
 		kind = proxy.KindForward
 	}
+	lim := &limits{next: h, listener: l.Name, kind: kind, maxHeader: l.MaxHeaderBytes, obs: s}
+	lim.setBodies(l.MaxBodyBytes, l.Timeouts.Body)
 	return &http.Server{
-		Handler: &limits{next: h, listener: l.Name, kind: kind, maxHeader: l.MaxHeaderBytes,
-			maxBody: l.MaxBodyBytes, bodyTimeout: l.Timeouts.Body, obs: s},
+		Handler:           lim,
 		ReadHeaderTimeout: l.Timeouts.ReadHeader,
 		IdleTimeout:       l.Timeouts.Idle,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
@@ -343,8 +344,20 @@ func (s *Server) serveCleartext(li *listener, ln net.Listener) {
 // limits, as the handler (limits) holds those it reads.
 func (s *Server) shortServer(l config.Listener, hs *http.Server) *h1.Server {
 	short := h1.NewServer(hs)
-	short.BodyTimeout, short.MaxBody = l.Timeouts.Body, l.MaxBodyBytes
+	short.SetBodyLimits(l.Timeouts.Body, l.MaxBodyBytes)
 	return short
+}
+
+// setBodies holds the requests that come from now on to l's bounds on
+// bodies (max_body_bytes, timeouts.body), where the listener's handler
+// and the short way read them: a reload's.
+func (li *listener) setBodies(l config.Listener) {
+	if lim, ok := li.http.Handler.(*limits); ok {
+		lim.setBodies(l.MaxBodyBytes, l.Timeouts.Body)
+	}
+	if li.short != nil {
+		li.short.SetBodyLimits(l.Timeouts.Body, l.MaxBodyBytes)
+	}
 }
 
 func (s *Server) serve(name string, f func() error) {
@@ -404,6 +417,9 @@ func (s *Server) reloadOnce() error {
 	s.swapIn(rt)
 	for i, li := range s.listeners { // the same listeners, in the same order (sameListeners)
 		li.conns.SetTunnelIdle(cfg.Listeners[i].Timeouts.Tunnel)
+		if li.http != nil {
+			li.setBodies(cfg.Listeners[i])
+		}
 	}
 	s.commitDiscovery(ds)
 	s.level.Set(levelOf(cfg.Log.Level))

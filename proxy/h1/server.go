@@ -53,14 +53,10 @@ import (
 // read the next head into, as the answer's header map is.
 type Server struct {
 	HTTP *http.Server
-	// BodyTimeout bounds the time between two reads of a request body,
-	// whether the server reads it whole before its handler runs or as the
-	// handler reads it (the head timeout when 0); MaxBody, when over 0, is
-	// the longest body: one whose length is over it is not read before the
-	// handler runs, which may refuse it without a byte of it read, and the
-	// handler's reads of one stop there (proxy.ErrBodyTooLarge).
-	BodyTimeout time.Duration
-	MaxBody     int64
+	// The bounds on request bodies (SetBodyLimits), which may change while
+	// it serves: bodyTimeout in nanoseconds, maxBody in bytes.
+	bodyTimeoutNs atomic.Int64
+	maxBody       atomic.Int64
 
 	mu         sync.Mutex
 	conns      map[*clientConn]struct{}  // guarded by mu
@@ -336,9 +332,22 @@ func (s *Server) headTimeout() time.Duration {
 	return s.HTTP.ReadTimeout
 }
 
+// SetBodyLimits bounds request bodies from now on: timeout, the time
+// between two reads of one, whether the server reads it whole before its
+// handler runs or as the handler reads it (the head timeout when 0);
+// max, when over 0, the longest body: one whose length is over it is
+// not read before the handler runs, which may refuse it without a byte
+// of it read, and the handler's reads of one stop there
+// (proxy.ErrBodyTooLarge). Safe to call while the server serves: a
+// reload's new bounds hold for the reads that follow.
+func (s *Server) SetBodyLimits(timeout time.Duration, max int64) {
+	s.bodyTimeoutNs.Store(int64(timeout))
+	s.maxBody.Store(max)
+}
+
 func (s *Server) bodyTimeout() time.Duration {
-	if s.BodyTimeout > 0 {
-		return s.BodyTimeout
+	if d := time.Duration(s.bodyTimeoutNs.Load()); d > 0 {
+		return d
 	}
 	return s.headTimeout()
 }
@@ -969,7 +978,7 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 // backend (as nginx does).
 func (c *clientConn) startBody(r *http.Request, n int) bool {
 	cl := r.ContentLength
-	if cl > maxInHand || c.s.MaxBody > 0 && cl > c.s.MaxBody || r.Method == http.MethodConnect {
+	if max := c.s.maxBody.Load(); cl > maxInHand || max > 0 && cl > max || r.Method == http.MethodConnect {
 		return false
 	}
 	expect, ok := r.Header["Expect"]
@@ -1035,7 +1044,7 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 			size, used, ok = wholeChunks(src, nil)
 		}
 	}
-	if !ok || size > maxInHand || c.s.MaxBody > 0 && size > c.s.MaxBody {
+	if max := c.s.maxBody.Load(); !ok || size > maxInHand || max > 0 && size > max {
 		return false
 	}
 	data := make([]byte, size)

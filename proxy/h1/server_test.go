@@ -1321,7 +1321,7 @@ func TestServerReadsBodiesFirst(t *testing.T) {
 	for _, o := range overs(t) {
 		t.Run(o.name, func(t *testing.T) {
 			addr := o.startWith(t, &http.Server{Handler: http.HandlerFunc(seenBody), ReadHeaderTimeout: 5 * time.Second},
-				func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+				func(s *h1.Server) { s.SetBodyLimits(5*time.Second, 0) })
 			c, br := o.dial(t, addr)
 			body := strings.Repeat("0123456789", 3000)
 			io.WriteString(c, "POST /pieces HTTP/1.1\r\nHost: a\r\nContent-Length: 30000\r\n\r\n")
@@ -1374,7 +1374,7 @@ func TestServerBodiesReadFirstAreBounded(t *testing.T) {
 					}
 					seenBody(w, r)
 				})},
-				func(s *h1.Server) { s.BodyTimeout, s.MaxBody = timeout, 40000 })
+				func(s *h1.Server) { s.SetBodyLimits(timeout, 40000) })
 
 			c, _ := o.dial(t, addr)
 			start := time.Now()

@@ -50,7 +50,7 @@ import (
 // failed; so does one whose drain does not come to the body's end.
 //
 // It is held to the server's limits, as proxy.LimitBody holds a body
-// net/http's server reads: at most MaxBody bytes (proxy.ErrBodyTooLarge
+// net/http's server reads: at most the server's MaxBody bytes (proxy.ErrBodyTooLarge
 // past them), and each read waiting at most the body timeout
 // (proxy.ErrBodyTimeout), or until the deadline the handler gave
 // (http.ResponseController's SetReadDeadline); a chunk's size line and
@@ -61,6 +61,7 @@ type streamBody struct {
 	r       *http.Request
 	fd      uintptr // the connection's descriptor (cleartext)
 	chunked bool
+	max     int64 // the server's MaxBody when the body began (0: no bound); a reload's new one holds for the next
 
 	mu     sync.Mutex   // held by a read, and taken by end
 	left   int64        // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
@@ -131,7 +132,7 @@ func (c *clientConn) startStream(r *http.Request, expect bool, fd uintptr) bool 
 			return false
 		}
 	}
-	b := &streamBody{c: c, r: r, fd: fd, chunked: r.ContentLength < 0, left: r.ContentLength, expect: expect}
+	b := &streamBody{c: c, r: r, fd: fd, chunked: r.ContentLength < 0, left: r.ContentLength, expect: expect, max: c.s.maxBody.Load()}
 	if b.chunked {
 		b.left = 0
 	}
@@ -158,7 +159,7 @@ func (b *streamBody) readLocked(p []byte) (int, error) {
 	case len(p) == 0:
 		return 0, nil
 	}
-	max := b.c.s.MaxBody
+	max := b.max
 	got := b.got.Load()
 	if max > 0 && int64(len(p)) > max-got+1 {
 		p = p[:max-got+1] // a byte more than allowed tells the body is over

@@ -38,7 +38,7 @@ func wantInHand(body string) string {
 // timeouts of 5 s, and returns its address.
 func startBodies(t *testing.T, o over, h http.HandlerFunc) string {
 	return o.startWith(t, &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second},
-		func(s *h1.Server) { s.BodyTimeout = 5 * time.Second })
+		func(s *h1.Server) { s.SetBodyLimits(5*time.Second, 0) })
 }
 
 // dialStreamed starts a server whose handler is streamed over o
@@ -161,7 +161,7 @@ func TestServerStreamedBodyNotRead(t *testing.T) {
 					io.WriteString(w, "not read")
 					returned <- time.Now()
 				})},
-				func(s *h1.Server) { s.BodyTimeout = timeout })
+				func(s *h1.Server) { s.SetBodyLimits(timeout, 0) })
 
 			next := "GET /next HTTP/1.1\r\nHost: a\r\n\r\n"
 			for _, tc := range []struct {
@@ -236,7 +236,7 @@ func TestServerStreamedBodiesAreBounded(t *testing.T) {
 					got <- seen{len(b), err}
 					w.WriteHeader(proxy.ClientStatus(err))
 				})},
-				func(s *h1.Server) { s.BodyTimeout, s.MaxBody = timeout, 100000 })
+				func(s *h1.Server) { s.SetBodyLimits(timeout, 100000) })
 
 			for _, tc := range []struct {
 				name, req string
