@@ -162,24 +162,17 @@ func TestAccessLogCountsTheUpload(t *testing.T) {
 func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
 	testtool.NeedsRaw(t)
 	refusal := strings.Repeat("not you. ", 1<<17) // over 1 MiB
-	ln := testtool.ServeTCP(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			if req.URL.Path == "/next" {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
-				continue
-			}
-			// At once, the body unread; what comes of it is dropped. The
-			// answer's body is more than any buffer on the way holds: it
-			// is still being passed on while the upload waits.
-			fmt.Fprintf(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s", len(refusal), refusal)
-			io.Copy(io.Discard, br)
-			return
+	addr := testtool.ServeRequests(t, func(c net.Conn, req *http.Request) bool {
+		if req.URL.Path == "/next" {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+			return true
 		}
+		// At once, the body unread; what comes of it is dropped. The
+		// answer's body is more than any buffer on the way holds: it is
+		// still being passed on while the upload waits.
+		fmt.Fprintf(c, "HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s", len(refusal), refusal)
+		io.Copy(io.Discard, c)
+		return false
 	})
 	r := startRotor(t, fmt.Sprintf(`listeners:
   - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
@@ -187,7 +180,7 @@ pools:
   - name: app
     endpoints:
       - {name: a, url: "http://%s"}
-`, ln.Addr()), nil)
+`, addr), nil)
 	for _, tc := range []struct{ name, head, rest string }{
 		// Longer than what is read ahead before a backend is picked
 		// (proxy.MaxAhead), so that it streams.

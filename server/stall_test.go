@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -25,31 +24,24 @@ func stallingBackend(t *testing.T) string {
 	t.Helper()
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
-	ln := testtool.ServeTCP(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, req.Body)
-			switch req.URL.Path {
-			case "/stall":
-				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n%s", bytes.Repeat([]byte("s"), 1024))
-				<-done
-				return
-			case "/trickle":
-				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
-				for range 8 {
-					time.Sleep(300 * time.Millisecond)
-					if _, err := c.Write([]byte("t")); err != nil {
-						return
-					}
+	return testtool.ServeRequests(t, func(c net.Conn, req *http.Request) bool {
+		_, _ = io.Copy(io.Discard, req.Body)
+		switch req.URL.Path {
+		case "/stall":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n%s", bytes.Repeat([]byte("s"), 1024))
+			<-done
+			return false
+		case "/trickle":
+			fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
+			for range 8 {
+				time.Sleep(300 * time.Millisecond)
+				if _, err := c.Write([]byte("t")); err != nil {
+					return false
 				}
 			}
 		}
+		return true
 	})
-	return ln.Addr().String()
 }
 
 // A backend that sends the head of its answer and then stalls in its body
