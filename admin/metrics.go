@@ -115,7 +115,7 @@ func NewMetrics(pools func() []PoolView) *Metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"listener", "pool"}),
 		conns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "rotor_tcp_connections_total", Help: "TCP connections finished, by listener, pool, endpoint and result (ok, or why it failed).",
+			Name: "rotor_tcp_connections_total", Help: "TCP connections finished, by listener, pool, endpoint and result (ok, idle: closed after timeouts.tunnel, or why it failed).",
 		}, []string{"listener", "pool", "endpoint", "result"}),
 		connDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "rotor_tcp_connection_duration_seconds", Help: "Life of a TCP connection, by listener and pool.",
