@@ -220,10 +220,17 @@ func PutBuffer(b []byte) { buffers.Put((*[CopyBuffer]byte)(b[:CopyBuffer])) }
 // answer would otherwise end with its last chunk).
 //
 // A dst that frames what it is given (Framer) says where in the buffer
-// each read goes.
+// each read goes; a dst that flushes is flushed whenever a src that can
+// tell (Pauser) has nothing more for now and is to wait for its backend.
 func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
 	whole := GetBuffer()
 	defer PutBuffer(whole)
+	if p, ok := src.(Pauser); ok {
+		if f, ok := dst.(interface{ Flush() }); ok {
+			p.WhenPaused(f)
+			defer p.WhenPaused(nil)
+		}
+	}
 	for {
 		buf := WindowOf(dst, whole)
 		n, err := src.Read(buf)
@@ -243,6 +250,15 @@ func CopyAnswer(dst io.Writer, src io.Reader) (rerr, werr error) {
 			return err, nil
 		}
 	}
+}
+
+// A Pauser is an answer's body that can tell when the backend has sent
+// nothing more for now: CopyAnswer has what it passed on flushed to the
+// client then, before the wait, as nginx and HAProxy send what they have
+// (a body of a known length is otherwise passed on in large writes, and
+// a backend that pauses in one would have its first bytes wait with it).
+type Pauser interface {
+	WhenPaused(f interface{ Flush() })
 }
 
 // CutReason is the record's reason for an answer CopyAnswer ended early:

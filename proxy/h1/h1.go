@@ -1372,9 +1372,21 @@ func (b *body) Close() error {
 	return nil
 }
 
+// WhenPaused has f flushed each time a read of the body finds none of it
+// there and is to wait for the backend (proxy.Pauser); nil stops it. A
+// body read to its end or closed stops it itself.
+func (b *body) WhenPaused(f interface{ Flush() }) {
+	if !b.done && b.c.sock != nil {
+		b.c.sock.paused = f
+	}
+}
+
 func (b *body) release(whole bool) {
 	b.done = true
 	b.c.answering(0)
+	if b.c.sock != nil {
+		b.c.sock.paused = nil
+	}
 	cancelled := b.stop != nil && !b.stop()
 	if whole && b.reuse && !cancelled && b.c.br.Buffered() == 0 {
 		b.c.t.put(b.c)

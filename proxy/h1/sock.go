@@ -55,6 +55,10 @@ type sock struct {
 	readStall time.Duration
 	rarmed    bool
 	cut       *atomic.Bool
+	// paused, when set, is flushed each time a read finds nothing and is
+	// to wait: what was passed on of an answer goes to its client before
+	// the backend's next bytes are waited for (proxy.Pauser).
+	paused interface{ Flush() }
 }
 
 func newSock(nc net.Conn, rc syscall.RawConn) *sock {
@@ -98,6 +102,9 @@ func (s *sock) Read(p []byte) (int, error) {
 func (s *sock) readStep(fd uintptr) bool {
 	n, err := rawio.Read(fd, s.rp)
 	if err == syscall.EAGAIN {
+		if s.paused != nil {
+			s.paused.Flush()
+		}
 		if s.readStall > 0 && !s.rarmed {
 			s.rarmed = true // the wait that follows ends at the deadline
 			s.setReadDeadline(time.Now().Add(s.readStall))
