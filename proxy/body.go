@@ -31,6 +31,8 @@ type Body struct {
 	// connection gone; what reading it then fails with is not the
 	// client's.
 	aborted atomic.Bool
+	// reading is held while a read of rc is in flight (ErrSettled).
+	reading sync.Mutex
 }
 
 // NewBody wraps rc.
@@ -53,11 +55,16 @@ func (b *Body) Read(p []byte) (int, error) {
 
 // read reads rc, timing the read and keeping its error.
 func (b *Body) read(p []byte) (int, error) {
+	b.reading.Lock()
+	defer b.reading.Unlock()
 	start := time.Now()
 	n, err := b.rc.Read(p)
 	b.waited.Add(int64(time.Since(start)))
 	b.got.Add(int64(n))
-	if err != nil && err != io.EOF && !b.aborted.Load() {
+	// A read that fails once the body was given up (Abort) fails for
+	// that, not for the client, unless the client's own bounds ended it:
+	// those are the client's whoever gave up after them.
+	if err != nil && err != io.EOF && (!b.aborted.Load() || errors.Is(err, ErrBodyTimeout) || errors.Is(err, ErrBodyTooLarge)) {
 		b.mu.Lock()
 		if b.err == nil {
 			b.err = err
@@ -105,6 +112,34 @@ func (b *Body) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.err
+}
+
+// BrokeTry reports whether the client's body b (nil: none) is what a try
+// that failed broke on: a read of it failed. client is the request's
+// context: when it has ended, a read still in flight is waited for (at
+// most a second, ErrSettled), as a server may end the context as its
+// read of the body fails, before that read has returned.
+func BrokeTry(b *Body, client context.Context) bool {
+	return b != nil && (b.Err() != nil || client.Err() != nil && b.ErrSettled(time.Second) != nil)
+}
+
+// ErrSettled is Err once a read in flight, if any, has returned, waiting
+// for it at most within: for a request whose client's context ended
+// while its body was being sent. Where the server ends the context as
+// its read of the body fails (net/http's does, at the body's deadline
+// too), the try may fail with the context's end before that read has
+// returned its own error, which says whose fault it was (408, 413, 400
+// rather than a client gone). A client truly gone ends the read at once
+// too.
+func (b *Body) ErrSettled(within time.Duration) error {
+	for deadline := time.Now().Add(within); !b.reading.TryLock(); {
+		if time.Now().After(deadline) {
+			return b.Err()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.reading.Unlock()
+	return b.Err()
 }
 
 // Lend returns the body for one try: its Close does nothing, as a

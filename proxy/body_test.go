@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -223,5 +224,37 @@ func TestAbortStopsAWaitingRead(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the read still waits after Abort")
+	}
+}
+
+// A body the client's bounds ended is the client's however the try ended:
+// its read fails at the body timeout just as the server ends the request's
+// context and the transport gives the body up (net/http's server and
+// transport do both), and BrokeTry, asked once the context has ended,
+// waits for that read and finds the client's error, where Err asked at
+// once found none.
+func TestBrokeTryWaitsForTheRead(t *testing.T) {
+	pr, pw := io.Pipe()
+	// Its Close does not end a read in flight, as net/http's server's
+	// body's waits for it.
+	b := proxy.NewBody(io.NopCloser(pr))
+	l := b.Lend()
+	go func() { _, _ = l.Read(make([]byte, 8)) }()
+	time.Sleep(20 * time.Millisecond) // the read waits for the client
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the server ended the request as its read failed
+	l.(interface{ Abort() }).Abort()
+	if b.Err() != nil {
+		t.Fatalf("an error before the read returned: %v", b.Err())
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		pw.CloseWithError(proxy.ErrBodyTimeout) // the read's own end, the body timeout's
+	}()
+	if !proxy.BrokeTry(b, ctx) || !errors.Is(b.Err(), proxy.ErrBodyTimeout) {
+		t.Fatalf("BrokeTry false, or the body's error %v: the client's timeout was not kept", b.Err())
+	}
+	if proxy.BrokeTry(proxy.NewBody(io.NopCloser(strings.NewReader("x"))), ctx) || proxy.BrokeTry(nil, ctx) {
+		t.Fatal("a body that did not fail, or none, broke the try")
 	}
 }

@@ -221,7 +221,7 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 		case err != nil && isResolveError(err):
 			o.Err = health.Local // the target's name, not the route
 			trip.Reason = "resolve"
-		case err != nil && body != nil && body.Err() != nil:
+		case err != nil && proxy.BrokeTry(body, req.Context()):
 			o.Err = health.Client
 			trip.Reason = proxy.ClientReason(body.Err())
 		}

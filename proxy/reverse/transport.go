@@ -118,7 +118,7 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		end := time.Now()
 		kind := proxy.Classify(err, client)
 		switch {
-		case err != nil && info.body != nil && info.body.Err() != nil:
+		case err != nil && proxy.BrokeTry(info.body, client):
 			kind = health.Client // the client's body broke the try
 		case err != nil && ctx.Err() != nil && client.Err() == nil:
 			kind = health.Timeout // the total ran out
