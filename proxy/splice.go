@@ -64,10 +64,11 @@ func RelayLoops() []LoopStats { return relayLoops() }
 // when not nil, is bumped at each write.
 func copyBoth(a, b io.ReadWriteCloser, moves *atomic.Uint64) (aToB, bToA int64) {
 	cp := func(dst, src io.ReadWriteCloser) int64 {
+		var w io.Writer = dst
 		if moves != nil {
-			dst = movesWriter{dst, moves}
+			w = movesWriter{dst, moves}
 		}
-		n, _ := copyConn(dst, src)
+		n, _ := copyConn(w, src)
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		} else {
@@ -85,24 +86,16 @@ func copyBoth(a, b io.ReadWriteCloser, moves *atomic.Uint64) (aToB, bToA int64) 
 	return aToB, bToA
 }
 
-// movesWriter bumps moves at each write to its connection: the idle
-// watch of a relay copied a goroutine a direction.
+// movesWriter bumps moves at each write to w: the idle watch of a relay
+// copied a goroutine a direction.
 type movesWriter struct {
-	io.ReadWriteCloser
+	w     io.Writer
 	moves *atomic.Uint64
 }
 
-func (w movesWriter) Write(p []byte) (int, error) {
-	w.moves.Add(1)
-	return w.ReadWriteCloser.Write(p)
-}
-
-// CloseWrite half-closes the connection when it can be.
-func (w movesWriter) CloseWrite() error {
-	if cw, ok := w.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return w.ReadWriteCloser.Close()
+func (m movesWriter) Write(p []byte) (int, error) {
+	m.moves.Add(1)
+	return m.w.Write(p)
 }
 
 // waitBuffer is what one direction of a connection holds while it waits

@@ -399,22 +399,7 @@ pools:
 		drainThenCut(t, r, tc, bufio.NewReader(tc))
 	})
 	// An upgraded connection, relayed after its handler has returned.
-	t.Run("upgrade", func(t *testing.T) {
-		r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-log: {access: true}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {shutdown: 600ms}}
-pools:
-  - name: app
-    endpoints:
-      - {name: echo, url: %q}
-`, newUpgradeEcho(t).url()), nil)
-		c, br := upgrade(t, r.Addr("web").String())
-		drainThenCut(t, r, c, br)
-	})
-	// The bound of the config in force: a reload's, not the start's.
-	t.Run("after a reload", func(t *testing.T) {
-		cfg := `admin: {listen: "127.0.0.1:0"}
+	upgradeCfg := `admin: {listen: "127.0.0.1:0"}
 log: {access: true}
 listeners:
   - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {shutdown: %s}}
@@ -423,7 +408,14 @@ pools:
     endpoints:
       - {name: echo, url: %q}
 `
-		echo := newUpgradeEcho(t).url()
+	t.Run("upgrade", func(t *testing.T) {
+		r := startRotor(t, fmt.Sprintf(upgradeCfg, "600ms", newUpgradeEcho(t).url()), nil)
+		c, br := upgrade(t, r.Addr("web").String())
+		drainThenCut(t, r, c, br)
+	})
+	// The bound of the config in force: a reload's, not the start's.
+	t.Run("after a reload", func(t *testing.T) {
+		cfg, echo := upgradeCfg, newUpgradeEcho(t).url()
 		r := startRotor(t, fmt.Sprintf(cfg, "1h", echo), nil)
 		r.rewrite(t, fmt.Sprintf(cfg, "600ms", echo))
 		if err := r.Reload(); err != nil {

@@ -213,18 +213,21 @@ type bulkConn struct {
 	sending atomic.Pointer[watchedBody] // the body being sent on it, if any
 
 	// While an answer's body is read from it (answering), each read's
-	// wait is bounded by stall, as the short way's are; net/http's reader
-	// waits on an idle connection unbounded, as it must.
+	// wait is bounded by stall (nanoseconds), as the short way's are;
+	// net/http's reader waits on an idle connection unbounded, as it
+	// must. stallMu orders a read's deadline against the bound's lifting.
 	stallMu sync.Mutex
-	stall   time.Duration // guarded by stallMu
+	stall   atomic.Int64 // written under stallMu
 }
 
 func (c *bulkConn) Read(p []byte) (int, error) {
-	c.stallMu.Lock()
-	if c.stall > 0 {
-		_ = c.Conn.SetReadDeadline(time.Now().Add(c.stall))
+	if c.stall.Load() > 0 { // the lock only while an answer is bounded
+		c.stallMu.Lock()
+		if d := time.Duration(c.stall.Load()); d > 0 {
+			_ = c.Conn.SetReadDeadline(time.Now().Add(d))
+		}
+		c.stallMu.Unlock()
 	}
-	c.stallMu.Unlock()
 	return c.Conn.Read(p)
 }
 
@@ -233,10 +236,10 @@ func (c *bulkConn) Read(p []byte) (int, error) {
 func (c *bulkConn) answering(d time.Duration) {
 	c.stallMu.Lock()
 	defer c.stallMu.Unlock()
-	if c.stall == d {
+	if time.Duration(c.stall.Load()) == d {
 		return
 	}
-	c.stall = d
+	c.stall.Store(int64(d))
 	if d == 0 {
 		_ = c.Conn.SetReadDeadline(time.Time{})
 	}

@@ -1016,7 +1016,7 @@ var looks = sync.Pool{New: func() any { return new([lookSize]byte) }}
 
 // chunkedInHand takes the chunked body of r, whose head is the *n bytes
 // buffered at c.r, in hand when it has come whole, with no trailer field,
-// and is within MaxBody: r's body is then its data, which a transport
+// and is within the body limit (SetBodyLimits): r's body is then its data, which a transport
 // sends on with its head in one write. A body that filled the buffer
 // may be in the socket too: the socket is looked at (rawio.Look, which
 // takes nothing), and what it holds of the body, up to maxInHand, is
@@ -1216,7 +1216,7 @@ func BodyInHand(r *http.Request) bool {
 }
 
 // BodyBounded reports whether r's body is the short way's, which holds
-// it to the server's MaxBody and BodyTimeout itself: one read whole
+// it to the server's body limits (SetBodyLimits) itself: one read whole
 // before the handler ran (r.ContentLength bytes in hand, whose reads wait
 // for nothing), or one the handler reads from the connection
 // (streamBody), with the errors proxy.LimitBody gives.

@@ -50,7 +50,7 @@ import (
 // failed; so does one whose drain does not come to the body's end.
 //
 // It is held to the server's limits, as proxy.LimitBody holds a body
-// net/http's server reads: at most the server's MaxBody bytes (proxy.ErrBodyTooLarge
+// net/http's server reads: at most the server's body limit (SetBodyLimits; proxy.ErrBodyTooLarge
 // past them), and each read waiting at most the body timeout
 // (proxy.ErrBodyTimeout), or until the deadline the handler gave
 // (http.ResponseController's SetReadDeadline); a chunk's size line and
@@ -61,7 +61,7 @@ type streamBody struct {
 	r       *http.Request
 	fd      uintptr // the connection's descriptor (cleartext)
 	chunked bool
-	max     int64 // the server's MaxBody when the body began (0: no bound); a reload's new one holds for the next
+	max     int64 // the server's body limit when the body began (0: none); a reload's new one holds for the next
 
 	mu     sync.Mutex   // held by a read, and taken by end
 	left   int64        // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
