@@ -134,43 +134,50 @@ func runSingleAndParallel(b *testing.B, name string, op func(i int)) {
 	})
 }
 
-// BenchmarkLeastConnBusy: least_conn when every endpoint has a request in
-// flight: no idle one to draw, so every pick goes through its index (the
-// picker alone, and the whole Pick+Done through a pool).
+// BenchmarkLeastConnBusy: least_conn and weighted_least_conn when every
+// endpoint has a request in flight: no idle one to draw, so every pick
+// goes through the index (the picker alone, and the whole Pick+Done
+// through a pool, weights 1 to 4 as in the other benchmarks).
 func BenchmarkLeastConnBusy(b *testing.B) {
-	for _, n := range []int{64, 1024} {
-		eps := make([]*balance.Endpoint, n)
-		cfg := health.Config{}.Normalize()
-		for j := range eps {
-			st := health.NewState("e" + strconv.Itoa(j))
-			st.AdmitFallback(&cfg) // one request in flight on each, never released
-			eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1, State: st}
+	cfg := health.Config{}.Normalize()
+	for _, pol := range []balance.Policy{balance.LeastConn{}, balance.WeightedLeastConn{}} {
+		prefix := ""
+		if pol.Name() != "least_conn" {
+			prefix = pol.Name() + "/"
 		}
-		pk := balance.LeastConn{}.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
-		b.Run("n="+strconv.Itoa(n)+"/all busy", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := pk.Pick(balance.Request{}); err != nil {
-					b.Fatal(err)
-				}
+		for _, n := range []int{64, 1024} {
+			eps := make([]*balance.Endpoint, n)
+			for j := range eps {
+				st := health.NewState("e" + strconv.Itoa(j))
+				st.AdmitFallback(&cfg) // one request in flight on each, never released
+				eps[j] = &balance.Endpoint{Name: "e" + strconv.Itoa(j), Weight: 1 + j%4, State: st}
 			}
-		})
-		// The whole cycle with none idle: the pick goes through the index,
-		// and the admit and release move the endpoint in it.
-		p := benchPool(b, balance.LeastConn{}, n)
-		for _, ep := range p.Snapshot().Endpoints() {
-			ep.State.AdmitFallback(&cfg)
+			pk := pol.Build(balance.NewSet(eps, health.SystemClock{}, balance.FastRand{}))
+			b.Run(prefix+"n="+strconv.Itoa(n)+"/all busy", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := pk.Pick(balance.Request{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			// The whole cycle with none idle: the pick goes through the
+			// index, and the admit and release move the endpoint in it.
+			p := benchPool(b, pol, n)
+			for _, ep := range p.Snapshot().Endpoints() {
+				ep.State.AdmitFallback(&cfg)
+			}
+			b.Run(prefix+"n="+strconv.Itoa(n)+"/all busy/pick+done", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					pk, err := p.Pick(balance.Request{At: at.UnixNano()})
+					if err != nil {
+						b.Fatal(err)
+					}
+					pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
+				}
+			})
 		}
-		b.Run("n="+strconv.Itoa(n)+"/all busy/pick+done", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				pk, err := p.Pick(balance.Request{At: at.UnixNano()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				pk.Done(health.Outcome{Status: 200, Latency: time.Millisecond, At: at})
-			}
-		})
 	}
 }
 

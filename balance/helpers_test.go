@@ -2,6 +2,7 @@ package balance_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,21 +18,24 @@ func testPool(t testing.TB, policy balance.Policy, names ...string) (*balance.Po
 	t.Helper()
 	clock := health.NewManualClock(t0)
 	p := balance.NewPool("test", balance.Options{Clock: clock, Rand: balance.NewSeededRand(1)})
-	var eps []balance.EndpointConfig
-	for _, n := range names {
-		ec := balance.EndpointConfig{Name: n}
-		for i := range n {
-			if n[i] == '=' {
-				w, _ := strconv.Atoi(n[i+1:])
-				ec.Name, ec.Weight = n[:i], w
-			}
-		}
-		eps = append(eps, ec)
-	}
-	if err := p.Configure(balance.Config{Policy: policy, Endpoints: eps}); err != nil {
+	if err := p.Configure(balance.Config{Policy: policy, Endpoints: endpointConfigs(names)}); err != nil {
 		t.Fatal(err)
 	}
 	return p, clock
+}
+
+// endpointConfigs makes an endpoint of each name, "name=weight" giving
+// its weight.
+func endpointConfigs(names []string) []balance.EndpointConfig {
+	eps := make([]balance.EndpointConfig, len(names))
+	for i, n := range names {
+		eps[i] = balance.EndpointConfig{Name: n}
+		if at := strings.IndexByte(n, '='); at >= 0 {
+			w, _ := strconv.Atoi(n[at+1:])
+			eps[i].Name, eps[i].Weight = n[:at], w
+		}
+	}
+	return eps
 }
 
 func letters(n int) []string {

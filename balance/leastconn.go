@@ -44,28 +44,82 @@ func (LeastConn) Name() string { return "least_conn" }
 // pick, so that a snapshot built beside the running one and never
 // published changes nothing.
 func (LeastConn) Build(s *Set) Picker {
-	p := &lcPicker{set: s, watches: make([]health.Watch, len(s.states)), idleMoves: 2*len(s.states) + 64}
-	seq := watchSeq.Add(1)
-	for i := range p.watches {
-		p.watches[i] = health.Watch{Seq: seq, Changed: func() { p.moved(i) }}
+	p := &lcPicker{order: lcBuckets{set: s}}
+	p.init(s, &p.order)
+	return p
+}
+
+// WeightedLeastConn is least connections with capacity: the endpoint with
+// the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
+// is preferred to an idle one of weight 1, and a busy big one takes twice
+// the requests of a small one.
+//
+// It keeps least_conn's shape. While most of the heaviest endpoints are
+// idle, any idle one of them is a least loaded endpoint (none can do
+// better than 1 / the largest weight): a pick draws a few of them at
+// random and takes the first idle and available one, with no lock. When
+// the draws find none, the picker keeps its endpoints in a heap ordered
+// by (in-flight + 1) / weight, moved as requests are admitted and
+// released, so a pick reads the heap's top instead of scanning every
+// endpoint: O(log N) a move, O(1) a pick while the least loaded are
+// available (HAProxy's leastconn, weighted too, keeps a tree for the
+// same reason). Endpoints equally loaded for their weight take their
+// turns in the order they came to that load, as in HAProxy's tree. It
+// lets the heap go as least_conn lets its buckets go, counting the
+// heaviest endpoints' idle ones.
+type WeightedLeastConn struct{}
+
+var _ Policy = WeightedLeastConn{}
+
+// Name returns "weighted_least_conn".
+func (WeightedLeastConn) Name() string { return "weighted_least_conn" }
+
+// Build returns a picker over s; it starts keeping its heap at its first
+// pick that needs it, as least_conn's does.
+func (WeightedLeastConn) Build(s *Set) Picker {
+	p := &wlcPicker{order: wlcHeap{set: s}}
+	var top int64
+	for i := range s.states {
+		switch w := s.states[i].weight; {
+		case w > top:
+			top, p.order.heavy = w, append(p.order.heavy[:0], int32(i))
+		case w == top:
+			p.order.heavy = append(p.order.heavy, int32(i))
+		}
 	}
+	p.order.top = top
+	p.init(s, &p.order)
 	return p
 }
 
 // watchSeq orders the pickers that watch states: a later one takes over.
 var watchSeq atomic.Uint64
 
-// lcLevels bounds the buckets: endpoints with lcLevels-1 requests or more
-// in flight share the last one, where the least loaded is searched for.
-const lcLevels = 256
-
 // lcDraws is how many endpoints a pick draws looking for an idle one
 // while the index is not kept: with three quarters idle, all four draws
 // miss one pick in 256.
 const lcDraws = 4
 
-type lcPicker struct {
+// loadOrder is how a loadIndex orders its endpoints by load. Its methods
+// are called with the index's mu held.
+type loadOrder interface {
+	// reset empties the order, every endpoint out of it.
+	reset()
+	// place moves endpoint i to where its in-flight count now puts it.
+	place(i int)
+	// least returns the available endpoint the policy picks, or -1.
+	least() int
+	// mostIdle reports whether a pick's draws would find an idle
+	// endpoint: the index is no longer worth keeping.
+	mostIdle() bool
+}
+
+// loadIndex keeps a set's endpoints ordered by load while picks need it:
+// least_conn's and weighted_least_conn's pickers, which differ in their
+// order and their draws.
+type loadIndex struct {
 	set       *Set
+	order     loadOrder
 	watches   []health.Watch // one per endpoint
 	idleMoves int            // moves without a pick after which the index is let go
 
@@ -79,84 +133,90 @@ type lcPicker struct {
 	// idleMoves moves without a pick. Written under mu; read without it
 	// by a pick deciding whether to draw.
 	watching atomic.Bool
-	moves    int       // since the last pick
-	picks    int       // since the index was built
-	level    []int32   // each endpoint's bucket
-	pos      []int32   // its place in the bucket
-	buckets  [][]int32 // endpoints by in-flight count, up to lcLevels-1
-	low      int       // no bucket below it holds an endpoint
+	moves    int // since the last pick
+	picks    int // since the index was built
 }
 
-// watch installs the watches and fills the buckets from the counts now.
+func (x *loadIndex) init(s *Set, order loadOrder) {
+	x.set, x.order = s, order
+	x.watches, x.idleMoves = make([]health.Watch, len(s.states)), 2*len(s.states)+64
+	seq := watchSeq.Add(1)
+	for i := range x.watches {
+		x.watches[i] = health.Watch{Seq: seq, Changed: func() { x.moved(i) }}
+	}
+}
+
+// watch installs the watches and fills the order from the counts now.
 // Called with mu held.
-func (p *lcPicker) watch() {
-	n := len(p.set.states)
-	if p.level == nil {
-		p.level, p.pos, p.buckets = make([]int32, n), make([]int32, n), make([][]int32, lcLevels)
-	}
-	for k := range p.buckets {
-		p.buckets[k] = p.buckets[k][:0]
-	}
-	p.low, p.moves, p.picks = 0, 0, 0
-	p.watching.Store(true)
-	for i := range p.set.states {
-		if !p.set.states[i].SetWatch(&p.watches[i]) {
-			p.scan = true // a picker built later keeps these states
+func (x *loadIndex) watch() {
+	x.order.reset()
+	x.moves, x.picks = 0, 0
+	x.watching.Store(true)
+	for i := range x.set.states {
+		if !x.set.states[i].SetWatch(&x.watches[i]) {
+			x.scan = true // a picker built later keeps these states
 		}
-		p.level[i] = -1
-		p.place(i)
+		x.order.place(i)
 	}
 }
 
 // unwatch removes the watches: the index is no longer kept. Called with
 // mu held.
-func (p *lcPicker) unwatch() {
-	p.watching.Store(false)
-	for i := range p.set.states {
-		p.set.states[i].ClearWatch(&p.watches[i])
+func (x *loadIndex) unwatch() {
+	x.watching.Store(false)
+	for i := range x.set.states {
+		x.set.states[i].ClearWatch(&x.watches[i])
 	}
 }
 
 // retire stops keeping the index: the snapshot was replaced. Picks that
 // still come (requests that took the old snapshot) scan.
-func (p *lcPicker) retire() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.scan = true
-	p.unwatch()
+func (x *loadIndex) retire() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.scan = true
+	x.unwatch()
 }
 
 // moved is endpoint i's watch: its in-flight count changed. Watches are
-// installed by watch, under mu, after the buckets are made.
-func (p *lcPicker) moved(i int) {
-	p.mu.Lock()
-	if !p.scan && p.watching.Load() {
-		p.place(i)
-		if p.moves++; p.moves > p.idleMoves {
-			p.unwatch() // seldom asked: cheaper to build again
+// installed by watch, under mu, after the order is reset. Every change is
+// followed by a place that reads the count after it, so the last one
+// leaves the endpoint where it belongs.
+func (x *loadIndex) moved(i int) {
+	x.mu.Lock()
+	if !x.scan && x.watching.Load() {
+		x.order.place(i)
+		if x.moves++; x.moves > x.idleMoves {
+			x.unwatch() // seldom asked: cheaper to build again
 		}
 	}
-	p.mu.Unlock()
+	x.mu.Unlock()
 }
 
-// place moves endpoint i to the bucket of its in-flight count now. Every
-// change is followed by a place that reads the count after it, so the
-// last one leaves the endpoint where it belongs. Called with mu held.
-func (p *lcPicker) place(i int) {
-	k := int32(min(max(p.set.states[i].Inflight(), 0), lcLevels-1))
-	old := p.level[i]
-	if old == k {
-		return
+// pick is a pick the draws did not settle: through the index, built first
+// if it is not kept, or a scan once the picker is retired.
+func (x *loadIndex) pick(weighted bool) (*Endpoint, error) {
+	s := x.set
+	x.mu.Lock()
+	if !x.scan && !x.watching.Load() {
+		x.watch()
 	}
-	if old >= 0 {
-		b := p.buckets[old]
-		last := b[len(b)-1]
-		b[p.pos[i]], p.pos[last] = last, p.pos[i]
-		p.buckets[old] = b[:len(b)-1]
+	if x.scan {
+		x.mu.Unlock()
+		return endpointAt(s, scanLeast(s, nil, weighted))
 	}
-	p.buckets[k] = append(p.buckets[k], int32(i))
-	p.level[i], p.pos[i] = k, int32(len(p.buckets[k])-1)
-	p.low = min(p.low, int(k))
+	x.moves = 0
+	i := x.order.least()
+	if x.picks++; x.picks >= 2*len(s.states) && x.order.mostIdle() {
+		x.unwatch() // most are idle again: draws find them
+	}
+	x.mu.Unlock()
+	return endpointAt(s, i)
+}
+
+type lcPicker struct {
+	loadIndex
+	order lcBuckets
 }
 
 func (p *lcPicker) Pick(Request) (*Endpoint, error) {
@@ -173,32 +233,63 @@ func (p *lcPicker) Pick(Request) (*Endpoint, error) {
 			}
 		}
 	}
-	p.mu.Lock()
-	if !p.scan && !p.watching.Load() {
-		p.watch()
+	return p.pick(false)
+}
+
+// lcLevels bounds the buckets: endpoints with lcLevels-1 requests or more
+// in flight share the last one, where the least loaded is searched for.
+const lcLevels = 256
+
+// lcBuckets is least_conn's order: endpoints in buckets by in-flight
+// count.
+type lcBuckets struct {
+	set     *Set
+	level   []int32   // each endpoint's bucket, -1 when out
+	pos     []int32   // its place in the bucket
+	buckets [][]int32 // endpoints by in-flight count, up to lcLevels-1
+	low     int       // no bucket below it holds an endpoint
+}
+
+func (o *lcBuckets) reset() {
+	n := len(o.set.states)
+	if o.level == nil {
+		o.level, o.pos, o.buckets = make([]int32, n), make([]int32, n), make([][]int32, lcLevels)
 	}
-	if p.scan {
-		p.mu.Unlock()
-		return endpointAt(s, scanLeast(s, nil, false))
+	for k := range o.buckets {
+		o.buckets[k] = o.buckets[k][:0]
 	}
-	p.moves = 0
-	i := p.least()
-	if p.picks++; p.picks >= 2*n && 4*len(p.buckets[0]) >= 3*n {
-		p.unwatch() // most are idle again: draws find them
+	for i := range o.level {
+		o.level[i] = -1
 	}
-	p.mu.Unlock()
-	return endpointAt(s, i)
+	o.low = 0
+}
+
+func (o *lcBuckets) place(i int) {
+	k := int32(min(max(o.set.states[i].Inflight(), 0), lcLevels-1))
+	old := o.level[i]
+	if old == k {
+		return
+	}
+	if old >= 0 {
+		b := o.buckets[old]
+		last := b[len(b)-1]
+		b[o.pos[i]], o.pos[last] = last, o.pos[i]
+		o.buckets[old] = b[:len(b)-1]
+	}
+	o.buckets[k] = append(o.buckets[k], int32(i))
+	o.level[i], o.pos[i] = k, int32(len(o.buckets[k])-1)
+	o.low = min(o.low, int(k))
 }
 
 // least returns an available endpoint of the lowest bucket that has one,
-// at random within it, or -1. Called with mu held.
-func (p *lcPicker) least() int {
-	s := p.set
-	for k := p.low; k < lcLevels; k++ {
-		b := p.buckets[k]
+// at random within it, or -1.
+func (o *lcBuckets) least() int {
+	s := o.set
+	for k := o.low; k < lcLevels; k++ {
+		b := o.buckets[k]
 		if len(b) == 0 {
-			if k == p.low {
-				p.low++
+			if k == o.low {
+				o.low++
 			}
 			continue
 		}
@@ -216,6 +307,189 @@ func (p *lcPicker) least() int {
 	}
 	return -1
 }
+
+// mostIdle: three quarters of the endpoints are idle.
+func (o *lcBuckets) mostIdle() bool { return 4*len(o.buckets[0]) >= 3*len(o.set.states) }
+
+type wlcPicker struct {
+	loadIndex
+	order wlcHeap
+}
+
+func (p *wlcPicker) Pick(Request) (*Endpoint, error) {
+	s := p.set
+	if len(s.states) == 0 {
+		return nil, ErrNoEndpoint
+	}
+	if !p.watching.Load() {
+		// An idle endpoint of the largest weight is a least loaded one.
+		heavy := p.order.heavy
+		for range lcDraws {
+			i := heavy[intn(s.rand, len(heavy))]
+			if st := &s.states[i]; st.Inflight() == 0 && st.Available(s.clock, st.max) {
+				return s.endpoints[i], nil
+			}
+		}
+	}
+	return p.pick(true)
+}
+
+// wlcFrontier bounds the search past unavailable endpoints at the heap's
+// top: when more than this many of the least loaded are unavailable, a
+// pick scans every endpoint instead.
+const wlcFrontier = 32
+
+// wlcHeap is weighted_least_conn's order: a binary heap of endpoints, the
+// least (in-flight + 1) / weight on top, equal ones in the order they came
+// to that load.
+type wlcHeap struct {
+	set   *Set
+	heavy []int32 // the endpoints of the largest weight, whom draws try
+	top   int64   // the largest weight
+
+	heap      []int32  // endpoints
+	pos       []int32  // each endpoint's place in heap, -1 when out
+	load      []int64  // its in-flight count + 1 when it was placed
+	came      []uint64 // when it came to that load: ties go in turn
+	clock     uint64   // counts places, for came
+	idleHeavy int      // heavy endpoints in the heap with none in flight
+}
+
+func (o *wlcHeap) reset() {
+	n := len(o.set.states)
+	if o.pos == nil {
+		o.heap, o.pos, o.load, o.came = make([]int32, 0, n), make([]int32, n), make([]int64, n), make([]uint64, n)
+	}
+	o.heap = o.heap[:0]
+	for i := range o.pos {
+		o.pos[i] = -1
+	}
+	o.idleHeavy = 0
+}
+
+// less orders endpoints a and b: load/weight, cross-multiplied to stay in
+// integers, then the one that came to its load first.
+func (o *wlcHeap) less(a, b int32) bool {
+	la, lb := o.load[a]*o.set.states[b].weight, o.load[b]*o.set.states[a].weight
+	return la < lb || la == lb && o.came[a] < o.came[b]
+}
+
+func (o *wlcHeap) place(i int) {
+	l := max(o.set.states[i].Inflight(), 0) + 1
+	at := o.pos[i]
+	if at >= 0 && o.load[i] == l {
+		return
+	}
+	if o.set.states[i].weight == o.top {
+		if at >= 0 && o.load[i] == 1 {
+			o.idleHeavy--
+		}
+		if l == 1 {
+			o.idleHeavy++
+		}
+	}
+	o.load[i], o.came[i] = l, o.clock
+	o.clock++
+	if at < 0 {
+		at = int32(len(o.heap))
+		o.heap = append(o.heap, int32(i))
+		o.pos[i] = at
+		o.up(at)
+		return
+	}
+	// Its key only rose (more in flight) or only fell (fewer; a later
+	// arrival breaks no tie it did not break before).
+	if !o.up(at) {
+		o.down(at)
+	}
+}
+
+// up moves the endpoint at heap place k up while it is less than its
+// parent; it reports whether it moved.
+func (o *wlcHeap) up(k int32) bool {
+	h, start := o.heap, k
+	e := h[k]
+	for k > 0 {
+		parent := (k - 1) / 2
+		if !o.less(e, h[parent]) {
+			break
+		}
+		h[k] = h[parent]
+		o.pos[h[k]] = k
+		k = parent
+	}
+	h[k] = e
+	o.pos[e] = k
+	return k != start
+}
+
+// down moves the endpoint at heap place k down while a child is less.
+func (o *wlcHeap) down(k int32) {
+	h := o.heap
+	n := int32(len(h))
+	e := h[k]
+	for {
+		c := 2*k + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && o.less(h[r], h[c]) {
+			c = r
+		}
+		if !o.less(h[c], e) {
+			break
+		}
+		h[k] = h[c]
+		o.pos[h[k]] = k
+		k = c
+	}
+	h[k] = e
+	o.pos[e] = k
+}
+
+// least returns the heap's top, or when that is unavailable the least of
+// those below it that is: a search in order from the top (a frontier of
+// the places whose parents were stepped over), which scans every endpoint
+// once more than wlcFrontier were stepped over.
+func (o *wlcHeap) least() int {
+	s, h := o.set, o.heap
+	if len(h) == 0 {
+		return -1
+	}
+	if st := &s.states[h[0]]; st.Available(s.clock, st.max) {
+		return int(h[0])
+	}
+	var buf [2*wlcFrontier + 2]int32
+	frontier := buf[:0]
+	n := int32(len(h))
+	for k, steps := int32(0), 0; ; steps++ {
+		// k was stepped over: its children join the frontier.
+		for c := 2*k + 1; c <= 2*k+2 && c < n; c++ {
+			frontier = append(frontier, c)
+		}
+		if len(frontier) == 0 {
+			return -1 // none is available
+		}
+		if steps == wlcFrontier {
+			return scanLeast(s, nil, true)
+		}
+		best := 0
+		for j := 1; j < len(frontier); j++ {
+			if o.less(h[frontier[j]], h[frontier[best]]) {
+				best = j
+			}
+		}
+		k = frontier[best]
+		frontier[best] = frontier[len(frontier)-1]
+		frontier = frontier[:len(frontier)-1]
+		if st := &s.states[h[k]]; st.Available(s.clock, st.max) {
+			return int(h[k])
+		}
+	}
+}
+
+// mostIdle: three quarters of the heaviest endpoints are idle.
+func (o *wlcHeap) mostIdle() bool { return 4*o.idleHeavy >= 3*len(o.heavy) }
 
 // scanLeast returns the available endpoint with the fewest requests in
 // flight among idx (every endpoint when idx is nil), per weight when

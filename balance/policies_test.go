@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -479,15 +480,27 @@ func TestScoredExactPaths(t *testing.T) {
 	}
 }
 
-// least_conn keeps its endpoints indexed by load: under a random mix of
-// picks, releases, drains and breakers, every pick is an available
-// endpoint with the fewest in flight, as a scan of them all would find;
-// past a reload the new snapshot's index takes over, and the old
+// least_conn and weighted_least_conn keep their endpoints indexed by load:
+// under a random mix of picks, releases, drains and breakers, every pick
+// is an available endpoint with the fewest in flight (per weight, for
+// weighted_least_conn, over weights 1 to 4), as a scan of them all would
+// find; past a reload the new snapshot's index takes over, and the old
 // snapshot's picks (requests that took it before the swap) still find the
 // least loaded.
 func TestLeastConnIndexExact(t *testing.T) {
+	for _, pol := range []balance.Policy{balance.LeastConn{}, balance.WeightedLeastConn{}} {
+		t.Run(pol.Name(), func(t *testing.T) { testIndexExact(t, pol) })
+	}
+}
+
+func testIndexExact(t *testing.T, pol balance.Policy) {
 	names := letters(300)
-	p, clock := testPool(t, balance.LeastConn{}, names...)
+	if _, weighted := pol.(balance.WeightedLeastConn); weighted {
+		for i := range names {
+			names[i] += "=" + strconv.Itoa(1+i%4)
+		}
+	}
+	p, clock := testPool(t, pol, names...)
 	rng := rand.New(rand.NewPCG(7, 7))
 	var held []balance.Pick
 	check := func(snap *balance.Snapshot, step int) {
@@ -496,15 +509,22 @@ func TestLeastConnIndexExact(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		least := int64(-1)
-		for _, ep := range snap.Primaries().Endpoints() {
-			if ep != pk.Endpoint && snap.Primaries().Available(ep) && (least < 0 || ep.State.Inflight() < least) {
-				least = ep.State.Inflight()
+		// load/weight, weighing 1 for least_conn; pk is counted in flight
+		// already: compare its load before.
+		weight := func(ep *balance.Endpoint) int64 {
+			if pol.Name() == "least_conn" {
+				return 1
 			}
+			return int64(ep.Weight)
 		}
-		// pk is counted in flight already: compare its load before.
-		if got := pk.Endpoint.State.Inflight() - 1; least >= 0 && got > least {
-			t.Fatalf("step %d: picked %s with %d in flight, %d was the least", step, pk.Endpoint.Name, got, least)
+		got, gotW := pk.Endpoint.State.Inflight(), weight(pk.Endpoint)
+		for _, ep := range snap.Primaries().Endpoints() {
+			if ep == pk.Endpoint || !snap.Primaries().Available(ep) {
+				continue
+			}
+			if l, w := ep.State.Inflight()+1, weight(ep); l*gotW < got*w {
+				t.Fatalf("step %d: picked %s with %d in flight (weight %d), %s had %d (weight %d)", step, pk.Endpoint.Name, got-1, gotW, ep.Name, l-1, w)
+			}
 		}
 		held = append(held, pk)
 	}
@@ -519,11 +539,11 @@ func TestLeastConnIndexExact(t *testing.T) {
 			held[i] = held[len(held)-1]
 			held = held[:len(held)-1]
 		case r < 97:
-			ep := p.Snapshot().Get(names[rng.IntN(len(names))])
+			ep := p.Snapshot().Get(strings.Split(names[rng.IntN(len(names))], "=")[0])
 			ep.State.SetDraining(!ep.State.Draining())
 		case r < 98 && step > 10000 && old == p.Snapshot():
 			// A reload: one endpoint fewer; in-flight counts carry over.
-			if err := p.Configure(balance.Config{Policy: balance.LeastConn{}, Endpoints: endpointConfigs(names[1:])}); err != nil {
+			if err := p.Configure(balance.Config{Policy: pol, Endpoints: endpointConfigs(names[1:])}); err != nil {
 				t.Fatal(err)
 			}
 		default:
@@ -578,12 +598,4 @@ func TestLeastConnIndexConcurrent(t *testing.T) {
 		}
 		seen[pk.Endpoint.Name] = true
 	}
-}
-
-func endpointConfigs(names []string) []balance.EndpointConfig {
-	eps := make([]balance.EndpointConfig, len(names))
-	for i, n := range names {
-		eps[i] = balance.EndpointConfig{Name: n}
-	}
-	return eps
 }

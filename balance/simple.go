@@ -75,27 +75,6 @@ func (p randomPicker) Pick(Request) (*Endpoint, error) {
 	return nil, ErrNoEndpoint
 }
 
-// WeightedLeastConn is least connections with capacity: the endpoint with
-// the least (in-flight + 1) / weight wins, so an idle endpoint of weight 2
-// is preferred to an idle one of weight 1, and a busy big one takes twice
-// the requests of a small one. It scans every endpoint from a random
-// start and keeps the first least loaded, so ties are broken at random.
-type WeightedLeastConn struct{}
-
-var _ Policy = WeightedLeastConn{}
-
-// Name returns "weighted_least_conn".
-func (WeightedLeastConn) Name() string { return "weighted_least_conn" }
-
-// Build returns a picker over s.
-func (WeightedLeastConn) Build(s *Set) Picker { return wlcPicker{s} }
-
-type wlcPicker struct{ set *Set }
-
-func (p wlcPicker) Pick(Request) (*Endpoint, error) {
-	return endpointAt(p.set, scanLeast(p.set, nil, true))
-}
-
 // modulus takes remainders by a divisor fixed when it was made with a
 // multiplication and no division (Lemire, Kaser and Kurz, "Faster
 // remainder by direct computation", 2019): exact for every 32-bit
