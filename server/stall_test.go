@@ -2,10 +2,13 @@ package server_test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -82,11 +85,11 @@ pools:
 		body   string
 		first  bool // the first KiB reaches the client before the cut
 	}{
-		// The short way passes on what came before it waits for more
-		// (the backend's socket said so: rawio); the forward proxy
-		// flushes every write.
+		// The short way and net/http's pass on what came before they
+		// wait for more (the backend's socket said so: rawio); the
+		// forward proxy flushes every write.
 		{"GET", plain, http.MethodGet, web + "/stall", "", rawio.Supported},
-		{"POST over 64 KiB", plain, http.MethodPost, web + "/stall", big, false},
+		{"POST over 64 KiB", plain, http.MethodPost, web + "/stall", big, rawio.Supported},
 		{"forward GET", viaProxy, http.MethodGet, "http://" + be + "/stall", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,29 +117,38 @@ pools:
 			}
 		})
 	}
-	t.Run("a slow body", func(t *testing.T) {
-		start := time.Now()
-		resp, err := plain.Get(web + "/trickle")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		head := time.Since(start)
-		first := make([]byte, 1)
-		if _, err := io.ReadFull(resp.Body, first); err != nil {
-			t.Fatal(err)
-		}
-		firstAt := time.Since(start)
-		rest, err := io.ReadAll(resp.Body)
-		if body := string(first) + string(rest); resp.StatusCode != 200 || err != nil || body != "tttttttt" {
-			t.Fatalf("%d %q %v: a body sent a byte every 300 ms was cut", resp.StatusCode, body, err)
-		}
-		// Passed on as it comes: the head before the first byte, each
-		// byte as it comes, not all of them at the end (2.4 s).
-		if rawio.Supported && (head > 250*time.Millisecond || firstAt > 1500*time.Millisecond) {
-			t.Fatalf("the head came after %v and the first byte after %v: held back for more", head, firstAt)
-		}
-	})
+	for _, tc := range []struct{ name, body string }{
+		{"a slow body", ""},
+		{"a slow body, POST over 64 KiB", big}, // net/http's way
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, web+"/trickle", nil)
+			if tc.body != "" {
+				req, _ = http.NewRequest(http.MethodPost, web+"/trickle", strings.NewReader(tc.body))
+			}
+			start := time.Now()
+			resp, err := plain.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			head := time.Since(start)
+			first := make([]byte, 1)
+			if _, err := io.ReadFull(resp.Body, first); err != nil {
+				t.Fatal(err)
+			}
+			firstAt := time.Since(start)
+			rest, err := io.ReadAll(resp.Body)
+			if body := string(first) + string(rest); resp.StatusCode != 200 || err != nil || body != "tttttttt" {
+				t.Fatalf("%d %q %v: a body sent a byte every 300 ms was cut", resp.StatusCode, body, err)
+			}
+			// Passed on as it comes: the head before the first byte, each
+			// byte as it comes, not all of them at the end (2.4 s).
+			if rawio.Supported && (head > 250*time.Millisecond || firstAt > 1500*time.Millisecond) {
+				t.Fatalf("the head came after %v and the first byte after %v: held back for more", head, firstAt)
+			}
+		})
+	}
 	eventually(t, 3*time.Second, "the stalled answers logged", func() bool {
 		return strings.Count(r.logs.String(), "reason=timeout") >= 3
 	})
@@ -148,5 +160,54 @@ pools:
 		if !regexp.MustCompile(want).MatchString(r.logs.String()) {
 			t.Errorf("no access line matching %q:\n%s", want, r.logs.String())
 		}
+	}
+}
+
+// An https backend's answer goes net/http's way, and is passed on as it
+// comes too: a body of a known length sent a byte every 300 ms reaches
+// the client a byte at a time, its head at once, not all at the end.
+func TestHTTPSBackendSlowBodyPassedOn(t *testing.T) {
+	if !rawio.Supported {
+		t.Skip("the backend's socket is looked at with rawio, which this build has not")
+	}
+	ca := newTestCA(t)
+	cert, _, _ := ca.issue("backend.internal", x509.ExtKeyUsageServerAuth)
+	b := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "4")
+		w.WriteHeader(http.StatusOK)
+		for range 4 {
+			w.(http.Flusher).Flush()
+			time.Sleep(300 * time.Millisecond)
+			_, _ = w.Write([]byte("t"))
+		}
+	}))
+	b.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	b.StartTLS()
+	t.Cleanup(b.Close)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools:
+  - name: app
+    endpoints: [{name: a, url: %q}]
+    tls: {ca: %s, server_name: backend.internal}
+`, b.URL, ca.pem), nil)
+	start := time.Now()
+	resp, err := client.Get(r.url("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	head := time.Since(start)
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	firstAt := time.Since(start)
+	rest, err := io.ReadAll(resp.Body)
+	if body := string(first) + string(rest); resp.StatusCode != 200 || err != nil || body != "tttt" {
+		t.Fatalf("%d %q %v", resp.StatusCode, body, err)
+	}
+	if head > 250*time.Millisecond || firstAt > 900*time.Millisecond {
+		t.Fatalf("the head came after %v and the first byte after %v (the whole body takes 1.2 s): held back for more", head, firstAt)
 	}
 }

@@ -161,7 +161,7 @@ func New(ht *http.Transport) *Transport {
 		if err != nil {
 			return nil, err
 		}
-		return &bulkConn{Conn: c, closed: make(chan struct{})}, nil
+		return newBulkConn(c), nil
 	}
 	t.chunks = t.HTTP.Clone()
 	t.chunks.WriteBufferSize = chunkWriteBuffer
@@ -218,6 +218,25 @@ type bulkConn struct {
 	// must. stallMu orders a read's deadline against the bound's lifting.
 	stallMu sync.Mutex
 	stall   atomic.Int64 // written under stallMu
+
+	// While an answer's body whose client is to be flushed before a wait
+	// (proxy.Pauser) is read from it (pausing), a read that finds the
+	// socket empty flushes the client first: rc is the socket's, nil
+	// where rawio cannot read it. pauseMu orders a flush against its
+	// body's read ending: a read of the connection after the body's end,
+	// net/http's reader's, may still see it set.
+	rc      syscall.RawConn
+	pauseMu sync.Mutex
+	pausing atomic.Pointer[answerBody] // cleared under pauseMu
+}
+
+// newBulkConn wraps c, a connection net/http's transport dialed.
+func newBulkConn(c net.Conn) *bulkConn {
+	bc := &bulkConn{Conn: c, closed: make(chan struct{})}
+	if sc, ok := c.(syscall.Conn); ok && rawio.Supported {
+		bc.rc, _ = sc.SyscallConn()
+	}
+	return bc
 }
 
 func (c *bulkConn) Read(p []byte) (int, error) {
@@ -228,7 +247,59 @@ func (c *bulkConn) Read(p []byte) (int, error) {
 		}
 		c.stallMu.Unlock()
 	}
+	if c.pausing.Load() != nil {
+		return c.readPausing(p)
+	}
 	return c.Conn.Read(p)
+}
+
+// readPausing reads as Read does, with the socket's own read (rawio), and
+// flushes the pausing body's client before the read waits: what was
+// passed on of the answer goes on before the backend's next bytes are
+// waited for, as the short way's reads do.
+func (c *bulkConn) readPausing(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var rerr error
+	flushed := false
+	for {
+		wait := false
+		err := c.rc.Read(func(fd uintptr) bool {
+			n, rerr = rawio.Read(fd, p)
+			if rerr == syscall.EAGAIN {
+				if !flushed {
+					wait = true // flush first, outside the socket's lock
+					return true
+				}
+				return false
+			}
+			return true
+		})
+		if wait && err == nil {
+			flushed = true
+			c.flushPausing()
+			continue
+		}
+		switch {
+		case err != nil:
+			return 0, err // closed, or past its deadline
+		case rerr != nil:
+			return n, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+		case n == 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (c *bulkConn) flushPausing() {
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	if b := c.pausing.Load(); b != nil {
+		b.paused.Flush()
+	}
 }
 
 // answering bounds the connection's reads by d while an answer's body is
@@ -246,8 +317,8 @@ func (c *bulkConn) answering(d time.Duration) {
 }
 
 // watchAnswer returns r with a trace that tells, once the request has
-// its connection, where the answer's body is to be bounded: got's
-// connection is set then.
+// its connection, where the answer's body is to be read (bounded, and
+// its client flushed before a wait): got's connection is set then.
 func watchAnswer(r *http.Request, got *atomic.Pointer[bulkConn]) *http.Request {
 	return r.WithContext(httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 		if bc := bulkOf(info.Conn); bc != nil {
@@ -266,15 +337,34 @@ func bulkOf(c net.Conn) *bulkConn {
 }
 
 // answerBody is an answer's body read through net/http's transport from
-// a bulkConn whose reads it bounds (answering) until it ends.
+// a bulkConn whose reads it bounds (answering) until it ends, and whose
+// reads flush paused, when set, before they wait (proxy.Pauser).
 type answerBody struct {
 	io.ReadCloser
-	c    *bulkConn
-	once sync.Once
+	c      *bulkConn
+	once   sync.Once
+	paused interface{ Flush() }
 }
 
+// WhenPaused has f flushed each time a read of the body finds none of it
+// there and is to wait for the backend (proxy.Pauser); nil stops it.
+// Where the socket cannot be read by rawio, it does nothing.
+func (b *answerBody) WhenPaused(f interface{ Flush() }) { b.paused = f }
+
 func (b *answerBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+	var n int
+	var err error
+	if b.paused != nil && b.c.rc != nil {
+		// The connection is this body's until it ends: the reads it
+		// makes now are this read's.
+		b.c.pausing.Store(b)
+		n, err = b.ReadCloser.Read(p)
+		b.c.pauseMu.Lock()
+		b.c.pausing.Store(nil)
+		b.c.pauseMu.Unlock()
+	} else {
+		n, err = b.ReadCloser.Read(p)
+	}
 	if err != nil {
 		b.end()
 		if errors.Is(err, os.ErrDeadlineExceeded) { // net/http sets none of its own
@@ -550,9 +640,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			r = watchBody(r, a)
 		}
 		var got atomic.Pointer[bulkConn]
-		if t.AnswerIdle > 0 {
-			r = watchAnswer(r, &got)
-		}
+		r = watchAnswer(r, &got)
 		var resp *http.Response
 		var err error
 		if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
