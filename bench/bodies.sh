@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Large bodies through rotor against the backend direct, one run: a 1 GiB
-# download with a Content-Length and chunked, and a 1 GiB upload with a
-# Content-Length and chunked, each with curl (MB/s, the best of ROUNDS).
+# download with a Content-Length and chunked, the first again as the
+# answer to a 100,000-byte POST (which goes net/http's way), and a 1 GiB
+# upload with a Content-Length and chunked, each with curl (MB/s, the best of ROUNDS).
 # rotor gets one core (taskset -c 0, GOMAXPROCS=1); curl and the backend
 # share the other. rotor's CPU time a GiB, from /proc, and how busy the
 # other core was (curl's and the backend's) over the direct runs and over
@@ -30,6 +31,11 @@ fi
 upload=$(mktemp -p /dev/shm rotor-upload.XXXXXX 2>/dev/null || mktemp)
 tmpfiles+=("$upload")
 head -c "$SIZE" /dev/zero > "$upload"
+# A request body over 64 KiB sends the request net/http's way, and its
+# answer comes back that way too.
+small=$(mktemp -p /dev/shm rotor-small.XXXXXX 2>/dev/null || mktemp)
+tmpfiles+=("$small")
+head -c 100000 /dev/zero > "$small"
 
 taskset -c 1 "$out/upstream" 127.0.0.1:19401 & pids+=($!)
 cat > "$out/rotor.yaml" <<YAML
@@ -95,6 +101,7 @@ if [ -n "$BASE" ]; then
 	}
 	row "download, Content-Length" "/bytes/$SIZE"
 	row "download, chunked" "/bytes/$SIZE?chunked=1"
+	row "download, net/http's way" "/bytes/$SIZE" -X POST --data-binary @"$small"
 	row "upload, Content-Length" /sink -X POST -T "$upload"
 	row "upload, chunked" /sink -X POST -T "$upload" -H "Transfer-Encoding: chunked"
 	exit 0
@@ -118,5 +125,6 @@ row() {
 }
 row "download, Content-Length" "/bytes/$SIZE"
 row "download, chunked" "/bytes/$SIZE?chunked=1"
+row "download, net/http's way" "/bytes/$SIZE" -X POST --data-binary @"$small"
 row "upload, Content-Length" /sink -X POST -T "$upload"
 row "upload, chunked" /sink -X POST -T "$upload" -H "Transfer-Encoding: chunked"

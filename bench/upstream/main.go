@@ -33,6 +33,7 @@ func main() {
 				_, _ = w.Write(body)
 			})
 			mux.HandleFunc("GET /bytes/{n}", sendBytes)
+			mux.HandleFunc("POST /bytes/{n}", sendBytes) // the request's body read first
 			mux.HandleFunc("POST /sink", sink)
 			srv := &http.Server{Addr: addr, Handler: mux}
 			log.Fatal(srv.ListenAndServe())
@@ -43,8 +44,13 @@ func main() {
 
 var zeros = make([]byte, 256<<10)
 
-// sendBytes answers N zero bytes, 256 KiB a write.
+// sendBytes answers N zero bytes, 256 KiB a write, once it has read the
+// request's body.
 func sendBytes(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
 	if err != nil || n < 0 {
 		http.Error(w, "bad size", http.StatusBadRequest)
