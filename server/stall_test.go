@@ -126,21 +126,9 @@ pools:
 			if tc.body != "" {
 				req, _ = http.NewRequest(http.MethodPost, web+"/trickle", strings.NewReader(tc.body))
 			}
-			start := time.Now()
-			resp, err := plain.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			head := time.Since(start)
-			first := make([]byte, 1)
-			if _, err := io.ReadFull(resp.Body, first); err != nil {
-				t.Fatal(err)
-			}
-			firstAt := time.Since(start)
-			rest, err := io.ReadAll(resp.Body)
-			if body := string(first) + string(rest); resp.StatusCode != 200 || err != nil || body != "tttttttt" {
-				t.Fatalf("%d %q %v: a body sent a byte every 300 ms was cut", resp.StatusCode, body, err)
+			head, firstAt, status, body, err := trickled(plain, req)
+			if status != 200 || err != nil || body != "tttttttt" {
+				t.Fatalf("%d %q %v: a body sent a byte every 300 ms was cut", status, body, err)
 			}
 			// Passed on as it comes: the head before the first byte, each
 			// byte as it comes, not all of them at the end (2.4 s).
@@ -191,23 +179,31 @@ pools:
     endpoints: [{name: a, url: %q}]
     tls: {ca: %s, server_name: backend.internal}
 `, b.URL, ca.pem), nil)
-	start := time.Now()
-	resp, err := client.Get(r.url("web"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	head := time.Since(start)
-	first := make([]byte, 1)
-	if _, err := io.ReadFull(resp.Body, first); err != nil {
-		t.Fatal(err)
-	}
-	firstAt := time.Since(start)
-	rest, err := io.ReadAll(resp.Body)
-	if body := string(first) + string(rest); resp.StatusCode != 200 || err != nil || body != "tttt" {
-		t.Fatalf("%d %q %v", resp.StatusCode, body, err)
+	req, _ := http.NewRequest(http.MethodGet, r.url("web"), nil)
+	head, firstAt, status, body, err := trickled(client, req)
+	if status != 200 || err != nil || body != "tttt" {
+		t.Fatalf("%d %q %v", status, body, err)
 	}
 	if head > 250*time.Millisecond || firstAt > 900*time.Millisecond {
 		t.Fatalf("the head came after %v and the first byte after %v (the whole body takes 1.2 s): held back for more", head, firstAt)
 	}
+}
+
+// trickled sends req and reads its answer, a body that comes slowly:
+// when its head came, when its first byte did, and the whole of it.
+func trickled(c *http.Client, req *http.Request) (head, firstAt time.Duration, status int, body string, err error) {
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, 0, 0, "", err
+	}
+	defer resp.Body.Close()
+	head = time.Since(start)
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		return head, 0, resp.StatusCode, "", err
+	}
+	firstAt = time.Since(start)
+	rest, err := io.ReadAll(resp.Body)
+	return head, firstAt, resp.StatusCode, string(first) + string(rest), err
 }
