@@ -170,6 +170,12 @@ type Pool struct {
 	// length (nginx's proxy_request_buffering); false streams every such
 	// body to the endpoint as it comes.
 	RequestBuffering *bool `yaml:"request_buffering"`
+	// RequestBufferBytes (default 64 MiB, DefaultRequestBuffer) is the
+	// most of such a body read before its request goes on: past 64 KiB
+	// into a temporary file, and one that ends within it goes on with its
+	// length too (nginx buffers a body to a file); a longer one goes on
+	// chunked, what was read first.
+	RequestBufferBytes int64 `yaml:"request_buffer_bytes"`
 }
 
 // Sticky configures the sticky policy.

@@ -33,6 +33,7 @@ const (
 	DefaultTry            = 10 * time.Second
 	DefaultTotal          = 30 * time.Second
 	DefaultRead           = 60 * time.Second
+	DefaultRequestBuffer  = 64 << 20
 	DefaultAttempts       = 2
 	DefaultBudget         = 0.2
 	DefaultRetryStatuses  = "502,503,504"
@@ -612,6 +613,14 @@ func (p *Pool) validate(path, kind string) []pathError {
 	}
 	if p.RequestBuffering != nil && kind == "tcp" {
 		add(errAt(path+".request_buffering", "is for http and forward pools, whose requests have bodies"))
+	}
+	switch {
+	case p.RequestBufferBytes < 0:
+		add(errAt(path+".request_buffer_bytes", "must be positive (got %d)", p.RequestBufferBytes))
+	case p.RequestBufferBytes != 0 && kind == "tcp":
+		add(errAt(path+".request_buffer_bytes", "is for http and forward pools, whose requests have bodies"))
+	case p.RequestBufferBytes != 0 && p.RequestBuffering != nil && !*p.RequestBuffering:
+		add(errAt(path+".request_buffer_bytes", "buffers nothing with request_buffering false"))
 	}
 	if p.Key.TargetHost && kind != "forward" {
 		add(errAt(path+".key.target_host", "is for forward pools"))

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"io"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -26,19 +28,26 @@ var (
 const aheadSize = MaxAhead + 1
 
 // ReadAhead reads the body ahead, before any try has taken any of it, up
-// to MaxAhead bytes and one more. whole: it ended within MaxAhead bytes,
-// n of them, and is in hand from now on (a lent body's Held and Take
-// give it whole). Otherwise what was read goes first to the try that
-// reads the body, before the rest. Nothing read ahead is spent: a try
-// that fails before it takes the body leaves it whole for the next.
+// to MaxAhead bytes and one more in memory, and past them, when spool is
+// over MaxAhead, on into a temporary file until it has spool bytes and
+// one more in all (nginx buffers a body to a file past its
+// client_body_buffer_size). whole: it ended within what was read, n
+// bytes, and goes on with its length; within MaxAhead it is in hand from
+// now on (a lent body's Held and Take give it whole). Otherwise what was
+// read goes first to the try that reads the body, before the rest.
+// Nothing read ahead is spent: a try that fails before it takes the body
+// leaves it whole for the next.
 //
 // ok is false when nothing was read: bodies read ahead hold the budget
-// (64 MiB together), and this one goes on as it comes. An error is the
-// client's body's, kept as any read's is (Err).
+// (64 MiB together), and this one goes on as it comes. Past MaxAhead,
+// bodies spooled hold spoolBudget on disk together, and a body that
+// would pass it, or whose file cannot be made or written, goes on with
+// what was read so far first. An error is the client's body's, kept as
+// any read's is (Err).
 //
 // The read is as bounded as the body's reads are (the listener's body
 // timeout and maximum, proxy.LimitBody or the server's own).
-func (b *Body) ReadAhead() (n int64, whole, ok bool, err error) {
+func (b *Body) ReadAhead(spool int64) (n int64, whole, ok bool, err error) {
 	if aheadHeld.Add(aheadSize) > aheadBudget {
 		aheadHeld.Add(-aheadSize)
 		return 0, false, false, nil
@@ -62,5 +71,104 @@ func (b *Body) ReadAhead() (n int64, whole, ok bool, err error) {
 	case err != nil:
 		return int64(got), false, true, err
 	}
+	if spool > MaxAhead {
+		return b.spoolRest(spool, buf[:])
+	}
 	return int64(got), false, true, nil
+}
+
+// spoolBudget bounds the bytes bodies read ahead hold on disk at once.
+var spoolBudget int64 = 1 << 30 // tests set it lower
+
+var spoolHeld atomic.Int64
+
+// spooled is the part of a body read ahead into a file: size bytes, of
+// which the tries have taken off. It holds hold bytes of spoolBudget
+// until dropped.
+type spooled struct {
+	f         *os.File
+	name      string // the file's name while it could not be removed at once
+	size, off int64  // off: read by the body's reads alone, one at a time
+	hold      int64
+	dropped   atomic.Bool
+}
+
+// spoolRest goes on reading the body past what ReadAhead read into
+// memory (b.ahead), into a temporary file of its own, the file first
+// holding what b.ahead held, until the body ends or limit bytes and one
+// more are read, through buf (ReadAhead's, free again). The file is
+// removed at once (where an open file can be), and closed, its budget
+// given back, when a try has taken it all, the body is closed, or the
+// body is no longer reachable.
+func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err error) {
+	n = int64(len(b.ahead))
+	hold := limit + 1
+	if spoolHeld.Add(hold) > spoolBudget {
+		spoolHeld.Add(-hold)
+		return n, false, true, nil
+	}
+	sp := &spooled{hold: hold}
+	sp.f, err = os.CreateTemp("", "rotor-body-")
+	if err != nil {
+		spoolHeld.Add(-hold)
+		return n, false, true, nil // goes on as it comes
+	}
+	if rerr := os.Remove(sp.f.Name()); rerr != nil {
+		sp.name = sp.f.Name() // Windows: removed once closed
+	}
+	runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
+	if _, werr := sp.f.Write(b.ahead); werr != nil {
+		sp.drop()
+		return n, false, true, nil
+	}
+	sp.size = n
+	b.spool.Store(sp)
+	b.ahead = nil
+	for n < hold {
+		k, rerr := b.read(buf[:min(int64(len(buf)), hold-n)])
+		if k > 0 {
+			n += int64(k)
+			m, werr := sp.f.Write(buf[:k])
+			sp.size += int64(m)
+			if werr != nil {
+				// The disk took no more: what it has goes first, the
+				// rest of these bytes after it, then the rest as it
+				// comes. Nothing more is read ahead.
+				b.ahead = bytes.Clone(buf[m:k])
+				hold = n
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			b.whole = true
+			return n, true, true, nil
+		case rerr != nil:
+			return n, false, true, rerr
+		}
+	}
+	return n, false, true, nil
+}
+
+// read reads what is left of the file into p, up to its size.
+func (sp *spooled) read(p []byte) (int, error) {
+	k := min(int64(len(p)), sp.size-sp.off)
+	n, err := sp.f.ReadAt(p[:k], sp.off)
+	sp.off += int64(n)
+	if n == int(k) {
+		err = nil
+	}
+	return n, err
+}
+
+// drop closes the file and gives back its budget, once. A read of the
+// file in flight fails (os.ErrClosed).
+func (sp *spooled) drop() {
+	if sp.dropped.Swap(true) {
+		return
+	}
+	sp.f.Close()
+	if sp.name != "" {
+		os.Remove(sp.name)
+	}
+	spoolHeld.Add(-sp.hold)
 }

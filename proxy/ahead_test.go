@@ -21,7 +21,7 @@ func TestReadAhead(t *testing.T) {
 	for _, size := range []int{0, 5, proxy.MaxAhead} {
 		body := bytes.Repeat([]byte("x"), size)
 		b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))))
-		n, whole, ok, err := b.ReadAhead()
+		n, whole, ok, err := b.ReadAhead(0)
 		if n != int64(size) || !whole || !ok || err != nil {
 			t.Fatalf("%d bytes: read ahead %d, whole %v, ok %v, %v", size, n, whole, ok, err)
 		}
@@ -42,7 +42,7 @@ func TestReadAhead(t *testing.T) {
 
 	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*3+1)
 	b := proxy.NewBody(io.NopCloser(iotest.OneByteReader(bytes.NewReader(body))))
-	n, whole, ok, err := b.ReadAhead()
+	n, whole, ok, err := b.ReadAhead(0)
 	if n != proxy.MaxAhead+1 || whole || !ok || err != nil || b.Spent() {
 		t.Fatalf("a long body: read ahead %d, whole %v, ok %v, %v, spent %v; want MaxAhead+1 read, not whole, none spent", n, whole, ok, err, b.Spent())
 	}
@@ -60,17 +60,83 @@ func TestReadAhead(t *testing.T) {
 func TestReadAheadFailsAndKeepsToItsBudget(t *testing.T) {
 	cut := errors.New("unexpected EOF in a chunk")
 	b := proxy.NewBody(io.NopCloser(io.MultiReader(strings.NewReader("abc"), failing{cut})))
-	if _, whole, ok, err := b.ReadAhead(); whole || !ok || !errors.Is(err, cut) || !errors.Is(b.Err(), cut) {
+	if _, whole, ok, err := b.ReadAhead(0); whole || !ok || !errors.Is(err, cut) || !errors.Is(b.Err(), cut) {
 		t.Fatalf("a cut body: whole %v, ok %v, %v (kept %v); want its error, kept", whole, ok, err, b.Err())
 	}
 
 	t.Cleanup(proxy.SetAheadBudget(proxy.MaxAhead))
 	b = proxy.NewBody(io.NopCloser(strings.NewReader("hello")))
-	if n, whole, ok, err := b.ReadAhead(); n != 0 || whole || ok || err != nil || b.Len() != 0 {
+	if n, whole, ok, err := b.ReadAhead(0); n != 0 || whole || ok || err != nil || b.Len() != 0 {
 		t.Fatalf("over the budget: %d, whole %v, ok %v, %v, %d read; want nothing read", n, whole, ok, err, b.Len())
 	}
 	if got, _ := io.ReadAll(b.Lend()); string(got) != "hello" {
 		t.Fatalf("the body after a read ahead refused: %q", got)
+	}
+}
+
+// Past MaxAhead a body is read on into a temporary file, up to the
+// bytes it may spool: one that ends within them is whole (it goes on with
+// its length) though not in hand, and the tries read it from the file,
+// every byte once and in order, nothing spent until one does; one longer
+// gives what was spooled first and the rest after it. The file's budget
+// comes back once the file is read to its end or the body is closed, and
+// a body that would pass the budget is not spooled.
+func TestReadAheadSpools(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*5+3)
+	open := func(body []byte) *proxy.Body {
+		return proxy.NewBody(io.NopCloser(iotest.HalfReader(bytes.NewReader(body))))
+	}
+	held := proxy.SpoolHeld()
+
+	b := open(body)
+	n, whole, ok, err := b.ReadAhead(int64(len(body)))
+	if n != int64(len(body)) || !whole || !ok || err != nil || b.Spent() {
+		t.Fatalf("spooled whole: %d, whole %v, ok %v, %v, spent %v; want all %d read, whole, none spent", n, whole, ok, err, b.Spent(), len(body))
+	}
+	if h := b.Lend().(proxy.InHand); h.Held() != -1 {
+		t.Fatalf("Held %d of a body on disk, want -1", h.Held())
+	} else if _, ok := h.Take(n); ok || b.Spent() {
+		t.Fatal("a body on disk taken as one in hand")
+	}
+	if proxy.SpoolHeld() == held {
+		t.Fatal("a spooled body holds none of the budget")
+	}
+	got, err := io.ReadAll(iotest.OneByteReader(b.Lend()))
+	if err != nil || !bytes.Equal(got, body) || !b.Spent() {
+		t.Fatalf("read back %d bytes (%v, equal %v); want the %d as sent", len(got), err, bytes.Equal(got, body), len(body))
+	}
+	if proxy.SpoolHeld() != held {
+		t.Fatalf("read to its end, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
+	}
+
+	// Longer than it may spool: the file's part first, then the rest.
+	b = open(body)
+	limit := int64(len(body) / 2)
+	if n, whole, ok, err := b.ReadAhead(limit); n != limit+1 || whole || !ok || err != nil {
+		t.Fatalf("past the limit: %d, whole %v, ok %v, %v; want %d read, not whole", n, whole, ok, err, limit+1)
+	}
+	if got, err := io.ReadAll(b.Lend()); err != nil || !bytes.Equal(got, body) || b.Len() != int64(len(body)) {
+		t.Fatalf("past the limit: read back %d bytes (%v, equal %v), counted %d", len(got), err, bytes.Equal(got, body), b.Len())
+	}
+
+	// Closed before any try read it: the budget comes back.
+	b = open(body)
+	if _, whole, _, _ := b.ReadAhead(int64(len(body))); !whole {
+		t.Fatal("not spooled whole")
+	}
+	b.Close()
+	if proxy.SpoolHeld() != held {
+		t.Fatalf("closed, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
+	}
+
+	// Over the budget: MaxAhead read ahead in memory, the rest as it comes.
+	t.Cleanup(proxy.SetSpoolBudget(int64(len(body))))
+	b = open(body)
+	if n, whole, ok, err := b.ReadAhead(int64(len(body))); n != proxy.MaxAhead+1 || whole || !ok || err != nil {
+		t.Fatalf("over the budget: %d, whole %v, ok %v, %v; want MaxAhead+1 read, not whole", n, whole, ok, err)
+	}
+	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, body) {
+		t.Fatalf("over the budget: read back %d bytes, want the %d as sent", len(got), len(body))
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,10 @@ type Body struct {
 	// there is (rc is at its end).
 	ahead []byte
 	whole bool
+	// spool, when not nil, is what ReadAhead read past MaxAhead into a
+	// file: it goes before ahead (what is left over of that read, if the
+	// file took no more) and the rest.
+	spool atomic.Pointer[spooled]
 	// aborted: a transport gave up sending it (Abort), its backend's
 	// connection gone; what reading it then fails with is not the
 	// client's.
@@ -39,6 +44,20 @@ type Body struct {
 func NewBody(rc io.ReadCloser) *Body { return &Body{rc: rc} }
 
 func (b *Body) Read(p []byte) (int, error) {
+	if sp := b.spool.Load(); sp != nil {
+		n, err := sp.read(p)
+		b.n.Add(int64(n))
+		if sp.off == sp.size || err != nil {
+			b.spool.Store(nil)
+			sp.drop()
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading the request body spooled to disk: %w", err)
+		}
+		if n > 0 || len(p) == 0 {
+			return n, nil
+		}
+	}
 	if len(b.ahead) > 0 || b.whole {
 		n := copy(p, b.ahead)
 		b.ahead = b.ahead[n:]
@@ -74,8 +93,14 @@ func (b *Body) read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the client's body.
-func (b *Body) Close() error { return b.rc.Close() }
+// Close closes the client's body, and drops what of it was spooled to
+// disk.
+func (b *Body) Close() error {
+	if sp := b.spool.Swap(nil); sp != nil {
+		sp.drop()
+	}
+	return b.rc.Close()
+}
 
 // Len returns the bytes read from the client so far.
 func (b *Body) Len() int64 { return b.got.Load() }
@@ -180,6 +205,9 @@ type InHand interface {
 
 // Take takes the rest of a body in hand (InHand), counted as read.
 func (l lent) Take(n int64) ([]byte, bool) {
+	if l.spool.Load() != nil {
+		return nil, false
+	}
 	if l.whole && l.n.Load() == 0 {
 		if int64(len(l.ahead)) != n {
 			return nil, false
@@ -204,6 +232,9 @@ func (l lent) Take(n int64) ([]byte, bool) {
 // Held returns the length of a body in hand none of which was read
 // (InHand), -1 for any other.
 func (l lent) Held() int64 {
+	if l.spool.Load() != nil {
+		return -1 // on disk, not in hand
+	}
 	if l.whole {
 		if l.n.Load() > 0 {
 			return -1

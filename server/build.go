@@ -260,7 +260,7 @@ func (s *Server) buildPool(pc config.Pool, kind string) (*poolRuntime, error) {
 			pr.next.transport, pr.next.transKey, pr.newTrans = reverse.NewTransport(key.connect, key.try, key.read, pr.tls), key, true
 		}
 		pr.reverse = &reverse.Pool{Pool: pr.proxy, Targets: targets, Transport: pr.next.transport, Key: keyFunc(pc.Key),
-			Stream: streams(pc)}
+			Buffer: buffered(pc)}
 		if sc := pc.StickyCookie; sc != nil {
 			pr.reverse.Sticky = &reverse.StickyCookie{Name: sc.Name, Secret: []byte(sc.Secret), TTL: sc.TTL}
 		}
@@ -343,7 +343,7 @@ func (s *Server) buildForward(l config.Listener, rt *runtime) (*forward.Settings
 		Users:         users,
 		ConnectPorts:  l.ConnectPorts,
 		TunnelTimeout: pc.Timeouts.Connect + pc.Timeouts.Try,
-		Stream:        streams(pc),
+		Buffer:        buffered(pc),
 	}, nil
 }
 
@@ -356,9 +356,18 @@ func answerIdle(pc config.Pool) time.Duration {
 	return config.DefaultRead
 }
 
-// streams reports whether pool pc streams request bodies of no known
-// length as they come (request_buffering: false), none read ahead.
-func streams(pc config.Pool) bool { return pc.RequestBuffering != nil && !*pc.RequestBuffering }
+// buffered is the most of a request body of no known length pool pc reads
+// before its request goes on: 0 when it streams them as they come
+// (request_buffering: false).
+func buffered(pc config.Pool) int64 {
+	switch {
+	case pc.RequestBuffering != nil && !*pc.RequestBuffering:
+		return 0
+	case pc.RequestBufferBytes > 0:
+		return pc.RequestBufferBytes
+	}
+	return config.DefaultRequestBuffer
+}
 
 // routeOptions are the routes of forward listener l over pool pc: the
 // listener's guard in each, the pool's timeouts.

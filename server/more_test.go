@@ -330,11 +330,12 @@ func TestChunkedBodyGoesWithItsLength(t *testing.T) {
 	t.Cleanup(be.Close)
 	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, routes: [{match: {path_prefix: /live}, pool: live}]}
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, routes: [{match: {path_prefix: /live}, pool: live}, {match: {path_prefix: /stream-small}, pool: small}]}
   - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
 pools:
   - {name: app, endpoints: [{name: a, url: %[1]q}]}
   - {name: live, request_buffering: false, endpoints: [{name: a, url: %[1]q}]}
+  - {name: small, request_buffer_bytes: 100000, endpoints: [{name: a, url: %[1]q}]}
   - {name: routes, endpoints: [{name: direct, url: "direct://"}]}
 `, be.URL), nil)
 	want := func(cl int, body, trailer string) string {
@@ -349,6 +350,7 @@ pools:
 		return b.String()
 	}
 	long := strings.Repeat("0123456789", 7000) // 70,000 bytes: over 64 KiB
+	longer := strings.Repeat(long, 3)          // over the small pool's request_buffer_bytes
 	head := "POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n"
 	for _, tc := range []struct {
 		name, head, rest string
@@ -359,7 +361,10 @@ pools:
 		{"its last chunk apart", head + "\r\n" + chunks("hello, world", 5), "0\r\n\r\n", false, want(12, "hello, world", "")},
 		{"after 100 Continue", head + "Expect: 100-continue\r\n\r\n", chunks("hello, world", 7) + "0\r\n\r\n", true, want(12, "hello, world", "")},
 		{"through the forward listener", strings.Replace(head, "/c", be.URL+"/c", 1) + "\r\n" + chunks("hello", 2), "0\r\n\r\n", false, want(5, "hello", "")},
-		{"longer than 64 KiB", strings.Replace(head, "/c", "/stream", 1) + "\r\n" + chunks(long, 4096), "0\r\n\r\n", false, want(-1, long, "")},
+		{"longer than 64 KiB, spooled", head + "\r\n" + chunks(long, 4096), "0\r\n\r\n", false, want(len(long), long, "")},
+		{"longer than 64 KiB, spooled, after 100 Continue", head + "Expect: 100-continue\r\n\r\n", chunks(long, 4096) + "0\r\n\r\n", true, want(len(long), long, "")},
+		{"spooled through the forward listener", strings.Replace(head, "/c", be.URL+"/c", 1) + "\r\n" + chunks(long, 4096), "0\r\n\r\n", false, want(len(long), long, "")},
+		{"longer than request_buffer_bytes", strings.Replace(head, "/c", "/stream-small", 1) + "\r\n" + chunks(longer, 4096), "0\r\n\r\n", false, want(-1, longer, "")},
 		{"declaring a trailer", strings.Replace(head, "/c", "/stream", 1) + "Trailer: X-Sum\r\n\r\n" + chunks("hello", 5), "0\r\nX-Sum: 5\r\n\r\n", false, want(-1, "hello", "5")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -442,7 +447,7 @@ pools:
 
 // Bodies read as the listener's handler reads them (chunked, or longer
 // than the 64 KiB read before it runs) reach the backend whole (a chunked
-// one of up to 64 KiB with its length), and the
+// one read ahead with its length), and the
 // client's connection stays open for the requests after them, none
 // answered with a close: a chunked request framed once does not close
 // its connection (one framed both ways does, net/http's, and so does
@@ -453,8 +458,10 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 		fmt.Fprintf(w, "%d %d %x %v", r.ContentLength, len(b), sha256.Sum256(b), err)
 	}))
 	t.Cleanup(be.Close)
-	r := startRotor(t, webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}}), nil)
+	cfg := webConfig("round_robin", &backend{&testtool.Backend{Server: be, Name: "a"}})
+	r := startRotor(t, strings.Replace(cfg, "    policy: round_robin\n", "    policy: round_robin\n    request_buffer_bytes: 100000\n", 1), nil)
 	long := strings.Repeat("0123456789", 30000)
+	medium := long[:80000]
 	chunked := func(body string, size int) string {
 		var b strings.Builder
 		b.WriteString("POST /c HTTP/1.1\r\nHost: h.test\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -472,6 +479,10 @@ func TestStreamedBodiesKeepTheConnection(t *testing.T) {
 		// Read ahead whole, and sent with its length (proxy.ReadAhead).
 		{"chunked", chunked("hello, world", 5), want(12, "hello, world")},
 		{"long", fmt.Sprintf("PUT /l HTTP/1.1\r\nHost: h.test\r\nContent-Length: %d\r\n\r\n%s", len(long), long), want(len(long), long)},
+		// Read ahead into a file, and sent with its length.
+		{"medium chunked", chunked(medium, 16<<10), want(len(medium), medium)},
+		// Longer than the pool's request_buffer_bytes: what was read
+		// ahead first, then the rest as it comes, chunked.
 		{"long chunked", chunked(long, 64<<10), want(-1, long)},
 		{"after them", "GET /g HTTP/1.1\r\nHost: h.test\r\n\r\n", want(0, "")},
 	} {

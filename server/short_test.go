@@ -178,12 +178,14 @@ func TestEarlyAnswerKeepsTheConnection(t *testing.T) {
   - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
 pools:
   - name: app
+    request_buffer_bytes: 65536
     endpoints:
       - {name: a, url: "http://%s"}
 `, addr), nil)
 	for _, tc := range []struct{ name, head, rest string }{
-		// Longer than what is read ahead before a backend is picked
-		// (proxy.MaxAhead), so that it streams.
+		// Longer than what is read ahead before a backend is picked (the
+		// pool's request_buffer_bytes, here only what is read into
+		// memory, proxy.MaxAhead), so that it streams.
 		{"chunked", "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n10400\r\n" + strings.Repeat("c", 0x10400) + "\r\n",
 			"4000\r\n" + strings.Repeat("c", 16384) + "\r\n0\r\n\r\n"},
 		{"of a length", "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + strings.Repeat("l", 1000), strings.Repeat("l", 99000)},

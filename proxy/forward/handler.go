@@ -30,9 +30,10 @@ type Settings struct {
 	// TunnelTimeout bounds establishing a CONNECT tunnel over a route
 	// (10s by default).
 	TunnelTimeout time.Duration
-	// Stream sends request bodies of no known length as they come, none
-	// read ahead (h1.ReadAhead).
-	Stream bool
+	// Buffer is the most of a request body of no known length read
+	// before its request goes on (h1.ReadAhead): 0 sends every such body
+	// as it comes.
+	Buffer int64
 }
 
 // Handler is a forward proxy: clients send it absolute-URI requests and
@@ -138,7 +139,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var resp *http.Response
 	var trip Trip
-	err := h1.ReadAhead(out, body, !s.Stream)
+	err := h1.ReadAhead(out, body, s.Buffer)
 	if err == nil {
 		resp, trip, err = s.Transport.roundTrip(out, body)
 	} else {

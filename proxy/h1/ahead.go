@@ -9,7 +9,7 @@ import (
 // ReadAhead readies b, the body of r (a request about to go on), for a
 // backend. A body of no known length (chunked, or an HTTP/2 request's
 // without a content-length) is read ahead (proxy.Body.ReadAhead), and
-// one that ends within proxy.MaxAhead bytes goes on with its length, as
+// one that ends within what is read goes on with its length, as
 // nginx sends on a body it has buffered: a backend that takes no chunked
 // request (WSGI servers by default, Python's http.server) reads it, and
 // however many chunks it came in it leaves in one write with its head.
@@ -19,16 +19,20 @@ import (
 // A body that came whole with its head (in hand) is only given its
 // length.
 //
+// Past proxy.MaxAhead such a body is read on into a temporary file while
+// buffer allows (the pool's request_buffer_bytes), as nginx buffers a
+// body to a file: one that ends within it goes on with its length too.
+//
 // Left to stream, unread: a body whose request declares trailers (only
 // a chunked body carries them), an upgrade's or a CONNECT's, any while
-// bodies being read ahead hold their budget, and any when read is false
+// bodies being read ahead hold their budget, and any when buffer is 0
 // (the pool streams them: request_buffering false, as nginx's
 // proxy_request_buffering off).
 //
 // The read comes before anything is picked, so that a slow upload holds
 // no endpoint; its error is the client's body's (b.Err keeps it), and
 // nothing was sent.
-func ReadAhead(r *http.Request, b *proxy.Body, read bool) error {
+func ReadAhead(r *http.Request, b *proxy.Body, buffer int64) error {
 	if b == nil || r.ContentLength >= 0 || r.Method == http.MethodConnect || r.Trailer != nil {
 		return nil
 	}
@@ -42,10 +46,10 @@ func ReadAhead(r *http.Request, b *proxy.Body, read bool) error {
 		sendWith(r, n)
 		return nil
 	}
-	if !read {
+	if buffer <= 0 {
 		return nil
 	}
-	n, whole, ok, err := b.ReadAhead()
+	n, whole, ok, err := b.ReadAhead(buffer)
 	if !ok {
 		return nil
 	}

@@ -31,7 +31,7 @@ func chunkedRequest(body io.Reader) (*http.Request, *proxy.Body) {
 // with its error.
 func TestReadAheadFramesTheRequest(t *testing.T) {
 	r, b := chunkedRequest(strings.NewReader("hello, world"))
-	if err := ReadAhead(r, b, true); err != nil || r.ContentLength != 12 || r.TransferEncoding != nil || r.Header.Get("Expect") != "" {
+	if err := ReadAhead(r, b, proxy.MaxAhead); err != nil || r.ContentLength != 12 || r.TransferEncoding != nil || r.Header.Get("Expect") != "" {
 		t.Fatalf("a short body: %v, length %d, %v, Expect %q; want its length, no chunked, no Expect", err, r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
 	}
 	if got, _ := io.ReadAll(b.Lend()); string(got) != "hello, world" {
@@ -40,24 +40,24 @@ func TestReadAheadFramesTheRequest(t *testing.T) {
 
 	long := bytes.Repeat([]byte("y"), proxy.MaxAhead+100)
 	r, b = chunkedRequest(bytes.NewReader(long))
-	if err := ReadAhead(r, b, true); err != nil || r.ContentLength != -1 || len(r.TransferEncoding) != 1 || r.Header.Get("Expect") != "" {
+	if err := ReadAhead(r, b, proxy.MaxAhead); err != nil || r.ContentLength != -1 || len(r.TransferEncoding) != 1 || r.Header.Get("Expect") != "" {
 		t.Fatalf("a long body: %v, length %d, %v, Expect %q; want it chunked, no Expect", err, r.ContentLength, r.TransferEncoding, r.Header.Get("Expect"))
 	}
 	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, long) {
 		t.Fatalf("a long body sends %d bytes, want its %d", len(got), len(long))
 	}
 
-	for _, read := range []bool{true, false} { // in hand, it waits for nothing: streamed or not
+	for _, buffer := range []int64{proxy.MaxAhead, 0} { // in hand, it waits for nothing: streamed or not
 		r, _ = chunkedRequest(nil)
 		b = proxy.NewBody(&wholeBody{b: []byte("hello")})
-		if err := ReadAhead(r, b, read); err != nil || r.ContentLength != 5 || r.TransferEncoding != nil || b.Len() != 0 {
-			t.Fatalf("in hand (read %v): %v, length %d, %v, %d read; want its length, nothing read", read, err, r.ContentLength, r.TransferEncoding, b.Len())
+		if err := ReadAhead(r, b, buffer); err != nil || r.ContentLength != 5 || r.TransferEncoding != nil || b.Len() != 0 {
+			t.Fatalf("in hand (buffer %d): %v, length %d, %v, %d read; want its length, nothing read", buffer, err, r.ContentLength, r.TransferEncoding, b.Len())
 		}
 	}
 
 	cut := errors.New("unexpected EOF in a chunk")
 	r, b = chunkedRequest(io.MultiReader(strings.NewReader("abc"), failingReader{cut}))
-	if err := ReadAhead(r, b, true); !errors.Is(err, cut) || r.ContentLength != -1 {
+	if err := ReadAhead(r, b, proxy.MaxAhead); !errors.Is(err, cut) || r.ContentLength != -1 {
 		t.Fatalf("a cut body: %v, length %d; want its error, and no length", err, r.ContentLength)
 	}
 }
@@ -65,24 +65,24 @@ func TestReadAheadFramesTheRequest(t *testing.T) {
 // Bodies that are not read ahead are left unread, their requests as they
 // were: one with a length, one declaring trailers (only chunked carries
 // them), an upgrade's and a CONNECT's, and any of a pool that streams
-// them (read false).
+// them (buffer 0).
 func TestReadAheadLeavesWhatItMust(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		set  func(*http.Request)
-		read bool
+		name   string
+		set    func(*http.Request)
+		buffer int64
 	}{
-		{"with a length", func(r *http.Request) { r.ContentLength, r.TransferEncoding = 5, nil }, true},
-		{"declaring trailers", func(r *http.Request) { r.Trailer = http.Header{"X-Sum": nil} }, true},
-		{"naming a trailer", func(r *http.Request) { r.Header.Set("Trailer", "X-Sum") }, true},
-		{"an upgrade", func(r *http.Request) { r.Header.Set("Upgrade", "websocket") }, true},
-		{"a CONNECT", func(r *http.Request) { r.Method = http.MethodConnect }, true},
-		{"streamed by its pool", func(*http.Request) {}, false},
+		{"with a length", func(r *http.Request) { r.ContentLength, r.TransferEncoding = 5, nil }, proxy.MaxAhead},
+		{"declaring trailers", func(r *http.Request) { r.Trailer = http.Header{"X-Sum": nil} }, proxy.MaxAhead},
+		{"naming a trailer", func(r *http.Request) { r.Header.Set("Trailer", "X-Sum") }, proxy.MaxAhead},
+		{"an upgrade", func(r *http.Request) { r.Header.Set("Upgrade", "websocket") }, proxy.MaxAhead},
+		{"a CONNECT", func(r *http.Request) { r.Method = http.MethodConnect }, proxy.MaxAhead},
+		{"streamed by its pool", func(*http.Request) {}, 0},
 	} {
 		r, b := chunkedRequest(strings.NewReader("hello"))
 		tc.set(r)
 		length := r.ContentLength
-		if err := ReadAhead(r, b, tc.read); err != nil || b.Len() != 0 || r.ContentLength != length || r.Header.Get("Expect") == "" {
+		if err := ReadAhead(r, b, tc.buffer); err != nil || b.Len() != 0 || r.ContentLength != length || r.Header.Get("Expect") == "" {
 			t.Fatalf("%s: %v, %d read, length %d, Expect %q; want nothing read, the request as it was", tc.name, err, b.Len(), r.ContentLength, r.Header.Get("Expect"))
 		}
 	}

@@ -30,7 +30,7 @@ import (
 // connection's answer (http.ErrAbortHandler), so that the client cannot
 // take a cut body for a whole one.
 func (h *Handler) forward(w *recorder, r *http.Request, info *reqInfo) (aborted bool) {
-	if err := h1.ReadAhead(r, info.body, !info.pool.Stream); err != nil {
+	if err := h1.ReadAhead(r, info.body, info.pool.Buffer); err != nil {
 		h.errorHandler(w, r, info, err) // the client's body's: nothing was picked
 		return false
 	}

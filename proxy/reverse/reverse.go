@@ -42,9 +42,10 @@ type Pool struct {
 	Transport *h1.Transport
 	Key       KeyFunc       // nil: no key
 	Sticky    *StickyCookie // nil: no sticky cookie
-	// Stream sends request bodies of no known length as they come, none
-	// read ahead (h1.ReadAhead).
-	Stream bool
+	// Buffer is the most of a request body of no known length read
+	// before its request goes on (h1.ReadAhead): 0 sends every such body
+	// as it comes.
+	Buffer int64
 }
 
 // NewTransport returns the transport for a pool's backends: keep-alive
