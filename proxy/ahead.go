@@ -82,6 +82,21 @@ var spoolBudget int64 = 1 << 30 // tests set it lower
 
 var spoolHeld atomic.Int64
 
+// createSpool makes a body's temporary file in $TMPDIR and removes it at
+// once; name is the file's name where an open file cannot be removed
+// (Windows), for drop to remove once it is closed. Tests make one that
+// fails.
+var createSpool = func() (f *os.File, name string, err error) {
+	f, err = os.CreateTemp("", "rotor-body-")
+	if err != nil {
+		return nil, "", err
+	}
+	if os.Remove(f.Name()) != nil {
+		name = f.Name()
+	}
+	return f, name, nil
+}
+
 // spooled is the part of a body read ahead into a file: size bytes, of
 // which the tries have taken off. It holds hold bytes of spoolBudget
 // until dropped.
@@ -108,13 +123,10 @@ func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err 
 		return n, false, true, nil
 	}
 	sp := &spooled{hold: hold}
-	sp.f, err = os.CreateTemp("", "rotor-body-")
+	sp.f, sp.name, err = createSpool()
 	if err != nil {
 		spoolHeld.Add(-hold)
 		return n, false, true, nil // goes on as it comes
-	}
-	if rerr := os.Remove(sp.f.Name()); rerr != nil {
-		sp.name = sp.f.Name() // Windows: removed once closed
 	}
 	runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
 	if _, werr := sp.f.Write(b.ahead); werr != nil {

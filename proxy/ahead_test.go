@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -137,6 +138,31 @@ func TestReadAheadSpools(t *testing.T) {
 	}
 	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, body) {
 		t.Fatalf("over the budget: read back %d bytes, want the %d as sent", len(got), len(body))
+	}
+}
+
+// A body whose file takes nothing (a full disk: /dev/full) is not
+// spooled: what was read into memory goes first, the rest as it comes,
+// and the budget comes back at once.
+func TestReadAheadOnAFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full here")
+	}
+	t.Cleanup(proxy.SetCreateSpool(func() (*os.File, string, error) {
+		f, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+		return f, "", err
+	}))
+	held := proxy.SpoolHeld()
+	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*3)
+	b := proxy.NewBody(io.NopCloser(bytes.NewReader(body)))
+	if n, whole, ok, err := b.ReadAhead(int64(len(body))); n != proxy.MaxAhead+1 || whole || !ok || err != nil {
+		t.Fatalf("a full disk: %d, whole %v, ok %v, %v; want MaxAhead+1 read, not whole", n, whole, ok, err)
+	}
+	if proxy.SpoolHeld() != held {
+		t.Fatalf("nothing spooled, and %d of the budget held", proxy.SpoolHeld()-held)
+	}
+	if got, err := io.ReadAll(b.Lend()); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("a full disk: read back %d bytes (%v, equal %v), want the %d as sent", len(got), err, bytes.Equal(got, body), len(body))
 	}
 }
 

@@ -1,5 +1,7 @@
 package proxy
 
+import "os"
+
 // SetAheadBudget sets the bytes bodies read ahead may hold at once, and
 // returns what puts it back.
 func SetAheadBudget(n int64) (restore func()) {
@@ -18,3 +20,11 @@ func SetSpoolBudget(n int64) (restore func()) {
 
 // SpoolHeld is the bytes of the spool budget bodies hold now.
 func SpoolHeld() int64 { return spoolHeld.Load() }
+
+// SetCreateSpool has bodies spool into the files create makes (name: one
+// to remove once closed), and returns what puts it back.
+func SetCreateSpool(create func() (f *os.File, name string, err error)) (restore func()) {
+	old := createSpool
+	createSpool = create
+	return func() { createSpool = old }
+}
