@@ -40,9 +40,9 @@ const aheadSize = MaxAhead + 1
 //
 // ok is false when nothing was read: bodies read ahead hold the budget
 // (64 MiB together), and this one goes on as it comes. Past MaxAhead,
-// bodies spooled hold spoolBudget on disk together, and a body that
-// would pass it, or whose file cannot be made or written, goes on with
-// what was read so far first. An error is the client's body's, kept as
+// bodies spooled hold at most spoolBudget on disk together (1 GiB), and
+// a body that would pass it, or whose file cannot be made or written,
+// goes on with what was read so far first. An error is the client's body's, kept as
 // any read's is (Err).
 //
 // The read is as bounded as the body's reads are (the listener's body
@@ -111,43 +111,48 @@ type spooled struct {
 // spoolRest goes on reading the body past what ReadAhead read into
 // memory (b.ahead), into a temporary file of its own, the file first
 // holding what b.ahead held, until the body ends or limit bytes and one
-// more are read, through buf (ReadAhead's, free again). The file is
-// removed at once (where an open file can be), and closed, its budget
-// given back, when a try has taken it all, the body is closed, or the
-// body is no longer reachable.
+// more are read, through buf (ReadAhead's, free again). Each piece takes
+// its bytes of spoolBudget as it is written: a piece the budget or the
+// disk does not take stays in memory after what the file has, and the
+// rest goes on as it comes. The file is removed at once (where an open
+// file can be), and closed, its budget given back, when a try has taken
+// it all, the body is closed, or the body is no longer reachable.
 func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err error) {
 	n = int64(len(b.ahead))
-	hold := limit + 1
-	if spoolHeld.Add(hold) > spoolBudget {
-		spoolHeld.Add(-hold)
+	if !takeSpool(n) {
 		return n, false, true, nil
 	}
-	sp := &spooled{hold: hold}
-	sp.f, sp.name, err = createSpool()
-	if err != nil {
-		spoolHeld.Add(-hold)
+	f, name, cerr := createSpool()
+	if cerr != nil {
+		spoolHeld.Add(-n)
 		return n, false, true, nil // goes on as it comes
 	}
-	runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
-	if _, werr := sp.f.Write(b.ahead); werr != nil {
+	sp := &spooled{f: f, name: name, hold: n}
+	if _, werr := f.Write(b.ahead); werr != nil {
 		sp.drop()
 		return n, false, true, nil
 	}
-	sp.size = n
-	b.spool.Store(sp)
-	b.ahead = nil
-	for n < hold {
-		k, rerr := b.read(buf[:min(int64(len(buf)), hold-n)])
+	sp.size, b.ahead = n, nil
+	defer func() {
+		b.spool.Store(sp)
+		runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
+	}()
+	for n <= limit {
+		k, rerr := b.read(buf[:min(int64(len(buf)), limit+1-n)])
 		if k > 0 {
 			n += int64(k)
-			m, werr := sp.f.Write(buf[:k])
-			sp.size += int64(m)
-			if werr != nil {
-				// The disk took no more: what it has goes first, the
-				// rest of these bytes after it, then the rest as it
-				// comes. Nothing more is read ahead.
+			m := 0
+			if takeSpool(int64(k)) {
+				sp.hold += int64(k)
+				m, _ = f.Write(buf[:k])
+				sp.size += int64(m)
+			}
+			if m < k {
+				// The budget or the disk took no more: what the file
+				// has goes first, the rest of these bytes after it,
+				// then the rest as it comes.
 				b.ahead = bytes.Clone(buf[m:k])
-				hold = n
+				limit = n - 1
 			}
 		}
 		switch {
@@ -159,6 +164,15 @@ func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err 
 		}
 	}
 	return n, false, true, nil
+}
+
+// takeSpool takes k bytes of spoolBudget, if it has them.
+func takeSpool(k int64) bool {
+	if spoolHeld.Add(k) > spoolBudget {
+		spoolHeld.Add(-k)
+		return false
+	}
+	return true
 }
 
 // read reads what is left of the file into p, up to its size.

@@ -130,14 +130,29 @@ func TestReadAheadSpools(t *testing.T) {
 		t.Fatalf("closed, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
 	}
 
-	// Over the budget: MaxAhead read ahead in memory, the rest as it comes.
-	t.Cleanup(proxy.SetSpoolBudget(int64(len(body))))
+	// The budget passed midway: what the file has first, then the rest
+	// as it comes, and the budget back once read.
+	t.Cleanup(proxy.SetSpoolBudget(held + 2*proxy.MaxAhead))
 	b = open(body)
-	if n, whole, ok, err := b.ReadAhead(int64(len(body))); n != proxy.MaxAhead+1 || whole || !ok || err != nil {
-		t.Fatalf("over the budget: %d, whole %v, ok %v, %v; want MaxAhead+1 read, not whole", n, whole, ok, err)
+	if n, whole, ok, err := b.ReadAhead(int64(len(body))); n <= proxy.MaxAhead+1 || n > 3*proxy.MaxAhead || whole || !ok || err != nil {
+		t.Fatalf("over the budget: %d, whole %v, ok %v, %v; want over MaxAhead+1 and at most the budget and a piece read, not whole", n, whole, ok, err)
 	}
 	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, body) {
 		t.Fatalf("over the budget: read back %d bytes, want the %d as sent", len(got), len(body))
+	}
+	if proxy.SpoolHeld() != held {
+		t.Fatalf("over the budget, read: the spool still holds %d of the budget", proxy.SpoolHeld()-held)
+	}
+
+	// Too little budget for even what was read into memory: nothing
+	// spooled, MaxAhead and one read ahead, the rest as it comes.
+	t.Cleanup(proxy.SetSpoolBudget(held + proxy.MaxAhead))
+	b = open(body)
+	if n, whole, ok, err := b.ReadAhead(int64(len(body))); n != proxy.MaxAhead+1 || whole || !ok || err != nil {
+		t.Fatalf("no budget: %d, whole %v, ok %v, %v; want MaxAhead+1 read, not whole", n, whole, ok, err)
+	}
+	if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, body) || proxy.SpoolHeld() != held {
+		t.Fatalf("no budget: read back %d bytes (equal %v), %d of the budget held", len(got), bytes.Equal(got, body), proxy.SpoolHeld()-held)
 	}
 }
 
