@@ -97,6 +97,21 @@ var createSpool = func() (f *os.File, name string, err error) {
 	return f, name, nil
 }
 
+// SpoolReady reports why bodies cannot be read ahead into a file, if they
+// cannot: it makes one and drops it. Where they cannot, a body past
+// MaxAhead goes on as it comes.
+func SpoolReady() error {
+	f, name, err := createSpool()
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if name != "" {
+		os.Remove(name)
+	}
+	return nil
+}
+
 // spooled is the part of a body read ahead into a file: size bytes, of
 // which the tries have taken off. It holds hold bytes of spoolBudget
 // until dropped.

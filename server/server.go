@@ -212,6 +212,15 @@ func (s *Server) Start() error {
 		bound = append(bound, ln)
 		lns[l.Name] = ln
 	}
+	for _, l := range cfg.Listeners {
+		if l.Kind == "tcp" {
+			continue
+		}
+		if err := proxy.SpoolReady(); err != nil {
+			s.log.Warn("request bodies of no known length cannot be buffered to a file: past 64 KiB they go on chunked", "dir", os.TempDir(), "error", err)
+		}
+		break
+	}
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)

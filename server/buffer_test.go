@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
 	"os"
@@ -68,5 +70,35 @@ pools: [{name: git, endpoints: [{name: a, url: %q}], timeouts: {try: 1m, total: 
 	}
 	if got := run(root, "--git-dir", filepath.Join(root, "r.git"), "cat-file", "-s", head+":big.bin"); got != fmt.Sprint(len(blob)) {
 		t.Fatalf("the pushed file is %s bytes, want %d", got, len(blob))
+	}
+}
+
+// Where $TMPDIR cannot take a file, rotor says so as it starts, and a
+// body past 64 KiB goes on chunked, whole, as it did before it could be
+// buffered.
+func TestRequestBufferWithoutATempDir(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %d %v", r.ContentLength, len(b), err)
+	}))
+	t.Cleanup(be.Close)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners: [{name: web, kind: http, listen: "127.0.0.1:0", pool: app}]
+pools: [{name: app, endpoints: [{name: a, url: %q}]}]
+`, be.URL), nil)
+	if !strings.Contains(r.logs.String(), "cannot be buffered to a file") {
+		t.Fatalf("no warning of the buffer's directory:\n%s", r.logs.String())
+	}
+	body := strings.Repeat("x", 100_000)
+	req, _ := http.NewRequest(http.MethodPost, r.url("web"), io.MultiReader(strings.NewReader(body))) // no length: chunked
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "-1 100000 <nil>"; string(got) != want {
+		t.Fatalf("%d %q, want %q", resp.StatusCode, got, want)
 	}
 }
