@@ -60,7 +60,7 @@ func (l *limits) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A body the short way reads is held to max_body and the body timeout
-	// by its server (h1.Server's MaxBody and BodyTimeout).
+	// by its server (h1.Server's SetBodyLimits).
 	if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodConnect && !h1.BodyBounded(r) {
 		r.Body = proxy.LimitBody(r.Body, maxBody, time.Duration(l.bodyTimeout.Load()), http.NewResponseController(w).SetReadDeadline)
 	}

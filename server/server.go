@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -212,14 +213,10 @@ func (s *Server) Start() error {
 		bound = append(bound, ln)
 		lns[l.Name] = ln
 	}
-	for _, l := range cfg.Listeners {
-		if l.Kind == "tcp" {
-			continue
-		}
+	if slices.ContainsFunc(cfg.Listeners, func(l config.Listener) bool { return l.Kind != "tcp" }) {
 		if err := proxy.SpoolReady(); err != nil {
 			s.log.Warn("request bodies of no known length cannot be buffered to a file: past 64 KiB they go on chunked", "dir", os.TempDir(), "error", err)
 		}
-		break
 	}
 	var adminLn net.Listener
 	if cfg.Admin.Listen != "off" {

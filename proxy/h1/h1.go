@@ -220,12 +220,13 @@ type bulkConn struct {
 	stall   atomic.Int64 // written under stallMu
 
 	// While an answer's body whose client is to be flushed before a wait
-	// (proxy.Pauser) is read from it (pausing), a read that finds the
-	// socket empty flushes the client first: rc is the socket's, nil
-	// where rawio cannot read it. pauseMu orders a flush against its
-	// body's read ending: a read of the connection after the body's end,
-	// net/http's reader's, may still see it set.
-	rc      syscall.RawConn
+	// (proxy.Pauser) is read from it (pausing), the connection is read
+	// through sock, the short way's reads of its socket, which flush the
+	// client (pausedFlush) when a read finds it empty and is to wait; sock
+	// is nil where rawio cannot read it. pauseMu orders a flush against
+	// its body's read ending: a read of the connection after the body's
+	// end, net/http's reader's, may still see it set.
+	sock    *sock
 	pauseMu sync.Mutex
 	pausing atomic.Pointer[answerBody] // cleared under pauseMu
 }
@@ -234,7 +235,10 @@ type bulkConn struct {
 func newBulkConn(c net.Conn) *bulkConn {
 	bc := &bulkConn{Conn: c, closed: make(chan struct{})}
 	if sc, ok := c.(syscall.Conn); ok && rawio.Supported {
-		bc.rc, _ = sc.SyscallConn()
+		if rc, err := sc.SyscallConn(); err == nil {
+			bc.sock = newSock(c, rc)
+			bc.sock.paused = pausedFlush{bc}
+		}
 	}
 	return bc
 }
@@ -248,51 +252,16 @@ func (c *bulkConn) Read(p []byte) (int, error) {
 		c.stallMu.Unlock()
 	}
 	if c.pausing.Load() != nil {
-		return c.readPausing(p)
+		return c.sock.Read(p)
 	}
 	return c.Conn.Read(p)
 }
 
-// readPausing reads as Read does, with the socket's own read (rawio), and
-// flushes the pausing body's client before the read waits: what was
-// passed on of the answer goes on before the backend's next bytes are
-// waited for, as the short way's reads do.
-func (c *bulkConn) readPausing(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	var n int
-	var rerr error
-	flushed := false
-	for {
-		wait := false
-		err := c.rc.Read(func(fd uintptr) bool {
-			n, rerr = rawio.Read(fd, p)
-			if rerr == syscall.EAGAIN {
-				if !flushed {
-					wait = true // flush first, outside the socket's lock
-					return true
-				}
-				return false
-			}
-			return true
-		})
-		if wait && err == nil {
-			flushed = true
-			c.flushPausing()
-			continue
-		}
-		switch {
-		case err != nil:
-			return 0, err // closed, or past its deadline
-		case rerr != nil:
-			return n, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-		case n == 0:
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
+// pausedFlush flushes the client of the answer's body being read from c,
+// if one is (pausing): its sock's reads call it before they wait.
+type pausedFlush struct{ c *bulkConn }
+
+func (f pausedFlush) Flush() { f.c.flushPausing() }
 
 func (c *bulkConn) flushPausing() {
 	c.pauseMu.Lock()
@@ -354,7 +323,7 @@ func (b *answerBody) WhenPaused(f interface{ Flush() }) { b.paused = f }
 func (b *answerBody) Read(p []byte) (int, error) {
 	var n int
 	var err error
-	if b.paused != nil && b.c.rc != nil {
+	if b.paused != nil && b.c.sock != nil {
 		// The connection is this body's until it ends: the reads it
 		// makes now are this read's.
 		b.c.pausing.Store(b)
