@@ -67,6 +67,7 @@ func (b *Body) ReadAhead(spool int64) (n int64, whole, ok bool, err error) {
 	switch {
 	case err == io.EOF:
 		b.whole = true
+		b.keep(b.ahead, nil)
 		return int64(got), true, true, nil
 	case err != nil:
 		return int64(got), false, true, err
@@ -151,6 +152,9 @@ func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err 
 	defer func() {
 		b.spool.Store(sp)
 		runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
+		if b.whole {
+			b.keep(b.ahead, sp)
+		}
 	}()
 	for n <= limit {
 		k, rerr := b.read(buf[:min(int64(len(buf)), limit+1-n)])
@@ -190,11 +194,11 @@ func takeSpool(k int64) bool {
 	return true
 }
 
-// read reads what is left of the file into p, up to its size.
-func (sp *spooled) read(p []byte) (int, error) {
-	k := min(int64(len(p)), sp.size-sp.off)
-	n, err := sp.f.ReadAt(p[:k], sp.off)
-	sp.off += int64(n)
+// readAt reads the file from off into p, up to its size. off is its
+// reader's: the body's own (sp.off), or a try's after Again (resent).
+func (sp *spooled) readAt(p []byte, off int64) (int, error) {
+	k := min(int64(len(p)), sp.size-off)
+	n, err := sp.f.ReadAt(p[:k], off)
 	if n == int(k) {
 		err = nil
 	}

@@ -33,8 +33,8 @@ func TestReadAhead(t *testing.T) {
 		if n := h.Held(); n != int64(size) {
 			t.Fatalf("%d bytes: Held %d", size, n)
 		}
-		if p, ok := h.Take(int64(size)); !ok || !bytes.Equal(p, body) || b.Spent() != (size > 0) {
-			t.Fatalf("%d bytes: took %d (%v), spent %v", size, len(p), ok, b.Spent())
+		if p, ok := h.Take(int64(size)); !ok || !bytes.Equal(p, body) || b.Spent() {
+			t.Fatalf("%d bytes: took %d (%v), spent %v; want it taken, kept", size, len(p), ok, b.Spent())
 		}
 		if n, err := b.Lend().Read(make([]byte, 1)); n != 0 || err != io.EOF {
 			t.Fatalf("%d bytes: a read after the take: %d, %v; want the end", size, n, err)
@@ -103,11 +103,17 @@ func TestReadAheadSpools(t *testing.T) {
 		t.Fatal("a spooled body holds none of the budget")
 	}
 	got, err := io.ReadAll(iotest.OneByteReader(b.Lend()))
-	if err != nil || !bytes.Equal(got, body) || !b.Spent() {
-		t.Fatalf("read back %d bytes (%v, equal %v); want the %d as sent", len(got), err, bytes.Equal(got, body), len(body))
+	if err != nil || !bytes.Equal(got, body) || b.Spent() {
+		t.Fatalf("read back %d bytes (%v, equal %v), spent %v; want the %d as sent, kept", len(got), err, bytes.Equal(got, body), b.Spent(), len(body))
 	}
+	// Kept for a try after this one until the body is closed.
+	b.Again()
+	if got, err := io.ReadAll(b.Lend()); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read again: %d bytes (%v, equal %v); want the %d as sent", len(got), err, bytes.Equal(got, body), len(body))
+	}
+	b.Close()
 	if proxy.SpoolHeld() != held {
-		t.Fatalf("read to its end, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
+		t.Fatalf("closed, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
 	}
 
 	// Longer than it may spool: the file's part first, then the rest.

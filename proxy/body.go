@@ -38,6 +38,19 @@ type Body struct {
 	aborted atomic.Bool
 	// reading is held while a read of rc is in flight (ErrSettled).
 	reading sync.Mutex
+	// kept: all of the body is kept, in file (nil: none) and then all,
+	// so that it can go again, whole, to another try (Again). Set once
+	// the body is whole and none of it is to be read from the client
+	// any more: read ahead to its end, or taken in hand (a try's Take or
+	// first read of a body that came whole with its head). What is kept
+	// stays until the body is closed, as nginx keeps a buffered body
+	// until its request ends.
+	kept atomic.Bool
+	all  []byte
+	file *spooled
+	// again: Again was called, and each Lend from now on lends a reader
+	// of its own (resent).
+	again atomic.Bool
 }
 
 // NewBody wraps rc.
@@ -45,11 +58,14 @@ func NewBody(rc io.ReadCloser) *Body { return &Body{rc: rc} }
 
 func (b *Body) Read(p []byte) (int, error) {
 	if sp := b.spool.Load(); sp != nil {
-		n, err := sp.read(p)
+		n, err := sp.readAt(p, sp.off)
+		sp.off += int64(n)
 		b.n.Add(int64(n))
 		if sp.off == sp.size || err != nil {
 			b.spool.Store(nil)
-			sp.drop()
+			if !b.kept.Load() {
+				sp.drop() // no try after this one reads it
+			}
 		}
 		if err != nil {
 			return n, fmt.Errorf("reading the request body spooled to disk: %w", err)
@@ -67,9 +83,41 @@ func (b *Body) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	if b.got.Load() == 0 && b.keepInHand() {
+		return b.Read(p)
+	}
 	n, err := b.read(p)
 	b.n.Add(int64(n))
 	return n, err
+}
+
+// keepInHand takes a body in hand (InHand) none of which was read whole
+// into the body's own, kept, as the first read of it begins: it can go
+// again.
+func (b *Body) keepInHand() bool {
+	h, ok := b.rc.(InHand)
+	if !ok {
+		return false
+	}
+	n := h.Held()
+	if n < 0 {
+		return false
+	}
+	p, ok := h.Take(n)
+	if !ok {
+		return false
+	}
+	b.got.Add(n)
+	b.ahead, b.whole = p, true
+	b.keep(p, nil)
+	return true
+}
+
+// keep notes that the whole body is kept: file's bytes (nil: none), then
+// all's.
+func (b *Body) keep(all []byte, file *spooled) {
+	b.all, b.file = all, file
+	b.kept.Store(true)
 }
 
 // read reads rc, timing the read and keeping its error.
@@ -99,16 +147,33 @@ func (b *Body) Close() error {
 	if sp := b.spool.Swap(nil); sp != nil {
 		sp.drop()
 	}
+	if b.kept.Load() && b.file != nil {
+		b.file.drop()
+	}
 	return b.rc.Close()
 }
 
 // Len returns the bytes read from the client so far.
 func (b *Body) Len() int64 { return b.got.Load() }
 
-// Spent reports whether a try took any of it, or gave it up (Abort): it
-// cannot be sent again. What ReadAhead read is not spent until a try
-// takes it.
-func (b *Body) Spent() bool { return b.n.Load() > 0 || b.aborted.Load() }
+// Spent reports whether it cannot be sent again: a try took some of it
+// and not all of it is kept (a body read ahead whole, or one in hand, is
+// kept, and is never spent), or a try gave it up (Abort). What ReadAhead
+// read is not spent until a try takes it.
+func (b *Body) Spent() bool {
+	return b.n.Load() > 0 && !b.kept.Load() || b.aborted.Load()
+}
+
+// Again readies a body for a try after the one that failed: a kept body
+// (not Spent, though a try took it) is lent from its start to each try
+// from now on, each reading apart from the others, as a transport may
+// still be reading the last try's when the next begins. A body no try
+// took goes on as it is.
+func (b *Body) Again() {
+	if b.kept.Load() {
+		b.again.Store(true)
+	}
+}
 
 // Waited returns the time reads of the body have taken so far: the
 // client's upload, where a read waited for its bytes. A nil Body has
@@ -169,8 +234,14 @@ func (b *Body) ErrSettled(within time.Duration) error {
 
 // Lend returns the body for one try: its Close does nothing, as a
 // transport closes a request's body after each try and the next try must
-// still have it.
-func (b *Body) Lend() io.ReadCloser { return lent{b} }
+// still have it. After Again, a kept body is lent whole, from its start,
+// to each try.
+func (b *Body) Lend() io.ReadCloser {
+	if b.again.Load() {
+		return &resent{b: b, file: b.file, mem: b.all}
+	}
+	return lent{b}
+}
 
 type lent struct{ *Body }
 
@@ -182,6 +253,9 @@ func (lent) Close() error { return nil }
 // own, as a close may wait for a read in flight), and what that read
 // fails with is not the client's fault. The body is spent.
 func (l lent) Abort() {
+	if l.kept.Load() {
+		return // its reads wait for no client, and it can go again
+	}
 	if l.aborted.Swap(true) {
 		return
 	}
@@ -225,6 +299,8 @@ func (l lent) Take(n int64) ([]byte, bool) {
 	if ok {
 		l.got.Add(int64(len(p)))
 		l.n.Add(int64(len(p)))
+		l.whole = true
+		l.keep(p, nil)
 	}
 	return p, ok
 }
@@ -253,6 +329,68 @@ func (l lent) Held() int64 {
 // when it is there: a large body goes out in large writes (and, chunked,
 // in large chunks) instead of 32 KiB ones.
 func (l lent) WriteTo(w io.Writer) (int64, error) { return Copy(w, l.Body) }
+
+// resent is a kept body lent to a try after Again: the body from its
+// start, file's bytes then mem's, read apart from any other try's.
+type resent struct {
+	b    *Body
+	file *spooled
+	off  int64 // read of file
+	mem  []byte
+	read bool // some of it was read
+}
+
+func (r *resent) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.read = true
+	if r.file != nil && r.off < r.file.size {
+		n, err := r.file.readAt(p, r.off)
+		r.off += int64(n)
+		r.b.n.Add(int64(n))
+		if err != nil {
+			return n, fmt.Errorf("reading the request body spooled to disk: %w", err)
+		}
+		return n, nil
+	}
+	if len(r.mem) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.mem)
+	r.mem = r.mem[n:]
+	r.b.n.Add(int64(n))
+	return n, nil
+}
+
+func (r *resent) Close() error { return nil }
+
+// Abort does nothing: a kept body's reads wait for no client.
+func (r *resent) Abort() {}
+
+// Held returns the body's length while it is all in memory and none of
+// it was read (InHand).
+func (r *resent) Held() int64 {
+	if r.file != nil || r.read {
+		return -1
+	}
+	return int64(len(r.mem))
+}
+
+// Take takes the body whole, if it is in memory, none of it read, and n
+// bytes (InHand).
+func (r *resent) Take(n int64) ([]byte, bool) {
+	if r.Held() != n {
+		return nil, false
+	}
+	p := r.mem
+	r.mem, r.read = nil, true
+	r.b.n.Add(n)
+	return p, true
+}
+
+// WriteTo is lent's.
+func (r *resent) WriteTo(w io.Writer) (int64, error) { return Copy(w, r) }
 
 // Copy copies src to dst through a lent buffer of CopyBuffer bytes,
 // hiding dst's ReadFrom and src's WriteTo, whose own copies would go

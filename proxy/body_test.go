@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/rotor-lb/rotor/proxy"
@@ -121,7 +123,7 @@ func (h *inHand) Take(n int64) ([]byte, bool) {
 }
 
 // A lent body in hand gives its bytes whole when they are all that is
-// asked for, counted as read (the body is spent, as read it would be);
+// asked for, counted as read (and kept: the body can go again);
 // asked for another length, or with some of it read, it gives nothing
 // and stays as it was; a body not in hand gives nothing. Held says the
 // length Take takes, while all of it is in hand.
@@ -134,8 +136,8 @@ func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 	if p, ok := h.Take(4); ok || p != nil || b.Spent() {
 		t.Fatalf("Take(4) of 5 bytes: %q, %v, spent %v; want nothing taken", p, ok, b.Spent())
 	}
-	if p, ok := h.Take(5); !ok || string(p) != "hello" || b.Len() != 5 || !b.Spent() {
-		t.Fatalf("Take(5): %q, %v, %d read; want the 5 bytes, counted", p, ok, b.Len())
+	if p, ok := h.Take(5); !ok || string(p) != "hello" || b.Len() != 5 || b.Spent() {
+		t.Fatalf("Take(5): %q, %v, %d read, spent %v; want the 5 bytes, counted, kept", p, ok, b.Len(), b.Spent())
 	}
 	if n, err := b.Lend().Read(make([]byte, 8)); n != 0 || err != io.EOF {
 		t.Fatalf("a read after the take: %d, %v; want the end", n, err)
@@ -143,8 +145,8 @@ func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 
 	b = proxy.NewBody(&inHand{b: []byte("hello")})
 	io.ReadFull(b.Lend(), make([]byte, 2))
-	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Len() != 2 {
-		t.Fatalf("Take(5) after 2 read: %q, %v, %d read; want nothing taken", p, ok, b.Len())
+	if p, ok := b.Lend().(proxy.InHand).Take(5); ok || p != nil || b.Len() != 5 {
+		t.Fatalf("Take(5) after 2 read: %q, %v, %d read; want nothing taken, all 5 kept at the first read", p, ok, b.Len())
 	}
 	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
 		t.Fatalf("Held after 2 read: %d, want -1 (not all of it in hand)", n)
@@ -157,6 +159,114 @@ func TestLentBodyTakesWhatIsInHand(t *testing.T) {
 	if n := b.Lend().(proxy.InHand).Held(); n != -1 {
 		t.Fatalf("Held of a body not in hand: %d, want -1", n)
 	}
+}
+
+// A body kept whole (in hand, read ahead into memory or into its file)
+// is not spent by a try that takes it, and after Again each try is lent
+// all of it from its start, read apart from the tries before, whose
+// readers a transport may still be reading (here at once, for the race
+// detector); a body read from the client as it comes is spent by a try
+// that read any of it, and Again lends it as it is.
+func TestKeptBodyGoesAgain(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*3+5)
+	small := body[:1000]
+	cases := []struct {
+		name   string
+		body   []byte
+		open   func(p []byte) *proxy.Body
+		inHand bool // a later try can Take it
+	}{
+		{"in hand, taken", small, func(p []byte) *proxy.Body {
+			return proxy.NewBody(&inHand{b: bytes.Clone(p)})
+		}, true},
+		{"in hand, read", small, func(p []byte) *proxy.Body {
+			return proxy.NewBody(&inHand{b: bytes.Clone(p)})
+		}, true},
+		{"read ahead", small, func(p []byte) *proxy.Body {
+			b := proxy.NewBody(io.NopCloser(bytes.NewReader(p)))
+			if _, whole, _, _ := b.ReadAhead(0); !whole {
+				t.Fatal("not read ahead whole")
+			}
+			return b
+		}, true},
+		{"spooled", body, func(p []byte) *proxy.Body {
+			b := proxy.NewBody(io.NopCloser(bytes.NewReader(p)))
+			if _, whole, _, _ := b.ReadAhead(int64(len(p))); !whole {
+				t.Fatal("not spooled whole")
+			}
+			return b
+		}, false},
+	}
+	held := proxy.SpoolHeld()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := c.open(c.body)
+			first := b.Lend()
+			half := make([]byte, len(c.body)/2)
+			if c.name == "in hand, taken" {
+				// The short way's transport takes it whole.
+				if _, ok := first.(proxy.InHand).Take(int64(len(c.body))); !ok {
+					t.Fatal("not taken")
+				}
+				half = c.body
+			} else if _, err := io.ReadFull(first, half); err != nil {
+				t.Fatalf("the first try's half: %v", err)
+			}
+			if b.Spent() {
+				t.Fatal("spent by the first try")
+			}
+			first.(interface{ Abort() }).Abort() // its connection gone
+			if b.Spent() {
+				t.Fatal("spent by an Abort")
+			}
+			b.Again()
+			errs := make(chan error, 2)
+			read := func(r io.Reader, want []byte) {
+				got, err := io.ReadAll(iotest.OneByteReader(r))
+				if err == nil && !bytes.Equal(got, want) {
+					err = fmt.Errorf("read %d bytes, want %d (equal %v)", len(got), len(want), bytes.Equal(got, want))
+				}
+				errs <- err
+			}
+			go read(first, c.body[len(half):]) // the first try's, on as it was
+			go read(b.Lend(), c.body)
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			b.Again()
+			h := b.Lend().(proxy.InHand)
+			if n := h.Held(); (n == int64(len(c.body))) != c.inHand {
+				t.Fatalf("a third try: Held %d; want in hand %v", n, c.inHand)
+			}
+			if c.inHand {
+				if p, ok := h.Take(int64(len(c.body))); !ok || !bytes.Equal(p, c.body) {
+					t.Fatalf("a third try took %d bytes (%v), want the whole body", len(p), ok)
+				}
+			} else if got, err := io.ReadAll(h.(io.Reader)); err != nil || !bytes.Equal(got, c.body) {
+				t.Fatalf("a third try read %d bytes (%v), want the whole body", len(got), err)
+			}
+			if b.Spent() {
+				t.Fatal("spent after three tries")
+			}
+			b.Close()
+			if proxy.SpoolHeld() != held {
+				t.Fatalf("closed, the spool still holds %d of the budget", proxy.SpoolHeld()-held)
+			}
+		})
+	}
+
+	t.Run("as it comes", func(t *testing.T) {
+		b := proxy.NewBody(io.NopCloser(bytes.NewReader(small)))
+		if n, _ := b.Lend().Read(make([]byte, 10)); n != 10 || !b.Spent() {
+			t.Fatalf("read %d bytes, spent %v; want 10 read, spent", n, b.Spent())
+		}
+		b.Again()
+		if got, _ := io.ReadAll(b.Lend()); !bytes.Equal(got, small[10:]) {
+			t.Fatalf("after Again: %d bytes, want the %d not read", len(got), len(small)-10)
+		}
+	})
 }
 
 // slowReader gives its bytes a piece a read, each after a pause: a

@@ -240,6 +240,9 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 		if t.onOutcome != nil {
 			t.onOutcome(ep.Name, o, f.Verdict())
 		}
+		if retry && body != nil {
+			body.Again()
+		}
 		if !retry {
 			if err != nil && trip.Reason == "" {
 				trip.Reason = proxy.Reason(err, o.Err)

@@ -19,6 +19,13 @@ import (
 // A body that came whole with its head (in hand) is only given its
 // length.
 //
+// A body with a length of up to proxy.MaxAhead that is not in hand (an
+// HTTP/2 request's, or one net/http's server reads) is read ahead too,
+// into memory, as the short way's server reads one whole before its
+// request is served: kept whole, it can go again to another endpoint
+// after a failed try (proxy.Body.Again), whatever listener it came by.
+// Not one that asks for 100 Continue, which the backend answers.
+//
 // Past proxy.MaxAhead such a body is read on into a temporary file while
 // buffer allows (the pool's request_buffer_bytes), as nginx buffers a
 // body to a file: one that ends within it goes on with its length too.
@@ -33,11 +40,20 @@ import (
 // no endpoint; its error is the client's body's (b.Err keeps it), and
 // nothing was sent.
 func ReadAhead(r *http.Request, b *proxy.Body, buffer int64) error {
-	if b == nil || r.ContentLength >= 0 || r.Method == http.MethodConnect || r.Trailer != nil {
+	if b == nil || r.ContentLength == 0 || r.ContentLength > proxy.MaxAhead || r.Method == http.MethodConnect || r.Trailer != nil {
 		return nil
 	}
 	if _, ok := r.Header["Upgrade"]; ok {
 		return nil
+	}
+	if r.ContentLength > 0 {
+		// One asking for 100 Continue is left for the backend to
+		// answer, as the short way's server leaves it.
+		if _, expect := r.Header["Expect"]; expect || buffer <= 0 || b.Lend().(proxy.InHand).Held() >= 0 {
+			return nil
+		}
+		_, _, _, err := b.ReadAhead(0)
+		return err
 	}
 	if _, ok := r.Header["Trailer"]; ok {
 		return nil

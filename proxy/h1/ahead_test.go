@@ -55,6 +55,15 @@ func TestReadAheadFramesTheRequest(t *testing.T) {
 		}
 	}
 
+	// With a length, not in hand (HTTP/2's): read whole into memory,
+	// kept, its framing as it was.
+	r, b = chunkedRequest(strings.NewReader("hello"))
+	r.ContentLength, r.TransferEncoding = 5, nil
+	r.Header.Del("Expect")
+	if err := ReadAhead(r, b, proxy.MaxAhead); err != nil || r.ContentLength != 5 || b.Len() != 5 || b.Lend().(proxy.InHand).Held() != 5 {
+		t.Fatalf("with a length: %v, length %d, %d read, held %d; want it read whole, in hand", err, r.ContentLength, b.Len(), b.Lend().(proxy.InHand).Held())
+	}
+
 	cut := errors.New("unexpected EOF in a chunk")
 	r, b = chunkedRequest(io.MultiReader(strings.NewReader("abc"), failingReader{cut}))
 	if err := ReadAhead(r, b, proxy.MaxAhead); !errors.Is(err, cut) || r.ContentLength != -1 {
@@ -63,16 +72,24 @@ func TestReadAheadFramesTheRequest(t *testing.T) {
 }
 
 // Bodies that are not read ahead are left unread, their requests as they
-// were: one with a length, one declaring trailers (only chunked carries
-// them), an upgrade's and a CONNECT's, and any of a pool that streams
-// them (buffer 0).
+// were: one with a length over MaxAhead, or asking for 100 Continue, one
+// declaring trailers (only chunked carries them), an upgrade's and a
+// CONNECT's, and any of a pool that streams them (buffer 0).
 func TestReadAheadLeavesWhatItMust(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		set    func(*http.Request)
 		buffer int64
 	}{
-		{"with a length", func(r *http.Request) { r.ContentLength, r.TransferEncoding = 5, nil }, proxy.MaxAhead},
+		{"with a length, asking for 100 Continue", func(r *http.Request) { r.ContentLength, r.TransferEncoding = 5, nil }, proxy.MaxAhead},
+		{"with a length over MaxAhead", func(r *http.Request) {
+			r.ContentLength, r.TransferEncoding = proxy.MaxAhead+1, nil
+			r.Header.Del("Expect")
+		}, proxy.MaxAhead},
+		{"with a length, streamed by its pool", func(r *http.Request) {
+			r.ContentLength, r.TransferEncoding = 5, nil
+			r.Header.Del("Expect")
+		}, 0},
 		{"declaring trailers", func(r *http.Request) { r.Trailer = http.Header{"X-Sum": nil} }, proxy.MaxAhead},
 		{"naming a trailer", func(r *http.Request) { r.Header.Set("Trailer", "X-Sum") }, proxy.MaxAhead},
 		{"an upgrade", func(r *http.Request) { r.Header.Set("Upgrade", "websocket") }, proxy.MaxAhead},
@@ -82,7 +99,8 @@ func TestReadAheadLeavesWhatItMust(t *testing.T) {
 		r, b := chunkedRequest(strings.NewReader("hello"))
 		tc.set(r)
 		length := r.ContentLength
-		if err := ReadAhead(r, b, tc.buffer); err != nil || b.Len() != 0 || r.ContentLength != length || r.Header.Get("Expect") == "" {
+		expect := r.Header.Get("Expect")
+		if err := ReadAhead(r, b, tc.buffer); err != nil || b.Len() != 0 || r.ContentLength != length || r.Header.Get("Expect") != expect {
 			t.Fatalf("%s: %v, %d read, length %d, Expect %q; want nothing read, the request as it was", tc.name, err, b.Len(), r.ContentLength, r.Header.Get("Expect"))
 		}
 	}

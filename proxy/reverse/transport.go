@@ -83,6 +83,9 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		if try > 0 {
 			req, u = new(http.Request), new(url.URL)
 			*req = *out
+			if info.body != nil {
+				req.Body = info.body.Lend() // kept whole: from its start
+			}
 		}
 		target := pool.Targets[ep.Name]
 		*u = *in
@@ -132,6 +135,9 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 			res.Outcome.Status = resp.StatusCode
 		}
 		if f.Done(res) {
+			if info.body != nil {
+				info.body.Again()
+			}
 			if resp != nil {
 				_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 				resp.Body.Close()

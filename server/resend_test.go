@@ -1,0 +1,141 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// secondTime answers each request (told apart by its X-Id) 503 the
+// first time it comes and 200 the second, the body it got in the answer
+// (its length and digest) and in its record, whichever endpoint it
+// reaches.
+type secondTime struct {
+	mu   sync.Mutex
+	got  map[string][]string // X-Id: each try's "length digest", in order
+	cuts int                 // tries whose body failed to read
+}
+
+func (s *secondTime) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	s.mu.Lock()
+	id := r.Header.Get("X-Id")
+	if err != nil {
+		s.cuts++
+	}
+	seen := fmt.Sprintf("%d %x", len(body), sha256.Sum256(body))
+	if r.ContentLength >= 0 && r.ContentLength != int64(len(body)) {
+		seen += " (framed as " + strconv.FormatInt(r.ContentLength, 10) + ")"
+	}
+	s.got[id] = append(s.got[id], seen)
+	tries := len(s.got[id])
+	s.mu.Unlock()
+	if tries == 1 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, seen)
+}
+
+func (s *secondTime) tries(id string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got[id]
+}
+
+// A PUT whose first endpoint answers 503 goes again to the other with its
+// body whole, as nginx resends a body it buffered: a body that came whole
+// with its head, one read ahead (chunked, or HTTP/2's) into memory or into
+// its file, over HTTP/1.1, HTTP/2 without TLS and the forward listener.
+// A POST is not sent again (not idempotent), nor a body over 64 KiB that
+// came with its length, which goes on as it comes and is not kept: the
+// client gets the 503.
+func TestIdempotentBodyGoesAgain(t *testing.T) {
+	target := &secondTime{got: map[string][]string{}}
+	a, b := httptest.NewServer(target), httptest.NewServer(target)
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - {name: app, policy: round_robin, retries: {attempts: 2, budget: 1}, endpoints: [{name: a, url: %q}, {name: b, url: %q}]}
+  - {name: routes, policy: round_robin, retries: {attempts: 2, budget: 1}, endpoints: [{name: one, url: "direct://"}, {name: two, url: "direct://"}]}
+`, a.URL, b.URL), nil)
+
+	var h2 http.Protocols
+	h2.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &h2}, Timeout: 10 * time.Second}
+	pu, _ := url.Parse("http://" + r.Addr("out").String())
+	viaForward := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	t.Cleanup(h2c.CloseIdleConnections)
+	t.Cleanup(viaForward.CloseIdleConnections)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]byte, 300<<10)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	small := data[:1000]
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		base   string // the URL the client asks for
+		method string
+		body   []byte
+		length bool // sent with its length, not chunked
+		again  bool
+	}{
+		{"in hand", client, r.url("web"), http.MethodPut, small, true, true},
+		{"chunked, read ahead", client, r.url("web"), http.MethodPut, small, false, true},
+		{"chunked, into a file", client, r.url("web"), http.MethodPut, data, false, true},
+		{"HTTP/2, with its length", h2c, r.url("web"), http.MethodPut, small, true, true},
+		{"HTTP/2, without", h2c, r.url("web"), http.MethodPut, data, false, true},
+		{"forward listener", viaForward, b.URL, http.MethodPut, small, true, true},
+		{"forward listener, chunked into a file", viaForward, b.URL, http.MethodPut, data, false, true},
+		{"POST", client, r.url("web"), http.MethodPost, small, true, false},
+		{"over 64 KiB with its length", client, r.url("web"), http.MethodPut, data, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader = bytes.NewReader(tc.body)
+			if !tc.length {
+				body = io.MultiReader(body) // no length: chunked, or HTTP/2 without content-length
+			}
+			req, _ := http.NewRequest(tc.method, tc.base+"/put", body)
+			req.Header.Set("X-Id", tc.name)
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := fmt.Sprintf("%d %x", len(tc.body), sha256.Sum256(tc.body))
+			tries := target.tries(tc.name)
+			if !tc.again {
+				if resp.StatusCode != http.StatusServiceUnavailable || len(tries) != 1 || tries[0] != want {
+					t.Fatalf("%d after tries %q; want the 503, one try with the whole body", resp.StatusCode, tries)
+				}
+				return
+			}
+			if resp.StatusCode != http.StatusOK || string(answer) != want {
+				t.Fatalf("%d %q; want 200 and the whole body (%s)", resp.StatusCode, answer, want)
+			}
+			if len(tries) != 2 || tries[0] != want || tries[1] != want {
+				t.Fatalf("tries %q; want two, each with the whole body", tries)
+			}
+		})
+	}
+	if target.cuts != 0 {
+		t.Errorf("%d tries read a body cut short", target.cuts)
+	}
+}
