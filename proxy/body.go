@@ -147,10 +147,19 @@ func (b *Body) Close() error {
 	if sp := b.spool.Swap(nil); sp != nil {
 		sp.drop()
 	}
+	b.Release()
+	return b.rc.Close()
+}
+
+// Release lets go of the file a kept body is in, once its request has
+// ended (its answer passed on, or none to come): no try follows. A
+// transport still sending the body from it then fails, as the exchange
+// is over. Without it the file would wait for the body to be closed, or
+// to be no longer reachable.
+func (b *Body) Release() {
 	if b.kept.Load() && b.file != nil {
 		b.file.drop()
 	}
-	return b.rc.Close()
 }
 
 // Len returns the bytes read from the client so far.

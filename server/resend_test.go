@@ -9,7 +9,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,9 +137,30 @@ pools:
 			if len(tries) != 2 || tries[0] != want || tries[1] != want {
 				t.Fatalf("tries %q; want two, each with the whole body", tries)
 			}
+			// The file a body was kept in is let go with the request.
+			eventually(t, 2*time.Second, "the body's file closed", func() bool { return bodyFiles(t) == 0 })
 		})
 	}
 	if target.cuts != 0 {
 		t.Errorf("%d tries read a body cut short", target.cuts)
 	}
+}
+
+// bodyFiles counts the temporary files of bodies open in this process
+// (rotor's, in the test's): on Linux, where /proc tells; 0 elsewhere.
+func bodyFiles(t *testing.T) int {
+	if runtime.GOOS != "linux" {
+		return 0
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if to, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.Contains(to, "rotor-body-") {
+			n++
+		}
+	}
+	return n
 }

@@ -236,6 +236,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = info.body
 	}
 	aborted := h.forward(rec, r, info)
+	if info.body != nil {
+		info.body.Release() // the answer is passed on: no try follows
+	}
 	if info.started {
 		record.Attempts = info.flight.Attempts()
 		if ep := info.flight.Endpoint(); ep != nil {
