@@ -17,8 +17,9 @@
 # openssl util-linux git).
 # PROXIES=0 skips the proxy paths; PATHS picks some of them (default
 # "http tcp forward h2"; "post" adds POSTs of 100-byte bodies through the
-# http listener; "redis" adds redis-benchmark SET and GET -c 50
-# through the tcp listener to a redis-server, which it then needs;
+# http listener; "h2post" the same bodies with h2load over HTTP/2 and
+# TLS; "redis" adds redis-benchmark SET and GET -c 50 through the tcp
+# listener to a redis-server, which it then needs;
 # "tls" adds HTTP/1.1 over TLS: wrk to the HTTP/2 listener, which serves
 # wrk HTTP/1.1 as it offers no ALPN);
 # LIB_ROUNDS (default ROUNDS) sets the library's
@@ -73,6 +74,7 @@ if [ "$PROXIES" = 1 ]; then
 	# ticks SIDE: the side's CPU time so far, user and system, in clock ticks.
 	ticks() { cpu_ticks "${pid[$1]}"; }
 	wrk_scripts
+	head -c 100 /dev/zero | tr '\0' x > "$out/body100"
 	ports="19301 18300 18301 18302 18303 18304 18310 18311 18312 18313 18314"
 	if [[ " $PATHS " == *" redis "* ]]; then ports+=" 19379"; fi
 	for port in $ports; do
@@ -92,10 +94,11 @@ if [ "$PROXIES" = 1 ]; then
 		awk '/Requests\/sec/ {rps=$2} / requests in / {n=$1} $1=="99%" {p=$2; if (p ~ /us$/) {sub(/us/,"",p); p/=1000} else if (p ~ /ms$/) {sub(/ms/,"",p)} else if (p ~ /s$/) {sub(/s/,"",p); p*=1000}} END {printf "%s %s %s\n", rps, p, n}' "$file"
 	}
 
-	# run_h2 SIDE PORT: one h2load run over TLS; prints "rps - requests" (no p99).
+	# run_h2 SIDE PORT [H2LOAD ARGS]: one h2load run over TLS; prints
+	# "rps - requests" (no p99).
 	run_h2() {
-		local file="$out/h2load-$1-$round.txt"
-		taskset -c $load h2load -t "$CORES" -n "$H2REQUESTS" -c 20 -m 10 "https://127.0.0.1:$2/" > "$file"
+		local file="$out/h2load-$1-$round${3:+-post}.txt"
+		taskset -c $load h2load -t "$CORES" -n "$H2REQUESTS" -c 20 -m 10 "${@:3}" "https://127.0.0.1:$2/" > "$file"
 		awk '/^finished in/ {sub(/,/, "", $4); rps=$4} /^requests:/ {n=$8} END {print rps, "-", n}' "$file"
 	}
 
@@ -122,6 +125,7 @@ if [ "$PROXIES" = 1 ]; then
 				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
 				post) r=$(run "$side" "$path" $((18300 + off)) -s "$out/post.lua") ;;
 				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
+				h2post) r=$(run_h2 "$side" $((18303 + off)) -d "$out/body100") ;;
 				tls) r=$(run "$side" "$path" $((18303 + off))) ;;
 				redis) r=$(run_redis "$side" $((18304 + off))) ;;
 				esac
