@@ -12,11 +12,11 @@ import (
 
 // Body wraps a client's request body for the tries that send it: it
 // counts what was read, notes whether anything was (after which the body
-// cannot be sent again), and keeps the error reading it hit, which is the
-// client's fault (a malformed chunk, a body cut short or too slow), never
-// an endpoint's. It also times its reads: what a try spent waiting for
-// the client's bytes is the client's pace, not the endpoint's latency
-// (TryLatency).
+// cannot be sent again, unless all of it is kept), and keeps the error
+// reading it hit, which is the client's fault (a malformed chunk, a body
+// cut short or too slow), never an endpoint's. It also times its reads:
+// what a try spent waiting for the client's bytes is the client's pace,
+// not the endpoint's latency (TryLatency).
 type Body struct {
 	rc     io.ReadCloser
 	got    atomic.Int64 // bytes read from rc
@@ -42,9 +42,9 @@ type Body struct {
 	// so that it can go again, whole, to another try (Again). Set once
 	// the body is whole and none of it is to be read from the client
 	// any more: read ahead to its end, or taken in hand (a try's Take or
-	// first read of a body that came whole with its head). What is kept
-	// stays until the body is closed, as nginx keeps a buffered body
-	// until its request ends.
+	// first read of a body that came whole with its head). Its file
+	// stays until the request ends (Release) or the body is closed, as
+	// nginx keeps a buffered body until its request ends.
 	kept atomic.Bool
 	all  []byte
 	file *spooled
