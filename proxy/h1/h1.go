@@ -27,7 +27,9 @@
 // pooled connection the server closed while it was idle is found out when
 // the next request fails on it with nothing read, or is answered 408, and
 // that request goes again on a fresh connection, as net/http's Transport
-// does for the requests it may replay. A connection is reused only once
+// does for the requests it may replay (one with a body when it is
+// idempotent and the body in hand; another with a body is not sent on a
+// connection found closed). A connection is reused only once
 // its answer was read to the end with nothing after it in the same read.
 // net/http's Transport also watches an idle connection with a background
 // read; the short way has no goroutine to do that, so bytes a server sends
@@ -634,8 +636,22 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 	// A body is read once: a request with one is not sent again (as
 	// net/http's Transport does not send again a body it cannot get
 	// anew), so a connection the server has closed meanwhile is not used
-	// for it.
+	// for it. An idempotent request's body in hand is taken here, once,
+	// and goes again with it, as a body net/http's Transport can get anew
+	// (GetBody) does: a PUT on a connection the server closed as it came
+	// is not the endpoint's failure.
 	once := r.ContentLength != 0
+	var held []byte
+	if once && proxy.Idempotent(r.Method) {
+		if h, ok := r.Body.(proxy.InHand); ok {
+			if n := sendLength(r); n > 0 {
+				if p, ok := h.Take(n); ok {
+					held, once = p, false
+					r.Body.Close()
+				}
+			}
+		}
+	}
 	// The second time, a new connection: a server that timed one idle
 	// connection out has most often timed out those idle longer too.
 	fresh := false
@@ -648,7 +664,7 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 			c.close()
 			continue
 		}
-		resp, err := c.roundTrip(r, trace, read)
+		resp, err := c.roundTrip(r, held, trace, read)
 		if err == nil && reused && again && resp.StatusCode == http.StatusRequestTimeout {
 			// A server may say 408 on a connection it times out while
 			// idle, before it closes it (net/http's Transport drops such
@@ -1213,11 +1229,12 @@ func (c *conn) sendStep(fd uintptr) bool {
 // roundTrip writes r and reads the answer's head; the body streams from
 // the connection, which goes back to the pool when it is read to its end.
 // The try bounds the write and the wait for the head; the request's
-// context ends it whenever it is done. On an error c is closed.
-func (c *conn) roundTrip(r *http.Request, trace *httptrace.ClientTrace, read *ReadHead) (*http.Response, error) {
+// context ends it whenever it is done. On an error c is closed. held,
+// when not nil, is r's body, taken already.
+func (c *conn) roundTrip(r *http.Request, held []byte, trace *httptrace.ClientTrace, read *ReadHead) (*http.Response, error) {
 	ctx, try := r.Context(), c.t.try
-	var reqBody []byte
-	if n := sendLength(r); n > 0 {
+	reqBody := held
+	if n := sendLength(r); held == nil && n > 0 {
 		// Read whole first, once a connection is ready for it (a failed
 		// dial leaves it unread, for another endpoint), and before the
 		// try begins: a client slow to send it is not the backend's

@@ -404,6 +404,54 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 	}
 }
 
+// A server that closes a kept-alive connection as the next request comes
+// on it, reading it and answering nothing (its idle timeout running out
+// as the request arrives): an idempotent request whose body is in hand
+// goes again, whole, on a new connection, as a body net/http's Transport
+// can get anew does; a POST's does not (it may have been acted on).
+func TestStaleConnectionGoesAgainWithABodyInHand(t *testing.T) {
+	var bodies atomic.Int32
+	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if got, _ := io.ReadAll(req.Body); string(got) == "x=1" {
+				bodies.Add(1)
+			}
+			if i > 0 {
+				return // closed as the second request came
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newTestTransport(t, time.Second)
+	send := func(method string) (*http.Response, error) {
+		req, _ := http.NewRequest(method, b.url(), nil)
+		req.Body, req.ContentLength = proxy.NewBody(&wholeBody{b: []byte("x=1")}).Lend(), 3
+		return tr.RoundTrip(req)
+	}
+	for i, method := range []string{http.MethodPut, http.MethodPut, http.MethodDelete} {
+		resp, err := send(method)
+		if err != nil {
+			t.Fatalf("%s %d: %v", method, i, err)
+		}
+		if got, _ := io.ReadAll(resp.Body); string(got) != "ok" {
+			t.Fatalf("%s %d: body %q", method, i, got)
+		}
+		resp.Body.Close()
+	}
+	// The first PUT on one connection; the second and the DELETE each on
+	// one closed as it came, then on a new one.
+	if n, got := b.accepted.Load(), bodies.Load(); n != 3 || got != 5 {
+		t.Fatalf("%d connections, %d bodies whole; want 3 and 5", n, got)
+	}
+	if _, err := send(http.MethodPost); err == nil {
+		t.Fatal("a POST on a connection closed as it came went again")
+	}
+}
+
 // The last bytes of a request are written inside the wait for the
 // answer (sendThenWait): an answer that comes at once, before or after
 // the wait begins, is never missed. A missed one would hold the request
