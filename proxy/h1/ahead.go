@@ -47,8 +47,9 @@ func ReadAhead(r *http.Request, b *proxy.Body, buffer int64) error {
 		return nil
 	}
 	if r.ContentLength > 0 {
-		// One asking for 100 Continue is left for the backend to
-		// answer, as the short way's server leaves it.
+		// One still asking for 100 Continue is left for the backend
+		// to answer, as the short way's server leaves one whose body
+		// came with its head (one it waited for, it read itself).
 		if _, expect := r.Header["Expect"]; expect || buffer <= 0 || b.Lend().(proxy.InHand).Held() >= 0 {
 			return nil
 		}
