@@ -187,6 +187,35 @@ func TestReadAheadOnAFullDisk(t *testing.T) {
 	}
 }
 
+// A kept body whose file fails to read (here one opened write-only)
+// fails its try with ErrSpoolRead, rotor's own fault, whichever try reads
+// it: neither the client's (it is not the body's error) nor, in the
+// transports, the endpoint's.
+func TestSpooledBodyReadFails(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(proxy.SetCreateSpool(func() (*os.File, string, error) {
+		f, err := os.CreateTemp(dir, "body-")
+		if err != nil {
+			return nil, "", err
+		}
+		f.Close()
+		f, err = os.OpenFile(f.Name(), os.O_WRONLY, 0)
+		return f, "", err
+	}))
+	body := bytes.Repeat([]byte("0123456789abcdef"), proxy.MaxAhead/16*3)
+	b := proxy.NewBody(io.NopCloser(bytes.NewReader(body)))
+	if _, whole, _, err := b.ReadAhead(int64(len(body))); !whole || err != nil {
+		t.Fatalf("not spooled whole: %v", err)
+	}
+	for try := range 2 {
+		if _, err := io.ReadAll(b.Lend()); !errors.Is(err, proxy.ErrSpoolRead) || b.Err() != nil {
+			t.Fatalf("try %d: %v (the body's error %v); want ErrSpoolRead, not the client's", try, err, b.Err())
+		}
+		b.Again()
+	}
+	b.Close()
+}
+
 // proxy and sim never import net/http: the simulator drives the same
 // flights as the listeners on virtual time, with none of a server's
 // machinery.

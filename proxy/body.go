@@ -68,7 +68,7 @@ func (b *Body) Read(p []byte) (int, error) {
 			}
 		}
 		if err != nil {
-			return n, fmt.Errorf("reading the request body spooled to disk: %w", err)
+			return n, fmt.Errorf("%w: %w", ErrSpoolRead, err)
 		}
 		if n > 0 || len(p) == 0 {
 			return n, nil
@@ -359,7 +359,7 @@ func (r *resent) Read(p []byte) (int, error) {
 		r.off += int64(n)
 		r.b.n.Add(int64(n))
 		if err != nil {
-			return n, fmt.Errorf("reading the request body spooled to disk: %w", err)
+			return n, fmt.Errorf("%w: %w", ErrSpoolRead, err)
 		}
 		return n, nil
 	}
@@ -501,6 +501,11 @@ func (answerStalled) Error() string {
 }
 func (answerStalled) Timeout() bool   { return true }
 func (answerStalled) Temporary() bool { return false }
+
+// ErrSpoolRead is a failed read of a body kept in its temporary file:
+// rotor's own fault (health.Local), neither the client's nor the
+// endpoint's the try went to.
+var ErrSpoolRead = errors.New("reading the request body spooled to disk")
 
 // Errors a limited body returns: the client's, never an endpoint's.
 var (
