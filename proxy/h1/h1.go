@@ -596,8 +596,17 @@ func (t *Transport) Short(r *http.Request) bool {
 	// A body is sent once, and only a look at the socket (rawio.Peek)
 	// tells a kept connection the server has closed from a live one:
 	// where there is none, a body goes net/http's way, whose idle
-	// connections each have a reader that notices their end.
-	return t.dial != nil && short(r) && (r.ContentLength == 0 || rawio.Supported)
+	// connections each have a reader that notices their end. One that
+	// can go again on a new connection needs no look.
+	return t.dial != nil && short(r) && (r.ContentLength == 0 || rawio.Supported || replayable(r))
+}
+
+// replayable reports whether r can go again, body and all, on a new
+// connection: it is idempotent and its body all in hand (its Take is
+// whole).
+func replayable(r *http.Request) bool {
+	h, ok := r.Body.(proxy.InHand)
+	return ok && proxy.Idempotent(r.Method) && h.Held() > 0
 }
 
 // roundTrip sends r, trace told of it; own: trace is not in r's context;
@@ -642,14 +651,10 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 	// is not the endpoint's failure.
 	once := r.ContentLength != 0
 	var held []byte
-	if once && proxy.Idempotent(r.Method) {
-		if h, ok := r.Body.(proxy.InHand); ok {
-			if n := sendLength(r); n > 0 {
-				if p, ok := h.Take(n); ok {
-					held, once = p, false
-					r.Body.Close()
-				}
-			}
+	if once && replayable(r) {
+		if p, ok := r.Body.(proxy.InHand).Take(sendLength(r)); ok {
+			held, once = p, false
+			r.Body.Close()
 		}
 	}
 	// The second time, a new connection: a server that timed one idle

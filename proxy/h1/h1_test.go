@@ -408,7 +408,8 @@ func TestStaleConnectionGoesAgain(t *testing.T) {
 // on it, reading it and answering nothing (its idle timeout running out
 // as the request arrives): an idempotent request whose body is in hand
 // goes again, whole, on a new connection, as a body net/http's Transport
-// can get anew does; a POST's does not (it may have been acted on).
+// can get anew does, with or without a look at the socket (rawio); a
+// POST's does not (it may have been acted on).
 func TestStaleConnectionGoesAgainWithABodyInHand(t *testing.T) {
 	var bodies atomic.Int32
 	b := newRawBackend(t, func(c net.Conn, br *bufio.Reader) {
@@ -447,7 +448,14 @@ func TestStaleConnectionGoesAgainWithABodyInHand(t *testing.T) {
 	if n, got := b.accepted.Load(), bodies.Load(); n != 3 || got != 5 {
 		t.Fatalf("%d connections, %d bodies whole; want 3 and 5", n, got)
 	}
-	if _, err := send(http.MethodPost); err == nil {
+	// Where the short way can look at a socket, a POST's body goes its
+	// way too, on the same pooled connection (elsewhere net/http's, on
+	// connections of its own).
+	resp, err := send(http.MethodPost)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if rawio.Supported && err == nil {
 		t.Fatal("a POST on a connection closed as it came went again")
 	}
 }
