@@ -66,7 +66,6 @@ func (b *Body) ReadAhead(spool int64) (n int64, whole, ok bool, err error) {
 	b.ahead = bytes.Clone(buf[:got])
 	switch {
 	case err == io.EOF:
-		b.whole = true
 		b.keep(b.ahead, nil)
 		return int64(got), true, true, nil
 	case err != nil:
@@ -152,7 +151,7 @@ func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err 
 	defer func() {
 		b.spool.Store(sp)
 		runtime.AddCleanup(b, func(sp *spooled) { sp.drop() }, sp)
-		if b.whole {
+		if whole {
 			b.keep(b.ahead, sp)
 		}
 	}()
@@ -176,7 +175,6 @@ func (b *Body) spoolRest(limit int64, buf []byte) (n int64, whole, ok bool, err 
 		}
 		switch {
 		case rerr == io.EOF:
-			b.whole = true
 			return n, true, true, nil
 		case rerr != nil:
 			return n, false, true, rerr

@@ -24,10 +24,9 @@ type Body struct {
 	waited atomic.Int64 // nanoseconds spent in reads of rc
 	mu     sync.Mutex
 	err    error // guarded by mu: the first read error other than EOF
-	// What ReadAhead read and no try has taken yet; whole: it is all
-	// there is (rc is at its end).
+	// What ReadAhead read and no try has taken yet: after the file's
+	// (spool), the rest of the body when it is kept (rc is at its end).
 	ahead []byte
-	whole bool
 	// spool, when not nil, is what ReadAhead read past MaxAhead into a
 	// file: it goes before ahead (what is left over of that read, if the
 	// file took no more) and the rest.
@@ -74,11 +73,11 @@ func (b *Body) Read(p []byte) (int, error) {
 			return n, nil
 		}
 	}
-	if len(b.ahead) > 0 || b.whole {
+	if kept := b.kept.Load(); len(b.ahead) > 0 || kept {
 		n := copy(p, b.ahead)
 		b.ahead = b.ahead[n:]
 		b.n.Add(int64(n))
-		if len(b.ahead) == 0 && b.whole {
+		if len(b.ahead) == 0 && kept {
 			return n, io.EOF
 		}
 		return n, nil
@@ -108,7 +107,7 @@ func (b *Body) keepInHand() bool {
 		return false
 	}
 	b.got.Add(n)
-	b.ahead, b.whole = p, true
+	b.ahead = p
 	b.keep(p, nil)
 	return true
 }
@@ -291,7 +290,7 @@ func (l lent) Take(n int64) ([]byte, bool) {
 	if l.spool.Load() != nil {
 		return nil, false
 	}
-	if l.whole && l.n.Load() == 0 {
+	if l.kept.Load() && l.n.Load() == 0 {
 		if int64(len(l.ahead)) != n {
 			return nil, false
 		}
@@ -308,7 +307,6 @@ func (l lent) Take(n int64) ([]byte, bool) {
 	if ok {
 		l.got.Add(int64(len(p)))
 		l.n.Add(int64(len(p)))
-		l.whole = true
 		l.keep(p, nil)
 	}
 	return p, ok
@@ -320,7 +318,7 @@ func (l lent) Held() int64 {
 	if l.spool.Load() != nil {
 		return -1 // on disk, not in hand
 	}
-	if l.whole {
+	if l.kept.Load() {
 		if l.n.Load() > 0 {
 			return -1
 		}
