@@ -180,6 +180,13 @@ func (s *Server) Buffers() int64 { return s.buffers.Load() }
 // net/http's server, over TLS with cfg when it is not nil (net/http does
 // the handshake).
 func (s *Server) giveAll(nc net.Conn, cfg *tls.Config) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		var rc syscall.RawConn
+		if rawio.Supported {
+			rc, _ = tc.SyscallConn()
+		}
+		nc = newPrefixConn(tc, rc, prefix{}, writeStall(s.HTTP))
+	}
 	if cfg != nil {
 		nc = tls.Server(nc, cfg)
 	}
@@ -1306,7 +1313,7 @@ func (c *clientConn) handOff() bool {
 	if c.tls != nil {
 		return c.s.handoff.give(&tlsPrefixConn{Conn: c.tls, prefix: p})
 	}
-	return c.s.handoff.give(&prefixConn{TCPConn: c.tc, prefix: p})
+	return c.s.handoff.give(newPrefixConn(c.tc, c.rc, p, writeStall(c.s.HTTP)))
 }
 
 // setHeadBy bounds the head that begins now by the head timeout. The
@@ -1774,10 +1781,29 @@ func (p *prefix) setDeadline(c interface {
 	return c.SetWriteDeadline(t)
 }
 
-// prefixConn is a cleartext connection handed to net/http.
+// prefixConn is a cleartext connection handed to net/http. Its writes
+// are bounded as the short way's are (writeBound), where net/http's
+// server bounds none but with a WriteTimeout over the whole answer.
 type prefixConn struct {
 	*net.TCPConn
 	prefix
+	bound writeBound
+}
+
+func newPrefixConn(tc *net.TCPConn, rc syscall.RawConn, p prefix, stall time.Duration) *prefixConn {
+	c := &prefixConn{TCPConn: tc, prefix: p}
+	c.bound.stall, c.bound.rc = stall, rc
+	return c
+}
+
+func (p *prefixConn) Write(b []byte) (int, error) { return p.bound.write(p.TCPConn, b) }
+
+// ReadFrom copies through Write, so that the bound holds for a body
+// net/http's server copies in (the socket's own ReadFrom would not).
+func (p *prefixConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(p, r) }
+
+func (p *prefixConn) SetWriteDeadline(t time.Time) error {
+	return p.bound.setDeadline(p.TCPConn, t)
 }
 
 func (p *prefixConn) Read(b []byte) (int, error) { return p.read(b, p.TCPConn) }
@@ -1791,7 +1817,91 @@ func (p *prefixConn) SetReadDeadline(t time.Time) error {
 	return p.TCPConn.SetReadDeadline(p.deadline(t))
 }
 
-func (p *prefixConn) SetDeadline(t time.Time) error { return p.setDeadline(p.TCPConn, t) }
+func (p *prefixConn) SetDeadline(t time.Time) error {
+	if err := p.TCPConn.SetReadDeadline(p.deadline(t)); err != nil {
+		return err
+	}
+	return p.bound.setDeadline(p.TCPConn, t)
+}
+
+// writeBound fails a write that makes no progress for stall, as the
+// short way's sock does (nginx's send_timeout): a client that reads
+// nothing of its answer holds neither its connection nor the backend's
+// past it. Progress is bytes the socket took, or (where the kernel tells,
+// rawio.Unsent) bytes the peer took of what the socket held, though the
+// socket, woken only once a good part of it is free, may not yet have
+// room for more. A deadline the connection's user sets still holds: the
+// bound only ever brings it nearer, and one that passed (a write cut
+// from another goroutine) ends the write.
+type writeBound struct {
+	stall time.Duration // 0: no bound
+	rc    syscall.RawConn
+	mu    sync.Mutex
+	set   time.Time // guarded by mu: the write deadline the user set, zero for none
+}
+
+func (w *writeBound) setDeadline(c *net.TCPConn, t time.Time) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.set = t
+	return c.SetWriteDeadline(t)
+}
+
+func (w *writeBound) write(c *net.TCPConn, p []byte) (int, error) {
+	if w.stall <= 0 {
+		return c.Write(p)
+	}
+	n := 0
+	for {
+		held := w.unsent()
+		cut := w.arm(c)
+		m, err := c.Write(p[n:])
+		n += m
+		if err == nil || cut || !errors.Is(err, os.ErrDeadlineExceeded) || w.passed() ||
+			m == 0 && (held < 0 || w.unsent() >= held) {
+			w.disarm(c)
+			return n, err
+		}
+	}
+}
+
+// arm sets the write deadline to the stall's from now, or the user's if
+// that is nearer; cut: the user's has passed already.
+func (w *writeBound) arm(c *net.TCPConn) (cut bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	dl := w.set
+	if w.stall > 0 && (dl.IsZero() || now.Add(w.stall).Before(dl)) {
+		dl = now.Add(w.stall)
+	}
+	_ = c.SetWriteDeadline(dl)
+	return !w.set.IsZero() && !now.Before(w.set)
+}
+
+// disarm puts the user's deadline back.
+func (w *writeBound) disarm(c *net.TCPConn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = c.SetWriteDeadline(w.set)
+}
+
+// passed says whether the user's deadline has passed.
+func (w *writeBound) passed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.set.IsZero() && !time.Now().Before(w.set)
+}
+
+// unsent is what the socket holds that its peer has not taken, -1 when
+// it cannot be told.
+func (w *writeBound) unsent() int {
+	n := -1
+	if w.rc != nil {
+		_ = w.rc.Control(func(fd uintptr) { n = unsent(fd) })
+	}
+	return n
+}
 
 // tlsPrefixConn is a TLS connection handed to net/http after its
 // handshake: its ConnectionState gives the requests net/http reads from
