@@ -445,3 +445,66 @@ pools:
 		t.Fatalf("the endpoint was charged %d failures for clients that read nothing", s.Failures)
 	}
 }
+
+// An upgraded connection is a tunnel, bound by timeouts.tunnel alone: a
+// client that reads nothing of it for longer than the listener's idle
+// timeout (the bound of an answer's writes) and then reads on gets every
+// byte, over cleartext (relayed in the event loop, or without rawio
+// through the connection net/http's server hijacked) and over TLS (the
+// short way's socket under the TLS connection either way).
+func TestUpgradedReaderWaitsPastIdle(t *testing.T) {
+	const size = 32 << 20
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: push\r\nConnection: Upgrade\r\n\r\n")
+		if brw.Flush() != nil {
+			return
+		}
+		chunk := make([]byte, 64<<10)
+		for range size / len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(be.Close)
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}}
+  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}, tls: {cert: %q, key: %q}}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, certFile, keyFile, be.URL), nil)
+	for _, listener := range []string{"web", "secure"} {
+		t.Run(listener, func(t *testing.T) {
+			var c net.Conn
+			c, err := net.Dial("tcp", r.Addr(listener).String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if listener == "secure" {
+				c = tls.Client(c, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+			}
+			fmt.Fprint(c, "GET /push HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: push\r\n\r\n")
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("%v %v, want 101", resp, err)
+			}
+			time.Sleep(2500 * time.Millisecond) // reading nothing, past the idle timeout
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			n, err := io.Copy(io.Discard, br)
+			if n != size {
+				t.Fatalf("read %d bytes of %d after the pause (%v): the tunnel was cut", n, size, err)
+			}
+		})
+	}
+}

@@ -126,6 +126,7 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 	s.mu.Unlock()
 	s.start.Do(func() {
 		s.setDate(time.Now())
+		s.liftOnHijack()
 		go s.HTTP.Serve(s.handoff) //nolint:errcheck // ends with the handoff listener
 		go s.ticker()
 	})
@@ -1824,6 +1825,44 @@ func (p *prefixConn) SetDeadline(t time.Time) error {
 	return p.bound.setDeadline(p.TCPConn, t)
 }
 
+// liftOnHijack has net/http's server lift the bound on an answer's writes
+// (writeBound, a sock's stall) from a connection a handler hijacks: an
+// upgraded connection or a tunnel is the relay's, bound by its own
+// timeout as one relayed in the event loop is, and a client that reads
+// none of it for a while loses nothing.
+func (s *Server) liftOnHijack() {
+	next := s.HTTP.ConnState
+	s.HTTP.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateHijacked {
+			liftBound(c)
+		}
+		if next != nil {
+			next(c, st)
+		}
+	}
+}
+
+// liftBound lifts the bound on c's writes, or on those of the connection
+// under it.
+func liftBound(c net.Conn) {
+	for {
+		switch v := c.(type) {
+		case *prefixConn:
+			v.bound.lift()
+			return
+		case rawTCP:
+			v.s.stall = 0 // set before the hijack, read by writes after it
+			return
+		case *tlsPrefixConn:
+			c = v.Conn.NetConn()
+		case *tls.Conn:
+			c = v.NetConn()
+		default:
+			return
+		}
+	}
+}
+
 // writeBound fails a write that makes no progress for stall, as the
 // short way's sock does (nginx's send_timeout): a client that reads
 // nothing of its answer holds neither its connection nor the backend's
@@ -1834,10 +1873,23 @@ func (p *prefixConn) SetDeadline(t time.Time) error {
 // bound only ever brings it nearer, and one that passed (a write cut
 // from another goroutine) ends the write.
 type writeBound struct {
-	stall time.Duration // 0: no bound
+	stall time.Duration // 0: no bound; guarded by mu once the connection is net/http's
 	rc    syscall.RawConn
 	mu    sync.Mutex
 	set   time.Time // guarded by mu: the write deadline the user set, zero for none
+}
+
+// lift ends the bound (a hijacked connection's).
+func (w *writeBound) lift() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stall = 0
+}
+
+func (w *writeBound) bounded() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stall
 }
 
 func (w *writeBound) setDeadline(c *net.TCPConn, t time.Time) error {
@@ -1848,7 +1900,7 @@ func (w *writeBound) setDeadline(c *net.TCPConn, t time.Time) error {
 }
 
 func (w *writeBound) write(c *net.TCPConn, p []byte) (int, error) {
-	if w.stall <= 0 {
+	if w.bounded() <= 0 {
 		return c.Write(p)
 	}
 	n := 0
