@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,4 +208,94 @@ func trickled(c *http.Client, req *http.Request) (head, firstAt time.Duration, s
 	firstAt = time.Since(start)
 	rest, err := io.ReadAll(resp.Body)
 	return head, firstAt, resp.StatusCode, string(first) + string(rest), err
+}
+
+// The forward proxy's https targets may answer over HTTP/2, whose streams
+// share their connection's reads: timeouts.read bounds each stream's
+// body all the same, a target that stalls in one having that stream cut
+// (reason timeout) while a slow one within the bound beside it goes on to
+// its end.
+func TestForwardHTTP2TargetStalledInItsAnswer(t *testing.T) {
+	done := make(chan struct{})
+	var protos sync.Map
+	target := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos.Store(r.Proto, true)
+		w.Header().Set("Content-Length", "100000")
+		switch r.URL.Path {
+		case "/stall":
+			_, _ = w.Write(bytes.Repeat([]byte("s"), 1024))
+			w.(http.Flusher).Flush()
+			select {
+			case <-done:
+			case <-r.Context().Done():
+			}
+		case "/trickle":
+			w.Header().Set("Content-Length", "8")
+			for range 8 {
+				w.(http.Flusher).Flush()
+				time.Sleep(300 * time.Millisecond)
+				_, _ = w.Write([]byte("t"))
+			}
+		}
+	}))
+	target.EnableHTTP2 = true
+	target.StartTLS()
+	t.Cleanup(target.Close)
+	t.Cleanup(func() { close(done) })
+	r := startRotor(t, `admin: {listen: "off"}
+log: {access: true}
+listeners:
+  - {name: out, kind: forward, listen: "127.0.0.1:0", pool: routes, allow_targets: [127.0.0.0/8]}
+pools:
+  - name: routes
+    timeouts: {read: 1s}
+    endpoints:
+      - {name: direct, url: "direct://", insecure_skip_verify: true}
+`, nil)
+	host := strings.TrimPrefix(target.URL, "https://")
+	get := func(path string) (time.Duration, []byte, error) {
+		c, err := net.Dial("tcp", r.Addr("out").String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		fmt.Fprintf(c, "GET https://%s%s HTTP/1.1\r\nHost: %s\r\n\r\n", host, path, host)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return time.Since(start), nil, err
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		return time.Since(start), got, err
+	}
+	trickled := make(chan error, 1)
+	go func() {
+		_, got, err := get("/trickle")
+		if err == nil && string(got) != "tttttttt" {
+			err = fmt.Errorf("got %q", got)
+		}
+		trickled <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // its connection up first, for the stream beside it
+	d, got, err := get("/stall")
+	if err == nil || len(got) != 1024 || d < 900*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("%d bytes, then %v after %v: want the answer cut after about 1s", len(got), err, d)
+	}
+	if err := <-trickled; err != nil {
+		t.Fatalf("a body sent a byte every 300 ms: %v", err)
+	}
+	if _, ok := protos.Load("HTTP/2.0"); !ok {
+		t.Fatalf("the target was reached over %v, want HTTP/2", keys(&protos))
+	}
+	eventually(t, 3*time.Second, "the stalled answer logged", func() bool {
+		return regexp.MustCompile(`kind=forward .*status=200 reason=timeout .*bytes_out=1024 `).MatchString(r.logs.String())
+	})
+}
+
+func keys(m *sync.Map) []any {
+	var ks []any
+	m.Range(func(k, _ any) bool { ks = append(ks, k); return true })
+	return ks
 }

@@ -352,6 +352,45 @@ func (b *answerBody) Close() error {
 
 func (b *answerBody) end() { b.once.Do(func() { b.c.answering(0) }) }
 
+// h2AnswerBody is an HTTP/2 answer's body whose reads are each bounded by
+// idle, as answerBody bounds an HTTP/1.1 one's: a stream's reads cannot
+// take a deadline of their connection's, whose other streams read
+// through it, so a timer closes the body once a read has waited idle,
+// which resets the stream and ends the read with proxy.ErrAnswerStalled.
+type h2AnswerBody struct {
+	io.ReadCloser
+	idle    time.Duration
+	timer   *time.Timer // stopped but while a read waits
+	stalled atomic.Bool
+}
+
+func newH2AnswerBody(rc io.ReadCloser, idle time.Duration) *h2AnswerBody {
+	b := &h2AnswerBody{ReadCloser: rc, idle: idle}
+	b.timer = time.AfterFunc(time.Hour, b.stall)
+	b.timer.Stop()
+	return b
+}
+
+func (b *h2AnswerBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.idle)
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	if err != nil && b.stalled.Load() {
+		err = proxy.ErrAnswerStalled
+	}
+	return n, err
+}
+
+func (b *h2AnswerBody) stall() {
+	b.stalled.Store(true)
+	_ = b.ReadCloser.Close()
+}
+
+func (b *h2AnswerBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
+}
+
 func (c *bulkConn) ReadFrom(r io.Reader) (int64, error) { return proxy.Copy(c, r) }
 
 func (c *bulkConn) Write(p []byte) (int, error) {
@@ -630,11 +669,16 @@ func (t *Transport) roundTrip(r *http.Request, trace *httptrace.ClientTrace, own
 		} else {
 			resp, err = t.HTTP.RoundTrip(r)
 		}
-		// Over HTTP/1.1 only: an HTTP/2 connection's reads are its
-		// streams', which another answer may be leaving idle.
-		if bc := got.Load(); err == nil && bc != nil && resp.ProtoMajor == 1 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// Over HTTP/1.1 the connection's reads are bounded; an HTTP/2
+		// connection's reads are its streams', which another answer may
+		// be leaving idle, so each stream's reads are bounded by a timer.
+		switch bc := got.Load(); {
+		case err != nil:
+		case bc != nil && resp.ProtoMajor == 1 && resp.StatusCode != http.StatusSwitchingProtocols:
 			bc.answering(t.AnswerIdle)
 			resp.Body = &answerBody{ReadCloser: resp.Body, c: bc}
+		case resp.ProtoMajor == 2 && t.AnswerIdle > 0:
+			resp.Body = newH2AnswerBody(resp.Body, t.AnswerIdle)
 		}
 		return resp, err
 	}
