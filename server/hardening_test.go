@@ -380,16 +380,16 @@ pools:
 			t.Fatalf("the stream ended after %v, before the 1s bound", d)
 		}
 	}
-	// A head over 4 KiB (a long cookie) is net/http's server's to read,
+	// A head over 16 KiB (long cookies) is net/http's server's to read,
 	// as is every HTTP/1.1 request where there is no raw socket access
 	// (-tags norawio, Windows): its answer's writes are bounded too.
-	long := "Cookie: session=" + strings.Repeat("c", 6<<10) + "\r\n"
+	long := "Cookie: session=" + strings.Repeat("c", 20<<10) + "\r\n"
 	var n int32
 	for _, tc := range []struct{ name, listener, alpn, fields string }{
 		{"HTTP/1.1", "web", "", ""},
 		{"HTTP/1.1 over TLS", "secure", "http/1.1", ""},
-		{"HTTP/1.1, a head over 4 KiB", "web", "", long},
-		{"HTTP/1.1 over TLS, a head over 4 KiB", "secure", "http/1.1", long},
+		{"HTTP/1.1, a head over 16 KiB", "web", "", long},
+		{"HTTP/1.1 over TLS, a head over 16 KiB", "secure", "http/1.1", long},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dial(t, tc.listener, tc.alpn)

@@ -373,8 +373,15 @@ const (
 	stateParked               // idle in the park, with no goroutine
 )
 
-// bufSize is the read buffer: a head longer than it goes to net/http.
-const bufSize = 4 << 10
+// bufSize is the read buffer. A head that fills it is read on in one of
+// longBufSize, as HAProxy's 16 KiB buffer holds a head and nginx's
+// large_client_header_buffers take a long one: a head of a few KiB (long
+// cookies, a bearer token) is common enough. A head longer than that
+// goes to net/http's server.
+const (
+	bufSize     = 4 << 10
+	longBufSize = 16 << 10
+)
 
 // maxInHand is the longest request body the server reads whole before its
 // handler runs when it did not come with its head, as nginx reads a body
@@ -402,7 +409,10 @@ type pendingBody struct {
 	began   time.Time     // when its head had come
 }
 
-var bufs = sync.Pool{New: func() any { return new([bufSize]byte) }}
+var (
+	bufs     = sync.Pool{New: func() any { return new([bufSize]byte) }}
+	longBufs = sync.Pool{New: func() any { return new([longBufSize]byte) }}
+)
 
 // clientConn is one client connection served the short way.
 type clientConn struct {
@@ -426,12 +436,12 @@ type clientConn struct {
 	armed    bool          // the connection's read deadline is the one its next read needs
 	deadline bool          // a read deadline is set on the connection
 
-	pend    pendingBody    // a request whose body is being read before it is served
-	stream  *streamBody    // the body of the request being served, when its handler reads it from the connection
-	buf     *[bufSize]byte // nil while nothing is buffered
-	first   [1]byte        // over TLS, the first byte after an idle wait, read before a buffer is taken
-	r, w    int            // buf[r:w] is read and not yet taken
-	scanned int            // of buf[r:w], the whole lines of the head scanHead checked
+	pend    pendingBody // a request whose body is being read before it is served
+	stream  *streamBody // the body of the request being served, when its handler reads it from the connection
+	buf     []byte      // nil while nothing is buffered; bufSize or longBufSize bytes
+	first   [1]byte     // over TLS, the first byte after an idle wait, read before a buffer is taken
+	r, w    int         // buf[r:w] is read and not yet taken
+	scanned int         // of buf[r:w], the whole lines of the head scanHead checked
 
 	stepFn   func(fd uintptr) bool // c.step, made once
 	mustRead bool                  // step reads before it looks for a head
@@ -859,7 +869,7 @@ func (c *clientConn) read(fd uintptr) bool {
 			c.take()
 		}
 		n, err = rawio.Read(fd, c.buf[c.w:])
-		c.drained = n < bufSize-c.w
+		c.drained = n < len(c.buf)-c.w
 	}
 	switch {
 	case err == syscall.EAGAIN:
@@ -974,7 +984,10 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 		return r, n, false
 	}
 	// Not a head the strict reader takes, or longer than the buffer.
-	theirs = n < 0 || c.r == 0 && c.w == bufSize
+	if n == 0 && c.r == 0 && c.w == len(c.buf) && c.grow() {
+		return nil, 0, false
+	}
+	theirs = n < 0 || c.r == 0 && c.w == len(c.buf)
 	return nil, 0, theirs && c.mayHandOff()
 }
 
@@ -1043,7 +1056,7 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 	src := c.buf[c.r+*n : c.w]
 	buffered := len(src)
 	size, used, ok := wholeChunks(src, nil)
-	if !ok && c.tls == nil && c.w == bufSize {
+	if !ok && c.tls == nil && c.w == len(c.buf) {
 		look := looks.Get().(*[lookSize]byte)
 		defer looks.Put(look)
 		k := copy(look[:], src)
@@ -1275,20 +1288,38 @@ func (c *clientConn) mayHandOff() bool { return c.served == 0 || c.peeked }
 // compact moves what is buffered to the buffer's start.
 func (c *clientConn) compact() {
 	if c.r > 0 {
-		c.w = copy(c.buf[:], c.buf[c.r:c.w])
+		c.w = copy(c.buf, c.buf[c.r:c.w])
 		c.r = 0
 	}
 }
 
 func (c *clientConn) take() {
-	c.buf = bufs.Get().(*[bufSize]byte)
+	c.buf = bufs.Get().(*[bufSize]byte)[:]
 	c.s.buffers.Add(1)
+}
+
+// grow moves what the full buffer holds, a head not yet whole, into a
+// long one; false: it is one already, or the listener's bound on heads
+// would refuse a head that long anyway (net/http's server refuses it).
+func (c *clientConn) grow() bool {
+	if len(c.buf) != bufSize || c.s.HTTP.MaxHeaderBytes > 0 && c.s.HTTP.MaxHeaderBytes <= bufSize {
+		return false
+	}
+	long := longBufs.Get().(*[longBufSize]byte)[:]
+	copy(long, c.buf[:c.w])
+	bufs.Put((*[bufSize]byte)(c.buf))
+	c.buf = long
+	return true
 }
 
 // release gives the buffer back when nothing is in it.
 func (c *clientConn) release() {
 	if c.buf != nil && c.r == c.w {
-		bufs.Put(c.buf)
+		if len(c.buf) == bufSize {
+			bufs.Put((*[bufSize]byte)(c.buf))
+		} else {
+			longBufs.Put((*[longBufSize]byte)(c.buf))
+		}
 		c.buf, c.r, c.w = nil, 0, 0
 		c.s.buffers.Add(-1)
 	}

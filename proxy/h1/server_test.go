@@ -1473,3 +1473,75 @@ func TestBeganCountsTheUpload(t *testing.T) {
 		})
 	}
 }
+
+// A head that fills the 4 KiB buffer (long cookies, a bearer token) is
+// read on in a 16 KiB one and served the short way, whole however it
+// came (at once, in pieces, pipelined between others); a longer one goes
+// to net/http's server, as does every long one where the bound on heads
+// is 4 KiB or less, for net/http's server to hold to it. No buffer is
+// held after.
+func TestLongHeads(t *testing.T) {
+	type seen struct {
+		path   string
+		short  bool
+		cookie int
+	}
+	for _, o := range overs(t) {
+		t.Run(o.name, func(t *testing.T) {
+			got := make(chan seen, 16)
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got <- seen{r.URL.Path, h1.RequestHead(w) != nil, len(r.Header.Get("Cookie"))}
+				io.WriteString(w, r.URL.Path)
+			})
+			srv, addr, _ := o.start(t, &http.Server{Handler: handler})
+			head := func(path string, cookie int) string {
+				return "GET " + path + " HTTP/1.1\r\nHost: a\r\nCookie: " + strings.Repeat("c", cookie) + "\r\n\r\n"
+			}
+			c, br := o.dial(t, addr)
+			check := func(path string, cookie int, short bool) {
+				t.Helper()
+				if _, body := readAnswer(t, br); body != path {
+					t.Fatalf("answered %q, want %s's", body, path)
+				}
+				s := <-got
+				if s != (seen{path, short && rawio.Supported, cookie}) {
+					t.Fatalf("%+v, want %s with a cookie of %d, the short way's: %v", s, path, cookie, short && rawio.Supported)
+				}
+			}
+			for _, tc := range []struct {
+				path   string
+				cookie int
+				short  bool
+			}{{"/3k", 3 << 10, true}, {"/6k", 6 << 10, true}, {"/15k", 15 << 10, true}} {
+				io.WriteString(c, head(tc.path, tc.cookie))
+				check(tc.path, tc.cookie, tc.short)
+			}
+			// In pieces, the first filling the buffer.
+			h := head("/pieces", 10<<10)
+			io.WriteString(c, h[:5000])
+			time.Sleep(50 * time.Millisecond)
+			io.WriteString(c, h[5000:9000])
+			time.Sleep(50 * time.Millisecond)
+			io.WriteString(c, h[9000:])
+			check("/pieces", 10<<10, true)
+			// Pipelined: short, long, short, long in one write.
+			io.WriteString(c, head("/a", 10)+head("/b", 8<<10)+head("/c", 10)+head("/d", 12<<10))
+			check("/a", 10, true)
+			check("/b", 8<<10, true)
+			check("/c", 10, true)
+			check("/d", 12<<10, true)
+			// Longer than the long buffer: net/http's, on this connection.
+			io.WriteString(c, head("/20k", 20<<10))
+			check("/20k", 20<<10, false)
+			c.Close()
+			testtool.Eventually(t, 3*time.Second, "no buffer held", func() bool { return srv.Buffers() == 0 })
+
+			// A bound of 4 KiB: net/http's server's to hold to it (it takes
+			// 4 KiB over its bound: a 6 KiB head is served).
+			_, bounded, _ := o.start(t, &http.Server{Handler: handler, MaxHeaderBytes: 4 << 10})
+			c, br = o.dial(t, bounded)
+			io.WriteString(c, head("/6k", 6<<10))
+			check("/6k", 6<<10, false)
+		})
+	}
+}

@@ -425,7 +425,7 @@ func (b *streamBody) fill(wait bool, ready func([]byte) bool) (ok bool, err erro
 			c.take()
 		}
 		c.compact()
-		if c.w == bufSize {
+		if c.w == len(c.buf) {
 			if b.phase == chunkTrailer {
 				return false, errLongTrailer
 			}
