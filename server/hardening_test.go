@@ -345,17 +345,7 @@ func TestStalledReaderIsBounded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(be.Close)
-	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
-	r := startRotor(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
-log: {access: true}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}}
-  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}, tls: {cert: %q, key: %q}}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: %q}
-`, certFile, keyFile, be.URL), nil)
+	r := idleBoundRotor(t, be.URL, "admin: {listen: \"127.0.0.1:0\"}\nlog: {access: true}")
 	dial := func(t *testing.T, listener string, alpn string) net.Conn {
 		t.Helper()
 		addr := r.Addr(listener).String()
@@ -472,16 +462,7 @@ func TestUpgradedReaderWaitsPastIdle(t *testing.T) {
 		}
 	}))
 	t.Cleanup(be.Close)
-	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
-	r := startRotor(t, fmt.Sprintf(`admin: {listen: "off"}
-listeners:
-  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}}
-  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}, tls: {cert: %q, key: %q}}
-pools:
-  - name: app
-    endpoints:
-      - {name: a, url: %q}
-`, certFile, keyFile, be.URL), nil)
+	r := idleBoundRotor(t, be.URL, `admin: {listen: "off"}`)
 	for _, listener := range []string{"web", "secure"} {
 		t.Run(listener, func(t *testing.T) {
 			var c net.Conn
@@ -507,4 +488,21 @@ pools:
 			}
 		})
 	}
+}
+
+// idleBoundRotor starts a rotor with head (its admin and log settings)
+// and two http listeners whose idle timeout is 1s, cleartext (web) and
+// TLS (secure), over the one backend at url.
+func idleBoundRotor(t *testing.T, url, head string) *rotor {
+	t.Helper()
+	certFile, keyFile := testtool.SelfSignedFiles(t, t.TempDir())
+	return startRotor(t, fmt.Sprintf(`%s
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}}
+  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, timeouts: {idle: 1s}, tls: {cert: %q, key: %q}}
+pools:
+  - name: app
+    endpoints:
+      - {name: a, url: %q}
+`, head, certFile, keyFile, url), nil)
 }

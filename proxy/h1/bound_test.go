@@ -6,28 +6,15 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/internal/testtool"
 )
 
 // stuckPair returns a connection handed to net/http (prefixConn) bounded
 // by stall, whose peer reads nothing, and that peer.
 func stuckPair(t *testing.T, stall time.Duration) (*prefixConn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { peer.Close() })
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := nc.(*net.TCPConn)
-	t.Cleanup(func() { tc.Close() })
+	peer, tc := testtool.TCPPair(t)
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
