@@ -470,6 +470,11 @@ func (s *Server) swapIn(rt *runtime) {
 	}
 	s.rt.Store(rt)
 	s.homes = homes
+	for _, li := range s.listeners {
+		if lr := rt.listeners[li.cfg.Name]; lr != nil {
+			li.rt.Store(lr)
+		}
+	}
 	if old == nil {
 		return
 	}
@@ -533,21 +538,26 @@ func keyFunc(k config.Key) reverse.KeyFunc {
 	return nil
 }
 
-// sameListeners reports why two configs' listeners differ in a way a
-// reload cannot apply, or "" when they do not: new sockets (a name, kind,
-// address or TLS files), or a bound the listener's servers took when
-// they started (net/http's, the short way's and HTTP/2's read them
-// unlocked while they serve), which a reload that said it reloaded would
-// otherwise leave as it was.
-func sameListeners(a, b *config.File) string {
-	if len(a.Listeners) != len(b.Listeners) {
-		return "the set of listeners changed"
+// sameServer reports why config b differs from a, the one in force, in a
+// way a reload cannot apply, or "" when it does not. A listener is kept
+// when b has one of its name at its address, which must keep its kind,
+// whether it has TLS, and the bounds its servers took when they started
+// (net/http's, the short way's and HTTP/2's read them unlocked while
+// they serve; a reload that said it reloaded would otherwise leave them
+// as they were); every other listener of b is new, bound by the reload,
+// and every other of a is removed, drained.
+func sameServer(a, b *config.File) string {
+	kept := map[string]config.Listener{}
+	for _, x := range a.Listeners {
+		kept[x.Name] = x
 	}
-	for i := range a.Listeners {
-		x, y := a.Listeners[i], b.Listeners[i]
-		if x.Name != y.Name || x.Kind != y.Kind || x.Listen != y.Listen || (x.TLS == nil) != (y.TLS == nil) ||
-			x.TLS != nil && *x.TLS != *y.TLS {
-			return "listener " + y.Name + " changed its name, kind, address or tls"
+	for _, y := range b.Listeners {
+		x, ok := kept[y.Name]
+		if !ok || x.Listen != y.Listen {
+			continue
+		}
+		if x.Kind != y.Kind || (x.TLS == nil) != (y.TLS == nil) {
+			return "listeners." + y.Name + " changed its kind or whether it has tls at the same address"
 		}
 		for _, f := range []struct {
 			field    string
@@ -559,7 +569,7 @@ func sameListeners(a, b *config.File) string {
 			{"max_concurrent_streams", x.MaxConcurrentStreams, y.MaxConcurrentStreams},
 		} {
 			if f.was != f.now {
-				return fmt.Sprintf("listeners.%s.%s changed (%v to %v)", y.Name, f.field, f.was, f.now)
+				return fmt.Sprintf("listeners.%s.%s changed (%v to %v) at the same address", y.Name, f.field, f.was, f.now)
 			}
 		}
 	}

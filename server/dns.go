@@ -265,7 +265,7 @@ func (s *Server) commitDiscovery(ds map[string]*discoverer) {
 		}
 	}
 	s.discoverers = ds
-	if s.listeners != nil {
+	if s.started {
 		s.startDiscovery()
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
@@ -76,8 +78,8 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"bad policy", strings.Replace(good, "  - name: app\n", "  - name: app\n    policy: p3c\n", 1), `"p3c" is not a policy`},
 		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
 		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
-		{"a listener moves", reloadConfig("127.0.0.2:0", anyPort, anyPort, anyPort, a, b, cert, key), "restart rotor"},
-		{"a listener's head bound changes", strings.Replace(good, "pool: app}", "pool: app, max_header_bytes: 8192}", 1), "listeners.web.max_header_bytes changed (1048576 to 8192); restart rotor"},
+		{"a new listener's address is taken", strings.Replace(good, "pools:\n", fmt.Sprintf("  - {name: extra, kind: http, listen: %q, pool: app}\npools:\n", strings.TrimPrefix(a.url(), "http://")), 1), "listeners.extra.listen"},
+		{"a listener's head bound changes", strings.Replace(good, "pool: app}", "pool: app, max_header_bytes: 8192}", 1), "listeners.web.max_header_bytes changed (1048576 to 8192) at the same address; restart rotor"},
 		{"a listener's idle timeout changes", strings.Replace(good, "pool: app, tls:", "pool: app, timeouts: {idle: 5s}, tls:", 1), "listeners.secure.timeouts.idle changed (1m0s to 5s)"},
 		{"the log's format changes", good + "log: {format: json}\n", "log.format changed (text to json); restart rotor"},
 		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
@@ -163,7 +165,8 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 }
 
 // A reload serves the certificate the files hold now: a renewed
-// certificate is picked up without a restart.
+// certificate is picked up without a restart, as are files of other
+// names.
 func TestReloadServesARenewedCertificate(t *testing.T) {
 	a := newBackend(t, "a")
 	dir := t.TempDir()
@@ -201,8 +204,19 @@ pools:
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got := serial(); got == first {
+	second := serial()
+	if second == first {
 		t.Fatal("after the reload the old certificate is still served")
+	}
+	// Files of other names: the listener keeps its address and serves
+	// the certificate they hold.
+	c3, k3 := testtool.SelfSignedFiles(t, t.TempDir())
+	r.rewrite(t, strings.NewReplacer(cert, c3, key, k3).Replace(cfg))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got == second || got == first {
+		t.Fatal("after a reload naming other files, the certificate before is still served")
 	}
 }
 
@@ -242,4 +256,118 @@ pools:
 			t.Fatalf("%s, under a cap a reload raised to 1 MiB: %d %q, want the backend's 200", p.name, resp.StatusCode, body)
 		}
 	}
+}
+
+// A reload may add listeners, remove them and move them to another
+// address, as nginx's and Caddy's reloads do: a new one is bound and
+// serves, a removed one (or one that moved) takes no new connection
+// while a request it had in flight finishes (its drain, within its
+// timeouts.shutdown), and one that stays at its address keeps serving
+// there, untouched. /status lists the listeners bound after it.
+func TestReloadAddsMovesAndRemovesListeners(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-release
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(be.Close)
+	config := func(listeners string) string {
+		return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+log: {access: true}
+listeners:
+%spools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+`, listeners, be.URL)
+	}
+	r := startRotor(t, config(`  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: gone, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: moving, kind: http, listen: "127.0.0.1:0", pool: app}
+`), nil)
+	web, gone, moving := r.url("web"), r.url("gone"), r.url("moving")
+	slow := make(chan error, 1)
+	go func() {
+		code, body := 0, ""
+		resp, err := client.Get(gone + "/slow")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+		}
+		if err == nil && (code != 200 || body != "ok") {
+			err = fmt.Errorf("%d %q", code, body)
+		}
+		slow <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow request did not reach the backend")
+	}
+
+	cert, key := testtool.SelfSignedFiles(t, t.TempDir())
+	r.rewrite(t, config(fmt.Sprintf(`  - {name: extra, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+  - {name: moving, kind: http, listen: "127.0.0.2:0", pool: app}
+  - {name: secure, kind: http, listen: "127.0.0.1:0", pool: app, tls: {cert: %q, key: %q}}
+`, cert, key)))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if r.url("web") != web {
+		t.Fatalf("web moved from %s to %s: it stayed in the file at its address", web, r.url("web"))
+	}
+	if r.Addr("gone") != nil {
+		t.Fatal("the removed listener is still bound")
+	}
+	for _, u := range []string{web, r.url("extra"), r.url("moving")} {
+		if code, body := get(t, u); code != 200 || body != "ok" {
+			t.Fatalf("%s after the reload: %d %q", u, code, body)
+		}
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get("https://" + r.Addr("secure").String() + "/")
+	if err != nil {
+		t.Fatalf("the TLS listener the reload added: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("the TLS listener the reload added: %d over %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+	if !strings.HasPrefix(r.url("moving"), "http://127.0.0.2:") {
+		t.Fatalf("moving is at %s, want 127.0.0.2", r.url("moving"))
+	}
+	for _, u := range []string{gone, moving} {
+		eventually(t, 3*time.Second, "nothing taken at "+u, func() bool {
+			c, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "http://"), time.Second)
+			if err != nil {
+				return true
+			}
+			c.Close()
+			return false
+		})
+	}
+	var names []string
+	for _, l := range statusDoc(t, r).Listeners {
+		names = append(names, l.Name)
+	}
+	if strings.Join(names, ",") != "extra,web,moving,secure" {
+		t.Fatalf("/status lists %v, want extra, web, moving and secure", names)
+	}
+	// The removed listener's request in flight finishes.
+	close(release)
+	select {
+	case err := <-slow:
+		if err != nil {
+			t.Fatalf("the request in flight on the removed listener: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request in flight on the removed listener did not finish")
+	}
+	eventually(t, 3*time.Second, "the removed listeners drained", func() bool {
+		return strings.Count(r.logs.String(), "removed listener drained") == 2
+	})
 }

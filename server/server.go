@@ -53,7 +53,9 @@ type Server struct {
 	homes map[string]*home // guarded by mu: what outlives runtimes, by pool name
 	// discoverers look up the pools whose endpoints come from DNS.
 	discoverers map[string]*discoverer // guarded by mu
-	listeners   []*listener            // guarded by mu; bound by Start
+	listeners   []*listener            // guarded by mu; bound by Start, changed by reloads
+	started     bool                   // guarded by mu: Start has bound the listeners
+	retiring    sync.WaitGroup         // listeners a reload removed, draining
 	checkers    []*check.Checker       // guarded by mu
 	admin       *http.Server           // guarded by mu
 	history     *admin.History         // guarded by mu; sampled while the admin listener runs
@@ -75,6 +77,10 @@ type listener struct {
 	short *h1.Server   // a cleartext http or forward listener's: net/http's server behind it
 	tcp   *tcp.Proxy
 	conns *proxy.Conns // upgrades, tunnels, tcp connections
+	// rt is what it serves with: its part of the runtime in force, or,
+	// once a reload removed it, of the last one it was in, which its
+	// requests still in flight finish with.
+	rt atomic.Pointer[listenerRuntime]
 }
 
 // New loads the config at path and builds the server without binding
@@ -227,52 +233,10 @@ func (s *Server) Start() error {
 		adminLn = ln
 	}
 	for _, l := range cfg.Listeners {
-		ln := lns[l.Name]
-		name := l.Name
-		li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
-		li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
-		switch l.Kind {
-		case "http":
-			h := reverse.NewHandler(name, s.tableOf(name),
-				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
-			li.http = s.httpServer(l, h)
-			if rt.listeners[name].tls != nil {
-				// The certificate in force is the runtime's: a reload
-				// (after a renewal, say) serves the new one.
-				li.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12,
-					GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-						return s.rt.Load().listeners[name].tls, nil
-					}}
-				// HTTP/2 is rotor's own server's, offered to clients
-				// (ALPN) beside HTTP/1.1, which is the short way's.
-				h2Server(l, li.http).Configure(li.http)
-				li.short = s.shortServer(l, li.http)
-				go s.serve(name, func() error { return li.short.ServeTLS(ln) })
-			} else {
-				// Without TLS, HTTP/2 with prior knowledge (h2c): the
-				// short way hands a connection that opens with its
-				// preface to li.http, which hands it to rotor's server.
-				h2Server(l, li.http).ConfigureCleartext(li.http)
-				s.serveCleartext(li, ln)
-			}
-		case "forward":
-			h := forward.NewHandler(name, func() *forward.Settings { return s.rt.Load().listeners[name].forward },
-				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
-			li.http = s.httpServer(l, h)
-			s.serveCleartext(li, ln)
-		case "tcp":
-			li.tcp = tcp.New(name, func() *tcp.Pool { return s.rt.Load().listeners[name].tcp },
-				proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
-			go s.serve(name, func() error { return li.tcp.Serve(ln) })
-		}
-		s.listeners = append(s.listeners, li)
-		s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
+		s.listeners = append(s.listeners, s.startListener(l, lns[l.Name], rt.listeners[l.Name]))
 	}
-	views := make([]admin.ListenerView, len(s.listeners))
-	for i, li := range s.listeners {
-		views[i] = admin.ListenerView{Name: li.cfg.Name, Kind: li.cfg.Kind, Addr: li.addr.String()}
-	}
-	s.listenerViews.Store(&views)
+	s.started = true
+	s.storeListenerViews()
 	if adminLn != nil {
 		s.history = admin.NewHistory(s.Pools, historyEvery, historyKeep)
 		s.history.Start()
@@ -291,24 +255,59 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// tableOf returns what gives the routing in force of the http listener
-// name: the table of the runtime in force, looked up in its listeners
-// once a runtime rather than on every request.
-func (s *Server) tableOf(name string) func() *reverse.Table {
-	type seen struct {
-		rt    *runtime
-		table *reverse.Table
-	}
-	var last atomic.Pointer[seen]
-	return func() *reverse.Table {
-		rt := s.rt.Load()
-		if l := last.Load(); l != nil && l.rt == rt {
-			return l.table
+// startListener serves listener l on ln, bound already, with lr, its
+// part of the runtime in force.
+func (s *Server) startListener(l config.Listener, ln net.Listener, lr *listenerRuntime) *listener {
+	name := l.Name
+	li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
+	li.rt.Store(lr)
+	li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
+	switch l.Kind {
+	case "http":
+		h := reverse.NewHandler(name, func() *reverse.Table { return li.rt.Load().table },
+			proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
+		li.http = s.httpServer(l, h)
+		if lr.tls != nil {
+			// The certificate in force is the runtime's: a reload
+			// (after a renewal, say) serves the new one.
+			li.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12,
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+					return li.rt.Load().tls, nil
+				}}
+			// HTTP/2 is rotor's own server's, offered to clients
+			// (ALPN) beside HTTP/1.1, which is the short way's.
+			h2Server(l, li.http).Configure(li.http)
+			li.short = s.shortServer(l, li.http)
+			go s.serve(name, func() error { return li.short.ServeTLS(ln) })
+		} else {
+			// Without TLS, HTTP/2 with prior knowledge (h2c): the
+			// short way hands a connection that opens with its
+			// preface to li.http, which hands it to rotor's server.
+			h2Server(l, li.http).ConfigureCleartext(li.http)
+			s.serveCleartext(li, ln)
 		}
-		t := rt.listeners[name].table
-		last.Store(&seen{rt, t})
-		return t
+	case "forward":
+		h := forward.NewHandler(name, func() *forward.Settings { return li.rt.Load().forward },
+			proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
+		li.http = s.httpServer(l, h)
+		s.serveCleartext(li, ln)
+	case "tcp":
+		li.tcp = tcp.New(name, func() *tcp.Pool { return li.rt.Load().tcp },
+			proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
+		go s.serve(name, func() error { return li.tcp.Serve(ln) })
 	}
+	s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
+	return li
+}
+
+// storeListenerViews publishes the bound listeners for /status. Called
+// with mu.
+func (s *Server) storeListenerViews() {
+	views := make([]admin.ListenerView, len(s.listeners))
+	for i, li := range s.listeners {
+		views[i] = admin.ListenerView{Name: li.cfg.Name, Kind: li.cfg.Kind, Addr: li.addr.String()}
+	}
+	s.listenerViews.Store(&views)
 }
 
 // httpServer is the http.Server for an http or forward listener, with
@@ -412,30 +411,108 @@ func (s *Server) reloadOnce() error {
 	if s.stopping {
 		return fmt.Errorf("shutting down")
 	}
-	if why := sameListeners(s.rt.Load().cfg, cfg); why != "" {
+	if why := sameServer(s.rt.Load().cfg, cfg); why != "" {
 		return fmt.Errorf("%s: %s; restart rotor to apply it", s.path, why)
+	}
+	// A listener new at its address is bound first, aside: an address
+	// that cannot be bound refuses the reload, which changes nothing.
+	running := map[string]*listener{}
+	bound := map[string]net.Listener{}
+	closeBound := func() {
+		for _, ln := range bound {
+			ln.Close()
+		}
+	}
+	if s.started {
+		for _, li := range s.listeners {
+			running[li.cfg.Name] = li
+		}
+		for _, l := range cfg.Listeners {
+			if li := running[l.Name]; li != nil && li.cfg.Listen == l.Listen {
+				continue
+			}
+			ln, err := net.Listen("tcp", l.Listen)
+			if err != nil {
+				closeBound()
+				return fmt.Errorf("listeners.%s.listen: %w", l.Name, err)
+			}
+			bound[l.Name] = ln
+		}
 	}
 	f, ds := s.discover(cfg, ahead)
 	rt, err := s.buildWith(cfg, f, ds)
 	if err != nil {
+		closeBound()
 		return err
 	}
-	s.swapIn(rt)
-	for i, li := range s.listeners { // the same listeners, in the same order (sameListeners)
-		li.conns.SetTunnelIdle(cfg.Listeners[i].Timeouts.Tunnel)
-		if li.http != nil {
-			li.setBodies(cfg.Listeners[i])
+	// The listeners kept take the new runtime with the swap; then the new
+	// ones start, and the ones no longer in the file (or moved to another
+	// address) drain.
+	var kept []*listener
+	for _, l := range cfg.Listeners {
+		if li := running[l.Name]; li != nil && bound[l.Name] == nil {
+			li.cfg = l
+			li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
+			if li.http != nil {
+				li.setBodies(l)
+			}
+			kept = append(kept, li)
+			delete(running, l.Name)
 		}
+	}
+	var retired []*listener
+	for _, li := range s.listeners {
+		if running[li.cfg.Name] == li {
+			retired = append(retired, li)
+		}
+	}
+	s.listeners = kept
+	s.swapIn(rt)
+	if s.started {
+		s.listeners = make([]*listener, 0, len(cfg.Listeners))
+		for _, l := range cfg.Listeners {
+			if ln := bound[l.Name]; ln != nil {
+				s.listeners = append(s.listeners, s.startListener(l, ln, rt.listeners[l.Name]))
+				continue
+			}
+			for _, li := range kept {
+				if li.cfg.Name == l.Name {
+					s.listeners = append(s.listeners, li)
+				}
+			}
+		}
+		for _, li := range retired {
+			s.retire(li)
+		}
+		s.storeListenerViews()
 	}
 	s.commitDiscovery(ds)
 	s.level.Set(levelOf(cfg.Log.Level))
-	if s.listeners != nil {
+	if s.started {
 		s.startChecks(rt)
 	}
 	gen := s.reload.Load().Generation + 1
 	s.reload.Store(&admin.ReloadStatus{Generation: gen, At: time.Now()})
 	s.log.Info("reloaded", "generation", gen)
 	return nil
+}
+
+// retire drains li, a listener a reload removed, in the background,
+// within its own timeouts.shutdown, as a shutdown drains one; Shutdown
+// waits for it too.
+func (s *Server) retire(li *listener) {
+	s.log.Info("listener removed: draining", "listener", li.cfg.Name, "addr", li.addr.String())
+	s.retiring.Add(1)
+	go func() {
+		defer s.retiring.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), li.cfg.Timeouts.Shutdown)
+		defer cancel()
+		if err := li.drain(ctx); err != nil {
+			s.log.Warn("removed listener: what was still open at its timeouts.shutdown was cut", "listener", li.cfg.Name, "error", err)
+			return
+		}
+		s.log.Info("removed listener drained", "listener", li.cfg.Name)
+	}()
 }
 
 func levelOf(s string) slog.Level {
@@ -474,6 +551,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	s.retiring.Wait() // listeners a reload removed, each within its own bound
 	if adminSrv != nil {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		_ = adminSrv.Shutdown(actx)
