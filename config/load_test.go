@@ -71,6 +71,9 @@ func TestBadConfigNamesFileLineAndPath(t *testing.T) {
 		{"unknown policy", edit(7, "    policy: p3c"), `rotor.yaml:7: pools.app.policy: "p3c" is not a policy (round_robin, random, least_conn, p2c,`},
 		{"wrong type", edit(10, "      - {name: a, url: http://127.0.0.1:9001, weight: heavy}"), `rotor.yaml:10: pools.app.endpoints.a.weight: "heavy" is not a whole number`},
 		{"bad duration", edit(15, "      breaker: {threshold: 3, cooldown: soon}"), `rotor.yaml:15: pools.app.health.breaker.cooldown: "soon" is not a duration (250ms, 2s, 1m30s)`},
+		{"shared address", edit(4, "  - {name: db, kind: tcp, listen: 127.0.0.1:8080, pool: pg}"), `rotor.yaml:4: listeners.db.listen: "127.0.0.1:8080" is listeners.web's address too: two sockets cannot take one address and port`},
+		{"address under a wildcard", edit(4, "  - {name: db, kind: tcp, listen: \"0.0.0.0:8080\", pool: pg}"), `rotor.yaml:4: listeners.db.listen: "0.0.0.0:8080" is listeners.web's address too`},
+		{"the admin's address", edit(4, "  - {name: db, kind: tcp, listen: \":9901\", pool: pg}"), `rotor.yaml:4: listeners.db.listen: ":9901" is admin.listen's address too`},
 		{"duplicate endpoint", edit(11, "      - {name: a, url: http://127.0.0.1:9002}"), `rotor.yaml:11: pools.app.endpoints.a.name: "a" appears twice`},
 		{"missing pool", edit(3, "  - {name: web, kind: http, listen: 127.0.0.1:8080, routes: [{match: {path_prefix: /}, pool: nope}]}"), `rotor.yaml:3: listeners.web.routes[0].pool: pool "nope" does not exist (pools: app, pg)`},
 		{"bad kind", edit(4, "  - {name: db, kind: udp, listen: 127.0.0.1:6432, pool: pg}"), `rotor.yaml:4: listeners.db.kind: "udp" is not a listener kind (http, tcp, forward)`},
@@ -303,5 +306,47 @@ pools:
 	if _, err := config.Parse("rotor.yaml", []byte(y), func(k string) string { return env[k] }); err == nil ||
 		!strings.Contains(err.Error(), `rotor.yaml:3: pools.app.endpoints.a.weight: "three" is not a whole number`) {
 		t.Fatalf("a variable that is not a number: %v", err)
+	}
+}
+
+// Listeners that could not be bound side by side are refused (above);
+// these can: another port, another address, the two families' loopback
+// addresses, and any number on port 0 (a free port each). A wildcard
+// takes its port on both families, as Go listens on it.
+func TestAddressesThatCanBeShared(t *testing.T) {
+	for _, pair := range [][2]string{
+		{"127.0.0.1:8080", "127.0.0.1:8081"},
+		{"127.0.0.1:8080", "127.0.0.2:8080"},
+		{"127.0.0.1:0", "127.0.0.1:0"},
+		{"[::1]:8080", "127.0.0.1:8080"},
+	} {
+		yaml := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: a, kind: tcp, listen: %q, pool: pg}
+  - {name: b, kind: tcp, listen: %q, pool: pg}
+pools:
+  - {name: pg, endpoints: [{name: pg1, address: "127.0.0.1:5432"}]}
+`, pair[0], pair[1])
+		if _, err := config.Parse("rotor.yaml", []byte(yaml), func(string) string { return "" }); err != nil {
+			t.Errorf("%s beside %s: %v", pair[0], pair[1], err)
+		}
+	}
+	for _, pair := range [][2]string{
+		{"[::]:8080", "127.0.0.1:8080"},
+		{":8080", "[::1]:8080"},
+		{"127.0.0.1:8080", "0.0.0.0:8080"},
+		{"[::1]:8080", "[0:0::1]:8080"},
+		{"0.0.0.0:8080", "[::1]:8080"},
+	} {
+		yaml := fmt.Sprintf(`admin: {listen: "off"}
+listeners:
+  - {name: a, kind: tcp, listen: %q, pool: pg}
+  - {name: b, kind: tcp, listen: %q, pool: pg}
+pools:
+  - {name: pg, endpoints: [{name: pg1, address: "127.0.0.1:5432"}]}
+`, pair[0], pair[1])
+		if _, err := config.Parse("rotor.yaml", []byte(yaml), func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "listeners.b.listen") {
+			t.Errorf("%s beside %s: %v, want listeners.b.listen refused", pair[0], pair[1], err)
+		}
 	}
 }

@@ -343,6 +343,8 @@ func (f *File) validate() []pathError {
 		listenerNames[l.Name] = true
 		if err := checkHostPort(l.Listen); err != nil {
 			add(errAt(path+".listen", "%v", err))
+		} else if other := sharer(f, i); other != "" {
+			add(errAt(path+".listen", "%q is %s's address too: two sockets cannot take one address and port", l.Listen, other))
 		}
 		poolRef := func(p, at string) {
 			if pools[p] == nil {
@@ -651,6 +653,39 @@ func (p *Pool) hasHTTPS() bool {
 		}
 	}
 	return false
+}
+
+// sharer names what before listener i in f (the admin listener, or an
+// earlier listener) listens where it would, so that binding it would
+// fail: the same port and the same host, or a wildcard host on either
+// side (Go listens on "", "0.0.0.0" and "::" alike, on both families).
+// Port 0 (any free port) shares nothing; names are not resolved.
+func sharer(f *File, i int) string {
+	if f.Admin.Listen != "off" && sameSocket(f.Admin.Listen, f.Listeners[i].Listen) {
+		return "admin.listen"
+	}
+	for j := range i {
+		if sameSocket(f.Listeners[j].Listen, f.Listeners[i].Listen) {
+			return "listeners." + f.Listeners[j].Name
+		}
+	}
+	return ""
+}
+
+func sameSocket(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := net.LookupPort("tcp", pa)
+	nb, errB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || na != nb || na == 0 {
+		return false
+	}
+	ia, ib := net.ParseIP(ha), net.ParseIP(hb)
+	wild := func(h string, ip net.IP) bool { return h == "" || ip != nil && ip.IsUnspecified() }
+	return ha == hb || wild(ha, ia) || wild(hb, ib) || ia != nil && ia.Equal(ib)
 }
 
 func checkHostPort(s string) error {
