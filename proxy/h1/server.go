@@ -954,8 +954,13 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 		}
 		if r != nil && r.ContentLength != 0 {
 			end := int64(c.r+n) + r.ContentLength
+			// A body that came whole with its head is in hand, though its
+			// client asked for 100 Continue (it did not wait for it): it
+			// can go again on a retry. The Expect goes on with it, as
+			// net/http's server leaves it to the handler.
+			inHand := !a.expect || continues(r)
 			switch {
-			case r.ContentLength > 0 && end <= int64(c.w) && !a.expect:
+			case r.ContentLength > 0 && end <= int64(c.w) && inHand:
 				// A copy: a transport may still read a request's body
 				// after the handler has returned, and the buffer is the
 				// next request's by then.
@@ -966,7 +971,7 @@ func (c *clientConn) nextHead(fd uintptr) (r *http.Request, n int, theirs bool) 
 				a.read.addr = c.addr
 				c.block = a
 				return nil, 0, false
-			case r.ContentLength < 0 && !a.expect && c.chunkedInHand(r, &n, fd):
+			case r.ContentLength < 0 && inHand && c.chunkedInHand(r, &n, fd):
 				// A chunked body that came whole with its head: in hand.
 			case !c.startStream(r, a.expect, fd):
 				r = nil // net/http's
@@ -1002,8 +1007,8 @@ func (c *clientConn) startBody(r *http.Request, n int) bool {
 	if max := c.s.maxBody.Load(); cl > maxInHand || max > 0 && cl > max || r.Method == http.MethodConnect {
 		return false
 	}
-	expect, ok := r.Header["Expect"]
-	if ok && (r.ProtoMinor == 0 || len(expect) != 1 || !strings.EqualFold(strings.TrimSpace(expect[0]), "100-continue")) {
+	_, ok := r.Header["Expect"]
+	if ok && !continues(r) {
 		return false // net/http answers 417, or ignores it (HTTP/1.0)
 	}
 	size := int64(n) + cl
@@ -1028,6 +1033,14 @@ func (c *clientConn) startBody(r *http.Request, n int) bool {
 }
 
 var continue100 = []byte("HTTP/1.1 100 Continue\r\n\r\n")
+
+// continues reports whether r's Expect is one HTTP/1.1 100-continue, the
+// one expectation the server meets itself (net/http answers any other
+// 417, and ignores one on HTTP/1.0).
+func continues(r *http.Request) bool {
+	expect := r.Header["Expect"]
+	return r.ProtoMinor != 0 && len(expect) == 1 && strings.EqualFold(strings.TrimSpace(expect[0]), "100-continue")
+}
 
 // lookSize bounds what chunkedInHand looks at: a body of up to maxInHand
 // and its framing.
