@@ -314,11 +314,19 @@ pools:
 // addresses, and any number on port 0 (a free port each). A wildcard
 // takes its port on both families, as Go listens on it.
 func TestAddressesThatCanBeShared(t *testing.T) {
-	for _, pair := range [][2]string{
-		{"127.0.0.1:8080", "127.0.0.1:8081"},
-		{"127.0.0.1:8080", "127.0.0.2:8080"},
-		{"127.0.0.1:0", "127.0.0.1:0"},
-		{"[::1]:8080", "127.0.0.1:8080"},
+	for _, tc := range []struct {
+		a, b string
+		both bool // they can be bound side by side
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:8081", true},
+		{"127.0.0.1:8080", "127.0.0.2:8080", true},
+		{"127.0.0.1:0", "127.0.0.1:0", true},
+		{"[::1]:8080", "127.0.0.1:8080", true},
+		{"[::]:8080", "127.0.0.1:8080", false},
+		{":8080", "[::1]:8080", false},
+		{"127.0.0.1:8080", "0.0.0.0:8080", false},
+		{"[::1]:8080", "[0:0::1]:8080", false},
+		{"0.0.0.0:8080", "[::1]:8080", false},
 	} {
 		yaml := fmt.Sprintf(`admin: {listen: "off"}
 listeners:
@@ -326,27 +334,10 @@ listeners:
   - {name: b, kind: tcp, listen: %q, pool: pg}
 pools:
   - {name: pg, endpoints: [{name: pg1, address: "127.0.0.1:5432"}]}
-`, pair[0], pair[1])
-		if _, err := config.Parse("rotor.yaml", []byte(yaml), func(string) string { return "" }); err != nil {
-			t.Errorf("%s beside %s: %v", pair[0], pair[1], err)
-		}
-	}
-	for _, pair := range [][2]string{
-		{"[::]:8080", "127.0.0.1:8080"},
-		{":8080", "[::1]:8080"},
-		{"127.0.0.1:8080", "0.0.0.0:8080"},
-		{"[::1]:8080", "[0:0::1]:8080"},
-		{"0.0.0.0:8080", "[::1]:8080"},
-	} {
-		yaml := fmt.Sprintf(`admin: {listen: "off"}
-listeners:
-  - {name: a, kind: tcp, listen: %q, pool: pg}
-  - {name: b, kind: tcp, listen: %q, pool: pg}
-pools:
-  - {name: pg, endpoints: [{name: pg1, address: "127.0.0.1:5432"}]}
-`, pair[0], pair[1])
-		if _, err := config.Parse("rotor.yaml", []byte(yaml), func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "listeners.b.listen") {
-			t.Errorf("%s beside %s: %v, want listeners.b.listen refused", pair[0], pair[1], err)
+`, tc.a, tc.b)
+		_, err := config.Parse("rotor.yaml", []byte(yaml), func(string) string { return "" })
+		if tc.both && err != nil || !tc.both && (err == nil || !strings.Contains(err.Error(), "listeners.b.listen")) {
+			t.Errorf("%s beside %s: %v, want them side by side: %v", tc.a, tc.b, err, tc.both)
 		}
 	}
 }
