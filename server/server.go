@@ -445,22 +445,23 @@ func (s *Server) reloadOnce() error {
 		closeBound()
 		return err
 	}
-	// The listeners kept take the new runtime with the swap; then the new
-	// ones start, and the ones no longer in the file (or moved to another
-	// address) drain.
-	var kept []*listener
-	for _, l := range cfg.Listeners {
+	// The listeners kept (in the file at their address) take the new
+	// runtime with the swap; then the new ones start in their places, and
+	// the ones no longer in the file (or moved to another address) drain.
+	next := make([]*listener, len(cfg.Listeners))
+	var kept, retired []*listener
+	for i, l := range cfg.Listeners {
 		if li := running[l.Name]; li != nil && bound[l.Name] == nil {
 			li.cfg = l
 			li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
 			if li.http != nil {
 				li.setBodies(l)
 			}
+			next[i] = li
 			kept = append(kept, li)
 			delete(running, l.Name)
 		}
 	}
-	var retired []*listener
 	for _, li := range s.listeners {
 		if running[li.cfg.Name] == li {
 			retired = append(retired, li)
@@ -469,18 +470,12 @@ func (s *Server) reloadOnce() error {
 	s.listeners = kept
 	s.swapIn(rt)
 	if s.started {
-		s.listeners = make([]*listener, 0, len(cfg.Listeners))
-		for _, l := range cfg.Listeners {
-			if ln := bound[l.Name]; ln != nil {
-				s.listeners = append(s.listeners, s.startListener(l, ln, rt.listeners[l.Name]))
-				continue
-			}
-			for _, li := range kept {
-				if li.cfg.Name == l.Name {
-					s.listeners = append(s.listeners, li)
-				}
+		for i, l := range cfg.Listeners {
+			if next[i] == nil {
+				next[i] = s.startListener(l, bound[l.Name], rt.listeners[l.Name])
 			}
 		}
+		s.listeners = next
 		for _, li := range retired {
 			s.retire(li)
 		}

@@ -1950,10 +1950,10 @@ func (w *writeBound) write(c *net.TCPConn, p []byte) (int, error) {
 	n := 0
 	for {
 		held := w.unsent()
-		cut := w.arm(c)
+		w.arm(c)
 		m, err := c.Write(p[n:])
 		n += m
-		if err == nil || cut || !errors.Is(err, os.ErrDeadlineExceeded) || w.passed() ||
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || w.passed() ||
 			m == 0 && (held < 0 || w.unsent() >= held) {
 			w.disarm(c)
 			return n, err
@@ -1962,17 +1962,15 @@ func (w *writeBound) write(c *net.TCPConn, p []byte) (int, error) {
 }
 
 // arm sets the write deadline to the stall's from now, or the user's if
-// that is nearer; cut: the user's has passed already.
-func (w *writeBound) arm(c *net.TCPConn) (cut bool) {
+// that is nearer.
+func (w *writeBound) arm(c *net.TCPConn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := time.Now()
 	dl := w.set
-	if w.stall > 0 && (dl.IsZero() || now.Add(w.stall).Before(dl)) {
-		dl = now.Add(w.stall)
+	if at := time.Now().Add(w.stall); w.stall > 0 && (dl.IsZero() || at.Before(dl)) {
+		dl = at
 	}
 	_ = c.SetWriteDeadline(dl)
-	return !w.set.IsZero() && !now.Before(w.set)
 }
 
 // disarm puts the user's deadline back.
