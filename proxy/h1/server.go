@@ -1112,13 +1112,14 @@ func (c *clientConn) chunkedInHand(r *http.Request, n *int, fd uintptr) bool {
 // rules); false otherwise. The data is copied into data when it is not
 // nil (its length at least the size, from a first call without it).
 func wholeChunks(p, data []byte) (size int64, used int, ok bool) {
+	var frame chunkFraming
 	for {
 		i := bytes.IndexByte(p[used:], '\n')
 		if i < 1 || p[used+i-1] != '\r' {
 			return 0, 0, false
 		}
-		k, ok := chunkSizeOf(p[used : used+i-1])
-		if !ok || k > int64(len(p)) {
+		k, err := frame.size(p[used : used+i-1])
+		if err != nil || k > int64(len(p)) {
 			return 0, 0, false
 		}
 		used += i + 1

@@ -105,6 +105,21 @@ func dialOver(addr string, cfg *tls.Config) (net.Conn, error) { return h1.DialOv
 // and a client's that trusts it and offers HTTP/1.1.
 func testTLS(t testing.TB) (server, client *tls.Config) { return h1.SelfSignedTLS(t) }
 
+// extended is a chunked POST of a chunk of lead bytes (none if 0), then
+// n chunks of size bytes, each size line with an extension of ext bytes.
+func extended(lead, n, ext, size int) string {
+	var b strings.Builder
+	b.WriteString("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+	if lead > 0 {
+		fmt.Fprintf(&b, "%x\r\n%s\r\n", lead, strings.Repeat("l", lead))
+	}
+	for range n {
+		fmt.Fprintf(&b, "%x;%s\r\n%s\r\n", size, strings.Repeat("e", ext), strings.Repeat("d", size))
+	}
+	b.WriteString("0\r\n\r\n")
+	return b.String()
+}
+
 // echo answers with what the handler saw of the request. A value over
 // 256 bytes is told by its length and its ends, which keeps the answer
 // under net/http's 2 KiB buffer: once that is written out, net/http's
@@ -375,6 +390,14 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 		{"trailer naming the length", chunkedPost("abc", 3, "Content-Length: 9\r\nHost: b\r\n") + get, chunkRead},
 		{"bare LF in a trailer", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\n\r\n" + get, chunkRead},
 		{"bare LF after a chunk", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\n0\r\n\r\n" + get, chunkRead},
+		{"size line of 4,094 bytes", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" + strings.Repeat("e", 4092) + "\r\nx\r\n0\r\n\r\n" + get, chunkRead},
+		{"size line of 4,095 bytes", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" + strings.Repeat("e", 4093) + "\r\nx\r\n0\r\n\r\n" + get, chunkRead},
+		// Extensions are read and dropped: net/http's reader takes 16
+		// bytes of framing a chunk, twice its data and 16 KiB besides.
+		{"extensions within the data's allowance", extended(0, 40, 3000, 4000) + get, chunkRead},
+		{"extensions of five chunks over their data", extended(0, 5, 3000, 1) + get, chunkRead},
+		{"extensions of six chunks over their data", extended(0, 6, 3000, 1) + get, chunkRead},
+		{"extensions over the data, past what is read first", extended(70000, 6, 3000, 1) + get, chunkRead},
 		{"CR in a chunk's size line", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\r\nabc\r\n0\r\n\r\n", chunkRead},
 		{"gzip, chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", chunkRead},
 		{"length of 18 digits", "PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000000000000000\r\n\r\nabc", chunkRead},

@@ -66,6 +66,7 @@ type streamBody struct {
 	mu     sync.Mutex   // held by a read, and taken by end
 	left   int64        // of a length: the bytes to come; chunked: of the chunk being read (guarded by mu)
 	phase  int          // chunked: what comes next (guarded by mu)
+	frame  chunkFraming // chunked: the framing read so far (guarded by mu)
 	err    error        // what every read returns from now on: io.EOF once whole, or what broke the body (guarded by mu)
 	closed bool         // closed by its reader, or ended (guarded by mu)
 	got    atomic.Int64 // the body's bytes read so far (written under mu; read by the answer's head too)
@@ -112,6 +113,7 @@ var (
 	errChunkEnd    = errors.New("h1: chunk data not followed by CRLF")
 	errLongTrailer = errors.New("h1: request trailer too long")
 	errBadTrailer  = errors.New("h1: malformed request trailer")
+	errChunkExcess = errors.New("h1: chunked request body holds too much besides its data")
 	errBodyEnded   = errors.New("h1: request body read after its handler returned")
 )
 
@@ -294,15 +296,46 @@ func (b *streamBody) readChunked(p []byte) (n int, err error) {
 			}
 			b.phase = chunkSize
 		case chunkSize:
-			size, ok := chunkSizeOf(line)
-			if !ok {
-				return n, errChunkLine
+			size, err := b.frame.size(line)
+			if err != nil {
+				return n, err
 			}
 			b.left, b.phase = size, chunkData
 			if size == 0 {
 				b.phase = chunkTrailer
 			}
 		}
+	}
+	return n, nil
+}
+
+// chunkFraming holds a chunked body's framing to what net/http's
+// chunked reader takes (both ways of reading one, streamBody and
+// wholeChunks, go by it): a size line, its CRLF included, within that
+// reader's 4 KiB buffer, and all the framing (size lines, and the CRLF
+// after each chunk's data) at most 16 KiB over 16 bytes a chunk and
+// twice the data, so that extensions, which are read and dropped, cannot
+// make a body mostly bytes besides its data (Go's fix for CVE-2023-39326,
+// which the short way would otherwise not have).
+type chunkFraming struct {
+	excess int64
+}
+
+// maxChunkLine is the longest size line taken, its CRLF included.
+const maxChunkLine = bufSize
+
+// size reads the size line of the next chunk, line without its CRLF.
+func (f *chunkFraming) size(line []byte) (int64, error) {
+	if len(line)+2 > maxChunkLine {
+		return 0, errChunkLine
+	}
+	n, ok := chunkSizeOf(line)
+	if !ok {
+		return 0, errChunkLine
+	}
+	f.excess = max(f.excess+int64(len(line))+2-16-2*n, 0)
+	if f.excess > 16<<10 {
+		return 0, errChunkExcess
 	}
 	return n, nil
 }

@@ -253,6 +253,7 @@ func TestServerStreamedBodiesAreBounded(t *testing.T) {
 				{"cut chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcd", true, false, 4, io.ErrUnexpectedEOF, 400},
 				{"bad size", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n-1\r\n", false, false, 2, nil, 400},
 				{"size line too long", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" + strings.Repeat("e", 5000), false, false, 0, nil, 400},
+				{"extensions over the data", extended(70000, 6, 3000, 1), false, false, 70005, nil, 400},
 				{"bad trailer", chunkedPost("abc", 3, "X-No-Colon\r\n"), false, false, 3, nil, 400},
 				{"trailer too long", chunkedPost("abc", 3, strings.Repeat("X-Long: "+strings.Repeat("v", 90)+"\r\n", 50)), false, false, 3, nil, 400},
 			} {
