@@ -105,6 +105,12 @@ func dialOver(addr string, cfg *tls.Config) (net.Conn, error) { return h1.DialOv
 // and a client's that trusts it and offers HTTP/1.1.
 func testTLS(t testing.TB) (server, client *tls.Config) { return h1.SelfSignedTLS(t) }
 
+// longChunked is a chunked POST of a 6,000-byte head, the body "abc",
+// then trailer.
+func longChunked(trailer string) string {
+	return "POST / HTTP/1.1\r\nHost: a\r\nX-Long: " + strings.Repeat("v", 6000) + "\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n" + trailer + "\r\n"
+}
+
 // extended is a chunked POST of a chunk of lead bytes (none if 0), then
 // n chunks of size bytes, each size line with an extension of ext bytes.
 func extended(lead, n, ext, size int) string {
@@ -425,6 +431,11 @@ func answersAsNetHTTP(t *testing.T, server, client *tls.Config) {
 		{"bad method", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", echo},
 		{"empty line first", "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", echo},
 		{"long head", "GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + strings.Repeat("v", 6000) + "\r\n\r\n", echo},
+		// Read on in the long buffer, a chunked body's lines and trailer
+		// are held to net/http's 4 KiB all the same.
+		{"long head, then a trailer of 4 KiB", longChunked("X-T: "+strings.Repeat("t", 4080)+"\r\n") + get, chunkRead},
+		{"long head, then a trailer over 4 KiB", longChunked("X-T: "+strings.Repeat("t", 5000)+"\r\n") + get, chunkRead},
+		{"long head, then a size line of 4,095 bytes", strings.Replace(longChunked(""), "3\r\n", "3;"+strings.Repeat("e", 4091)+"\r\n", 1) + get, chunkRead},
 		{"upgrade", "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n", echo},
 		{"length not zero", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx", echo},
 		{"two lengths", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n", echo},

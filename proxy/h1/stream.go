@@ -443,12 +443,15 @@ func (b *streamBody) trailer() error {
 }
 
 // fill reads into the connection's buffer until ready holds of what is
-// in it; ok false: it does not yet, and the socket has nothing more that
-// may be taken without waiting. A buffer that fills first is an error.
+// in it, within the first bufSize bytes (net/http's reader looks for a
+// line, or a trailer's end, within its 4 KiB buffer, which a connection
+// holding the long buffer keeps to as well); ok false: it does not yet,
+// and the socket has nothing more that may be taken without waiting.
+// bufSize bytes held first are an error.
 func (b *streamBody) fill(wait bool, ready func([]byte) bool) (ok bool, err error) {
 	c := b.c
 	for now := true; ; {
-		if c.buf != nil && ready(c.buf[c.r:c.w]) {
+		if c.buf != nil && ready(c.buf[c.r:min(c.w, c.r+bufSize)]) {
 			return true, nil
 		}
 		if !wait && !now {
@@ -458,7 +461,7 @@ func (b *streamBody) fill(wait bool, ready func([]byte) bool) (ok bool, err erro
 			c.take()
 		}
 		c.compact()
-		if c.w == len(c.buf) {
+		if c.w >= bufSize {
 			if b.phase == chunkTrailer {
 				return false, errLongTrailer
 			}
