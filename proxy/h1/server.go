@@ -68,12 +68,15 @@ type Server struct {
 	buffers    atomic.Int64 // read buffers connections hold
 	start      sync.Once
 	stop       chan struct{}
+	loops      sync.WaitGroup // accept loops (serve)
 }
 
 // NewServer returns a server in front of hs.
 func NewServer(hs *http.Server) *Server {
-	return &Server{HTTP: hs, conns: map[*clientConn]struct{}{}, listeners: map[net.Listener]struct{}{},
-		handoff: newHandoff(), stop: make(chan struct{})}
+	s := &Server{HTTP: hs, conns: map[*clientConn]struct{}{}, listeners: map[net.Listener]struct{}{},
+		stop: make(chan struct{})}
+	s.handoff = newHandoff(&s.inShutdown)
+	return s
 }
 
 // tickEvery is the ticker's period: the Date header's resolution, and the
@@ -123,7 +126,9 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 		return http.ErrServerClosed
 	}
 	s.listeners[ln] = struct{}{}
+	s.loops.Add(1)
 	s.mu.Unlock()
+	defer s.loops.Done()
 	s.start.Do(func() {
 		s.setDate(time.Now())
 		s.liftOnHijack()
@@ -155,9 +160,6 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 		}
 		c, err := s.newConn(tc)
 		switch {
-		case errors.Is(err, http.ErrServerClosed):
-			nc.Close()
-			continue
 		case err != nil: // no raw access to it: net/http's
 			s.giveAll(nc, cfg)
 			continue
@@ -201,16 +203,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeListeners()
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- s.HTTP.Shutdown(ctx) }()
+	// A connection accepted as the listeners closed is the short way's
+	// or net/http's, and served, once its accept loop has returned.
+	s.loops.Wait()
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for !s.closeIdle() {
 		select {
 		case <-ctx.Done():
+			s.handoff.end()
 			<-httpDone
 			return ctx.Err()
 		case <-t.C:
 		}
 	}
+	// Nothing is left to hand net/http's server over: its Serve ends,
+	// and its Shutdown waits for what it was handed.
+	s.handoff.end()
 	return <-httpDone
 }
 
@@ -220,11 +229,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // descriptor is in use until then.
 func (s *Server) Close() error {
 	s.closeListeners()
+	s.loops.Wait()
 	s.mu.Lock()
 	for c := range s.conns {
 		c.cut()
 	}
 	s.mu.Unlock()
+	s.handoff.end()
 	return s.HTTP.Close()
 }
 
@@ -494,11 +505,9 @@ func (s *Server) newConn(tc *net.TCPConn) (*clientConn, error) {
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.ctx = withCancelHook(ctx, &c.hook)
 	c.base = (&http.Request{RemoteAddr: c.remote}).WithContext(c.ctx)
+	// Accepted as a shutdown began, it is served all the same, as
+	// net/http serves one (the shutdown waits for the accept loops).
 	s.mu.Lock()
-	if s.inShutdown.Load() {
-		s.mu.Unlock()
-		return nil, http.ErrServerClosed
-	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	return c, nil
@@ -2017,19 +2026,33 @@ func (p *tlsPrefixConn) SetDeadline(t time.Time) error { return p.setDeadline(p.
 // handoff is the listener net/http's server accepts handed-off
 // connections from.
 type handoff struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-	addr  net.Addr
+	conns    chan net.Conn
+	done     chan struct{}
+	once     sync.Once
+	addr     net.Addr
+	draining *atomic.Bool // the Server's inShutdown: its own Shutdown or Close ends the handoff (end)
+
+	mu     sync.Mutex
+	ended  bool
+	giving sync.WaitGroup
 }
 
-func newHandoff() *handoff {
-	return &handoff{conns: make(chan net.Conn), done: make(chan struct{}),
+func newHandoff(draining *atomic.Bool) *handoff {
+	return &handoff{conns: make(chan net.Conn), done: make(chan struct{}), draining: draining,
 		addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
 }
 
 // give hands c over; false when net/http's server is closed (c is closed).
 func (h *handoff) give(c net.Conn) bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		c.Close()
+		return false
+	}
+	h.giving.Add(1)
+	h.mu.Unlock()
+	defer h.giving.Done()
 	select {
 	case h.conns <- c:
 		return true
@@ -2037,6 +2060,18 @@ func (h *handoff) give(c net.Conn) bool {
 		c.Close()
 		return false
 	}
+}
+
+// end stops the handoff once what is being handed over has been taken:
+// a connection accepted, or a request read, just as a shutdown began is
+// served by net/http's server, whose Shutdown waits for it, and not
+// closed on its way there.
+func (h *handoff) end() {
+	h.mu.Lock()
+	h.ended = true
+	h.mu.Unlock()
+	h.giving.Wait()
+	h.once.Do(func() { close(h.done) })
 }
 
 func (h *handoff) Accept() (net.Conn, error) {
@@ -2048,8 +2083,14 @@ func (h *handoff) Accept() (net.Conn, error) {
 	}
 }
 
+// Close is net/http's server closing its listener. In the Server's own
+// Shutdown or Close it waits for end (net/http's Serve accepts on, and
+// its Shutdown waits for that); net/http's server shut down by itself
+// ends it at once.
 func (h *handoff) Close() error {
-	h.once.Do(func() { close(h.done) })
+	if !h.draining.Load() {
+		h.once.Do(func() { close(h.done) })
+	}
 	return nil
 }
 
