@@ -539,40 +539,12 @@ func keyFunc(k config.Key) reverse.KeyFunc {
 }
 
 // sameServer reports why config b differs from a, the one in force, in a
-// way a reload cannot apply, or "" when it does not. A listener is kept
-// when b has one of its name at its address, which must keep its kind,
-// whether it has TLS, and the bounds its servers took when they started
-// (net/http's, the short way's and HTTP/2's read them unlocked while
-// they serve; a reload that said it reloaded would otherwise leave them
-// as they were); every other listener of b is new, bound by the reload,
-// and every other of a is removed, drained.
+// way a reload cannot apply, or "" when it does not. (A listener is kept
+// when b has one of its name at its address; one whose servers must
+// change, newServers, hands its socket to new ones. Every other listener
+// of b is new, bound by the reload, and every other of a is removed,
+// drained.)
 func sameServer(a, b *config.File) string {
-	kept := map[string]config.Listener{}
-	for _, x := range a.Listeners {
-		kept[x.Name] = x
-	}
-	for _, y := range b.Listeners {
-		x, ok := kept[y.Name]
-		if !ok || x.Listen != y.Listen {
-			continue
-		}
-		if x.Kind != y.Kind || (x.TLS == nil) != (y.TLS == nil) {
-			return "listeners." + y.Name + " changed its kind or whether it has tls at the same address"
-		}
-		for _, f := range []struct {
-			field    string
-			was, now any
-		}{
-			{"timeouts.read_header", x.Timeouts.ReadHeader, y.Timeouts.ReadHeader},
-			{"timeouts.idle", x.Timeouts.Idle, y.Timeouts.Idle},
-			{"max_header_bytes", x.MaxHeaderBytes, y.MaxHeaderBytes},
-			{"max_concurrent_streams", x.MaxConcurrentStreams, y.MaxConcurrentStreams},
-		} {
-			if f.was != f.now {
-				return fmt.Sprintf("listeners.%s.%s changed (%v to %v) at the same address", y.Name, f.field, f.was, f.now)
-			}
-		}
-	}
 	if a.Admin != b.Admin {
 		return "admin.listen or admin.token changed"
 	}
@@ -584,4 +556,33 @@ func sameServer(a, b *config.File) string {
 		return "state (the store of shared health) changed"
 	}
 	return ""
+}
+
+// newServers says what changed from listener a to b, both at the same
+// address, that its servers took when they started: its kind, whether
+// it has TLS, and four bounds (net/http's, the short way's and HTTP/2's
+// servers read them unlocked while they serve); "" when nothing did,
+// and the servers running serve on with b.
+func newServers(a, b config.Listener) string {
+	var changed []string
+	if a.Kind != b.Kind {
+		changed = append(changed, fmt.Sprintf("kind (%s to %s)", a.Kind, b.Kind))
+	}
+	if (a.TLS == nil) != (b.TLS == nil) {
+		changed = append(changed, fmt.Sprintf("tls (%v to %v)", a.TLS != nil, b.TLS != nil))
+	}
+	for _, f := range []struct {
+		field    string
+		was, now any
+	}{
+		{"timeouts.read_header", a.Timeouts.ReadHeader, b.Timeouts.ReadHeader},
+		{"timeouts.idle", a.Timeouts.Idle, b.Timeouts.Idle},
+		{"max_header_bytes", a.MaxHeaderBytes, b.MaxHeaderBytes},
+		{"max_concurrent_streams", a.MaxConcurrentStreams, b.MaxConcurrentStreams},
+	} {
+		if f.was != f.now {
+			changed = append(changed, fmt.Sprintf("%s (%v to %v)", f.field, f.was, f.now))
+		}
+	}
+	return strings.Join(changed, ", ")
 }

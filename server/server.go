@@ -73,6 +73,7 @@ type Server struct {
 type listener struct {
 	cfg   config.Listener
 	addr  net.Addr
+	view  *view        // the socket as its servers accept from it
 	http  *http.Server // http and forward
 	short *h1.Server   // a cleartext http or forward listener's: net/http's server behind it
 	tcp   *tcp.Proxy
@@ -210,14 +211,14 @@ func (s *Server) Start() error {
 		}
 		return err
 	}
-	lns := map[string]net.Listener{}
+	lns := map[string]*net.TCPListener{}
 	for _, l := range cfg.Listeners {
 		ln, err := net.Listen("tcp", l.Listen)
 		if err != nil {
 			return fail(fmt.Errorf("listeners.%s.listen: %w", l.Name, err))
 		}
 		bound = append(bound, ln)
-		lns[l.Name] = ln
+		lns[l.Name] = ln.(*net.TCPListener)
 	}
 	if slices.ContainsFunc(cfg.Listeners, func(l config.Listener) bool { return l.Kind != "tcp" }) {
 		if err := proxy.SpoolReady(); err != nil {
@@ -233,7 +234,7 @@ func (s *Server) Start() error {
 		adminLn = ln
 	}
 	for _, l := range cfg.Listeners {
-		s.listeners = append(s.listeners, s.startListener(l, lns[l.Name], rt.listeners[l.Name]))
+		s.listeners = append(s.listeners, s.startListener(l, newSocket(lns[l.Name]).first(), rt.listeners[l.Name]))
 	}
 	s.started = true
 	s.storeListenerViews()
@@ -244,7 +245,7 @@ func (s *Server) Start() error {
 		opts := admin.Options{Token: cfg.Admin.Token, Loopback: tcpAddr != nil && tcpAddr.IP.IsLoopback(), History: s.history}
 		s.admin = &http.Server{Handler: admin.Handler(s, s.metrics, opts), ReadHeaderTimeout: 10 * time.Second}
 		s.adminAddr = adminLn.Addr()
-		go s.serve("admin", func() error { return s.admin.Serve(adminLn) })
+		go s.serve("admin", nil, func() error { return s.admin.Serve(adminLn) })
 		s.log.Info("admin listening", "addr", adminLn.Addr().String())
 	}
 	s.startChecks(rt)
@@ -255,11 +256,11 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// startListener serves listener l on ln, bound already, with lr, its
-// part of the runtime in force.
-func (s *Server) startListener(l config.Listener, ln net.Listener, lr *listenerRuntime) *listener {
+// startListener serves listener l on ln, its socket bound already, with
+// lr, its part of the runtime in force.
+func (s *Server) startListener(l config.Listener, ln *view, lr *listenerRuntime) *listener {
 	name := l.Name
-	li := &listener{cfg: l, addr: ln.Addr(), conns: new(proxy.Conns)}
+	li := &listener{cfg: l, addr: ln.Addr(), view: ln, conns: new(proxy.Conns)}
 	li.rt.Store(lr)
 	li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
 	switch l.Kind {
@@ -278,7 +279,7 @@ func (s *Server) startListener(l config.Listener, ln net.Listener, lr *listenerR
 			// (ALPN) beside HTTP/1.1, which is the short way's.
 			h2Server(l, li.http).Configure(li.http)
 			li.short = s.shortServer(l, li.http)
-			go s.serve(name, func() error { return li.short.ServeTLS(ln) })
+			go s.serve(name, ln, func() error { return li.short.ServeTLS(ln) })
 		} else {
 			// Without TLS, HTTP/2 with prior knowledge (h2c): the
 			// short way hands a connection that opens with its
@@ -294,7 +295,7 @@ func (s *Server) startListener(l config.Listener, ln net.Listener, lr *listenerR
 	case "tcp":
 		li.tcp = tcp.New(name, func() *tcp.Pool { return li.rt.Load().tcp },
 			proxy.Options{Log: s.log, Observer: s, Conns: li.conns})
-		go s.serve(name, func() error { return li.tcp.Serve(ln) })
+		go s.serve(name, ln, func() error { return li.tcp.Serve(ln) })
 	}
 	s.log.Info("listening", "listener", name, "kind", l.Kind, "addr", ln.Addr().String())
 	return li
@@ -339,9 +340,9 @@ func h2Server(l config.Listener, hs *http.Server) *h2.Server {
 // serveCleartext serves a cleartext http or forward listener: plain
 // requests the short way (h1.Server), the rest (bodies, upgrades,
 // CONNECT) by li.http, which the short way hands them to.
-func (s *Server) serveCleartext(li *listener, ln net.Listener) {
+func (s *Server) serveCleartext(li *listener, ln *view) {
 	li.short = s.shortServer(li.cfg, li.http)
-	go s.serve(li.cfg.Name, func() error { return li.short.Serve(ln) })
+	go s.serve(li.cfg.Name, ln, func() error { return li.short.Serve(ln) })
 }
 
 // shortServer is the short way's server in front of hs, for listener l:
@@ -365,8 +366,12 @@ func (li *listener) setBodies(l config.Listener) {
 	}
 }
 
-func (s *Server) serve(name string, f func() error) {
-	if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+// serve runs f, the accept loop of a listener's servers on ln (nil: the
+// admin listener's), until it ends: with an error, which ends rotor
+// (Run), unless the server was shut down or its socket handed over to
+// new servers.
+func (s *Server) serve(name string, ln *view, f func() error) {
+	if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && (ln == nil || !ln.handed()) {
 		s.log.Error("listener stopped", "listener", name, "error", err)
 		s.serveErr <- fmt.Errorf("listener %s: %w", name, err)
 	}
@@ -417,7 +422,7 @@ func (s *Server) reloadOnce() error {
 	// A listener new at its address is bound first, aside: an address
 	// that cannot be bound refuses the reload, which changes nothing.
 	running := map[string]*listener{}
-	bound := map[string]net.Listener{}
+	bound := map[string]*net.TCPListener{}
 	closeBound := func() {
 		for _, ln := range bound {
 			ln.Close()
@@ -436,7 +441,7 @@ func (s *Server) reloadOnce() error {
 				closeBound()
 				return fmt.Errorf("listeners.%s.listen: %w", l.Name, err)
 			}
-			bound[l.Name] = ln
+			bound[l.Name] = ln.(*net.TCPListener)
 		}
 	}
 	f, ds := s.discover(cfg, ahead)
@@ -448,10 +453,19 @@ func (s *Server) reloadOnce() error {
 	// The listeners kept (in the file at their address) take the new
 	// runtime with the swap; then the new ones start in their places, and
 	// the ones no longer in the file (or moved to another address) drain.
+	// A listener kept whose servers must change hands its socket to new
+	// ones, and drains as one removed.
 	next := make([]*listener, len(cfg.Listeners))
 	var kept, retired []*listener
+	replaced := map[string]*listener{}
 	for i, l := range cfg.Listeners {
 		if li := running[l.Name]; li != nil && bound[l.Name] == nil {
+			delete(running, l.Name)
+			if why := newServers(li.cfg, l); why != "" {
+				s.log.Info("listener serves anew at its address: new servers take its socket, the old ones drain", "listener", l.Name, "changed", why)
+				replaced[l.Name] = li
+				continue
+			}
 			li.cfg = l
 			li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
 			if li.http != nil {
@@ -459,7 +473,6 @@ func (s *Server) reloadOnce() error {
 			}
 			next[i] = li
 			kept = append(kept, li)
-			delete(running, l.Name)
 		}
 	}
 	for _, li := range s.listeners {
@@ -471,8 +484,14 @@ func (s *Server) reloadOnce() error {
 	s.swapIn(rt)
 	if s.started {
 		for i, l := range cfg.Listeners {
-			if next[i] == nil {
-				next[i] = s.startListener(l, bound[l.Name], rt.listeners[l.Name])
+			if next[i] != nil {
+				continue
+			}
+			if old := replaced[l.Name]; old != nil {
+				next[i] = s.startListener(l, old.view.s.handOver(old.view), rt.listeners[l.Name])
+				retired = append(retired, old)
+			} else {
+				next[i] = s.startListener(l, newSocket(bound[l.Name]).first(), rt.listeners[l.Name])
 			}
 		}
 		s.listeners = next
@@ -492,21 +511,25 @@ func (s *Server) reloadOnce() error {
 	return nil
 }
 
-// retire drains li, a listener a reload removed, in the background,
-// within its own timeouts.shutdown, as a shutdown drains one; Shutdown
-// waits for it too.
+// retire drains li, a listener a reload removed or gave new servers,
+// in the background, within its own timeouts.shutdown, as a shutdown
+// drains one; Shutdown waits for it too.
 func (s *Server) retire(li *listener) {
-	s.log.Info("listener removed: draining", "listener", li.cfg.Name, "addr", li.addr.String())
+	what, start := "removed listener", "listener removed: draining"
+	if li.view.handed() {
+		what, start = "listener's old servers", "listener's old servers: draining"
+	}
+	s.log.Info(start, "listener", li.cfg.Name, "addr", li.addr.String())
 	s.retiring.Add(1)
 	go func() {
 		defer s.retiring.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), li.cfg.Timeouts.Shutdown)
 		defer cancel()
 		if err := li.drain(ctx); err != nil {
-			s.log.Warn("removed listener: what was still open at its timeouts.shutdown was cut", "listener", li.cfg.Name, "error", err)
+			s.log.Warn(what+": what was still open at its timeouts.shutdown was cut", "listener", li.cfg.Name, "error", err)
 			return
 		}
-		s.log.Info("removed listener drained", "listener", li.cfg.Name)
+		s.log.Info(what+" drained", "listener", li.cfg.Name)
 	}()
 }
 
