@@ -19,7 +19,8 @@
 # "http tcp forward h2"; "post" adds POSTs of 100-byte bodies through the
 # http listener; "h2post" the same bodies with h2load over HTTP/2 and
 # TLS; "cookie" GETs with a 6 KiB Cookie field, a head over the short
-# way's first 4 KiB buffer; "redis" adds redis-benchmark SET and GET -c 50 through the tcp
+# way's first 4 KiB buffer; "close" GETs with Connection: close, a
+# connection accepted for each request; "redis" adds redis-benchmark SET and GET -c 50 through the tcp
 # listener to a redis-server, which it then needs;
 # "tls" adds HTTP/1.1 over TLS: wrk to the HTTP/2 listener, which serves
 # wrk HTTP/1.1 as it offers no ALPN);
@@ -126,6 +127,7 @@ if [ "$PROXIES" = 1 ]; then
 				forward) r=$(run "$side" "$path" $((18302 + off)) -s "$out/forward.lua") ;;
 				post) r=$(run "$side" "$path" $((18300 + off)) -s "$out/post.lua") ;;
 				cookie) r=$(run "$side" "$path" $((18300 + off)) -H "Cookie: session=$(head -c 6144 /dev/zero | tr '\0' c)") ;;
+				close) r=$(run "$side" "$path" $((18300 + off)) -H "Connection: close") ;;
 				h2) r=$(run_h2 "$side" $((18303 + off))) ;;
 				h2post) r=$(run_h2 "$side" $((18303 + off)) -d "$out/body100") ;;
 				tls) r=$(run "$side" "$path" $((18303 + off))) ;;
