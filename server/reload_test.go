@@ -266,15 +266,7 @@ pools:
 // timeouts.shutdown), and one that stays at its address keeps serving
 // there, untouched. /status lists the listeners bound after it.
 func TestReloadAddsMovesAndRemovesListeners(t *testing.T) {
-	release, arrived := make(chan struct{}), make(chan struct{}, 1)
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			arrived <- struct{}{}
-			<-release
-		}
-		io.WriteString(w, "ok")
-	}))
-	t.Cleanup(be.Close)
+	be := newHeldBackend(t)
 	config := func(listeners string) string {
 		return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
 log: {access: true}
@@ -288,25 +280,7 @@ listeners:
   - {name: moving, kind: http, listen: "127.0.0.1:0", pool: app}
 `), nil)
 	web, gone, moving := r.url("web"), r.url("gone"), r.url("moving")
-	slow := make(chan error, 1)
-	go func() {
-		code, body := 0, ""
-		resp, err := client.Get(gone + "/slow")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			code, body = resp.StatusCode, string(b)
-		}
-		if err == nil && (code != 200 || body != "ok") {
-			err = fmt.Errorf("%d %q", code, body)
-		}
-		slow <- err
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the slow request did not reach the backend")
-	}
+	slow := be.inFlight(t, gone)
 
 	cert, key := testtool.SelfSignedFiles(t, t.TempDir())
 	r.rewrite(t, config(fmt.Sprintf(`  - {name: extra, kind: http, listen: "127.0.0.1:0", pool: app}
@@ -359,15 +333,7 @@ listeners:
 		t.Fatalf("/status lists %v, want extra, web, moving and secure", names)
 	}
 	// The removed listener's request in flight finishes.
-	close(release)
-	select {
-	case err := <-slow:
-		if err != nil {
-			t.Fatalf("the request in flight on the removed listener: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request in flight on the removed listener did not finish")
-	}
+	be.finishes(t, slow, "the removed listener")
 	eventually(t, 3*time.Second, "the removed listeners drained", func() bool {
 		return strings.Count(r.logs.String(), "removed listener drained") == 2
 	})
@@ -381,18 +347,7 @@ listeners:
 // says; and a request in flight on the old servers finishes as they
 // drain.
 func TestReloadServesAnewAtTheSameAddress(t *testing.T) {
-	release, arrived := make(chan struct{}), make(chan struct{}, 1)
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
-			arrived <- struct{}{}
-			<-release
-		}
-		io.WriteString(w, "ok")
-	}))
-	t.Cleanup(be.Close)
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before be.Close, on a failure too
+	be := newHeldBackend(t)
 	echo := testtool.Echo(t)
 	cert, key := testtool.SelfSignedFiles(t, t.TempDir())
 	config := func(web string) string {
@@ -414,23 +369,7 @@ pools:
 	if code := longHead(); code != 200 {
 		t.Fatalf("a 6 KB head under a bound of 16 KiB: %d", code)
 	}
-	slow := make(chan error, 1)
-	go func() {
-		resp, err := client.Get("http://" + addr + "/slow")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 || string(b) != "ok" {
-				err = fmt.Errorf("%d %q", resp.StatusCode, b)
-			}
-		}
-		slow <- err
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the slow request did not reach the backend")
-	}
+	slow := be.inFlight(t, "http://"+addr)
 
 	// Clients that each open a connection, all through the first reload.
 	var served, failed atomic.Int64
@@ -524,15 +463,7 @@ pools:
 	}
 
 	// The request the first servers had in flight finishes.
-	free()
-	select {
-	case err := <-slow:
-		if err != nil {
-			t.Fatalf("the request in flight on the first servers: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request in flight on the first servers did not finish")
-	}
+	be.finishes(t, slow, "the first servers")
 	eventually(t, 3*time.Second, "every old generation drained", func() bool {
 		return strings.Count(r.logs.String(), "listener's old servers drained") == 3
 	})
@@ -540,5 +471,69 @@ pools:
 	// not a listener that stopped, which would end rotor.
 	if strings.Contains(r.logs.String(), "listener stopped") {
 		t.Fatalf("a handed-over listener was taken for one that failed:\n%s", r.logs.String())
+	}
+}
+
+// heldBackend answers "ok", holding every request for /slow until
+// release (at the test's end at the latest).
+type heldBackend struct {
+	*httptest.Server
+	arrived chan struct{}
+	release func()
+}
+
+func newHeldBackend(t *testing.T) *heldBackend {
+	held := make(chan struct{})
+	b := &heldBackend{arrived: make(chan struct{}, 1)}
+	var once sync.Once
+	b.release = func() { once.Do(func() { close(held) }) }
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			b.arrived <- struct{}{}
+			<-held
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(b.Close)
+	t.Cleanup(b.release) // first: Close waits for the requests it holds
+	return b
+}
+
+// inFlight GETs base's /slow and returns once the backend holds it; the
+// channel gives the request's end: nil for the backend's 200 "ok".
+func (b *heldBackend) inFlight(t *testing.T, base string) <-chan error {
+	t.Helper()
+	end := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(base + "/slow")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "ok" {
+				err = fmt.Errorf("%d %q", resp.StatusCode, body)
+			}
+		}
+		end <- err
+	}()
+	select {
+	case <-b.arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow request did not reach the backend")
+	}
+	return end
+}
+
+// finishes releases the requests held and checks that the one in flight
+// on where (end, from inFlight) got its answer.
+func (b *heldBackend) finishes(t *testing.T, end <-chan error, where string) {
+	t.Helper()
+	b.release()
+	select {
+	case err := <-end:
+		if err != nil {
+			t.Fatalf("the request in flight on %s: %v", where, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the request in flight on %s did not finish", where)
 	}
 }
