@@ -65,13 +65,16 @@ func (v *view) Accept() (net.Conn, error) {
 	v.accepting.Add(1) // under mu: a handOver after this waits for it
 	s.mu.Unlock()
 	c, err := s.ln.Accept()
-	v.accepting.Done()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v.handedOver {
-		if err == nil {
-			s.pending = append(s.pending, c)
-		}
+	handed := v.handedOver
+	if handed && err == nil {
+		// Before Done: the next view, which handOver returns only
+		// after it, takes this first.
+		s.pending = append(s.pending, c)
+	}
+	s.mu.Unlock()
+	v.accepting.Done()
+	if handed {
 		return nil, net.ErrClosed
 	}
 	if err != nil {
