@@ -537,3 +537,54 @@ func (b *heldBackend) finishes(t *testing.T, end <-chan error, where string) {
 		t.Fatalf("the request in flight on %s did not finish", where)
 	}
 }
+
+// A reload that renames a listener at its address, or swaps two
+// listeners' addresses, hands each socket to the listener the file now
+// has there (each address still bound, none refused in between), and the
+// listeners that had them drain.
+func TestReloadRenamesAndSwapsListenersAtTheirAddresses(t *testing.T) {
+	a, b := newBackend(t, "a"), newBackend(t, "b")
+	p1, p2 := freePort(t), freePort(t)
+	config := func(listeners string) string {
+		return fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
+listeners:
+%spools:
+  - {name: pa, endpoints: [{name: a, url: %q}]}
+  - {name: pb, endpoints: [{name: b, url: %q}]}
+`, listeners, a.url(), b.url())
+	}
+	r := startRotor(t, config(fmt.Sprintf("  - {name: one, kind: http, listen: %q, pool: pa}\n  - {name: two, kind: http, listen: %q, pool: pb}\n", p1, p2)), nil)
+	for _, tc := range []struct {
+		what, listeners string
+		want            map[string]string // address: the backend that answers there
+		names           string
+	}{
+		{"swapped", fmt.Sprintf("  - {name: one, kind: http, listen: %q, pool: pa}\n  - {name: two, kind: http, listen: %q, pool: pb}\n", p2, p1),
+			map[string]string{p1: "b", p2: "a"}, "one,two"},
+		{"renamed", fmt.Sprintf("  - {name: uno, kind: http, listen: %q, pool: pa}\n  - {name: two, kind: http, listen: %q, pool: pb}\n", p2, p1),
+			map[string]string{p1: "b", p2: "a"}, "uno,two"},
+	} {
+		r.rewrite(t, config(tc.listeners))
+		if err := r.Reload(); err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		for addr, want := range tc.want {
+			if code, body := get(t, "http://"+addr+"/"); code != 200 || body != want {
+				t.Fatalf("%s: %s answered %d %q, want %s's", tc.what, addr, code, body, want)
+			}
+		}
+		var names []string
+		for _, l := range statusDoc(t, r).Listeners {
+			names = append(names, l.Name)
+		}
+		if strings.Join(names, ",") != tc.names {
+			t.Fatalf("%s: /status lists %v, want %s", tc.what, names, tc.names)
+		}
+	}
+	eventually(t, 3*time.Second, "the listeners that gave their sockets drained", func() bool {
+		return strings.Count(r.logs.String(), "listener's old servers drained") == 3
+	})
+	if strings.Contains(r.logs.String(), "listener stopped") {
+		t.Fatalf("a handed-over listener was taken for one that failed:\n%s", r.logs.String())
+	}
+}

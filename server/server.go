@@ -421,19 +421,35 @@ func (s *Server) reloadOnce() error {
 	}
 	// A listener new at its address is bound first, aside: an address
 	// that cannot be bound refuses the reload, which changes nothing.
+	// One at the address of a listener the file no longer has there (one
+	// renamed, or two that swap addresses) takes that one's socket
+	// instead (taken), which then drains as one removed.
 	running := map[string]*listener{}
 	bound := map[string]*net.TCPListener{}
+	taken := map[string]*listener{}
 	closeBound := func() {
 		for _, ln := range bound {
 			ln.Close()
 		}
 	}
 	if s.started {
+		now := map[string]string{}
+		for _, l := range cfg.Listeners {
+			now[l.Name] = l.Listen
+		}
+		freed := map[string]*listener{}
 		for _, li := range s.listeners {
 			running[li.cfg.Name] = li
+			if _, port, _ := net.SplitHostPort(li.cfg.Listen); now[li.cfg.Name] != li.cfg.Listen && port != "0" {
+				freed[li.cfg.Listen] = li
+			}
 		}
 		for _, l := range cfg.Listeners {
 			if li := running[l.Name]; li != nil && li.cfg.Listen == l.Listen {
+				continue
+			}
+			if li := freed[l.Listen]; li != nil {
+				taken[l.Name] = li
 				continue
 			}
 			ln, err := net.Listen("tcp", l.Listen)
@@ -459,7 +475,7 @@ func (s *Server) reloadOnce() error {
 	var kept, retired []*listener
 	replaced := map[string]*listener{}
 	for i, l := range cfg.Listeners {
-		if li := running[l.Name]; li != nil && bound[l.Name] == nil {
+		if li := running[l.Name]; li != nil && li.cfg.Listen == l.Listen {
 			delete(running, l.Name)
 			if why := newServers(li.cfg, l); why != "" {
 				s.log.Info("listener serves anew at its address: new servers take its socket, the old ones drain", "listener", l.Name, "changed", why)
@@ -490,6 +506,8 @@ func (s *Server) reloadOnce() error {
 			if old := replaced[l.Name]; old != nil {
 				next[i] = s.startListener(l, old.view.s.handOver(old.view), rt.listeners[l.Name])
 				retired = append(retired, old)
+			} else if old := taken[l.Name]; old != nil {
+				next[i] = s.startListener(l, old.view.s.handOver(old.view), rt.listeners[l.Name]) // old is retired below
 			} else {
 				next[i] = s.startListener(l, newSocket(bound[l.Name]).first(), rt.listeners[l.Name])
 			}
