@@ -423,7 +423,8 @@ func (s *Server) reloadOnce() error {
 	// that cannot be bound refuses the reload, which changes nothing.
 	// One at the address of a listener the file no longer has there (one
 	// renamed, or two that swap addresses) takes that one's socket
-	// instead (taken), which then drains as one removed.
+	// instead (taken), which then drains as one removed; so does one
+	// kept whose servers must change (below).
 	running := map[string]*listener{}
 	bound := map[string]*net.TCPListener{}
 	taken := map[string]*listener{}
@@ -473,15 +474,14 @@ func (s *Server) reloadOnce() error {
 	// ones, and drains as one removed.
 	next := make([]*listener, len(cfg.Listeners))
 	var kept, retired []*listener
-	replaced := map[string]*listener{}
 	for i, l := range cfg.Listeners {
 		if li := running[l.Name]; li != nil && li.cfg.Listen == l.Listen {
-			delete(running, l.Name)
 			if why := newServers(li.cfg, l); why != "" {
 				s.log.Info("listener serves anew at its address: new servers take its socket, the old ones drain", "listener", l.Name, "changed", why)
-				replaced[l.Name] = li
+				taken[l.Name] = li // still running: it drains
 				continue
 			}
+			delete(running, l.Name)
 			li.cfg = l
 			li.conns.SetTunnelIdle(l.Timeouts.Tunnel)
 			if li.http != nil {
@@ -503,10 +503,7 @@ func (s *Server) reloadOnce() error {
 			if next[i] != nil {
 				continue
 			}
-			if old := replaced[l.Name]; old != nil {
-				next[i] = s.startListener(l, old.view.s.handOver(old.view), rt.listeners[l.Name])
-				retired = append(retired, old)
-			} else if old := taken[l.Name]; old != nil {
+			if old := taken[l.Name]; old != nil {
 				next[i] = s.startListener(l, old.view.s.handOver(old.view), rt.listeners[l.Name]) // old is retired below
 			} else {
 				next[i] = s.startListener(l, newSocket(bound[l.Name]).first(), rt.listeners[l.Name])

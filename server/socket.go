@@ -77,10 +77,7 @@ func (v *view) Accept() (net.Conn, error) {
 	if handed {
 		return nil, net.ErrClosed
 	}
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return c, err
 }
 
 // Close closes the socket, unless v was handed over: its servers are on
