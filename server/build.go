@@ -545,13 +545,6 @@ func keyFunc(k config.Key) reverse.KeyFunc {
 // of b is new, bound by the reload, and every other of a is removed,
 // drained.)
 func sameServer(a, b *config.File) string {
-	if a.Admin != b.Admin {
-		return "admin.listen or admin.token changed"
-	}
-	if a.Log.Format != b.Log.Format {
-		// The logger every part was given at start writes it.
-		return fmt.Sprintf("log.format changed (%s to %s)", a.Log.Format, b.Log.Format)
-	}
 	if !sameState(a.State, b.State) {
 		return "state (the store of shared health) changed"
 	}

@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
@@ -82,9 +84,8 @@ func TestRefusedReloadChangesNothing(t *testing.T) {
 		{"missing secret", strings.Replace(good, `url: "direct://"}`, `url: "http://${NOT_SET}@127.0.0.1:1"}`, 1), "NOT_SET is not set"},
 		{"direct with a user", strings.Replace(good, `url: "direct://"}`, `url: "direct://user@"}`, 1), "direct:// takes no host, user or path"},
 		{"a new listener's address is taken", strings.Replace(good, "pools:\n", fmt.Sprintf("  - {name: extra, kind: http, listen: %q, pool: app}\npools:\n", strings.TrimPrefix(a.url(), "http://")), 1), "listeners.extra.listen"},
-		{"the log's format changes", good + "log: {format: json}\n", "log.format changed (text to json); restart rotor"},
 		{"the state store changes", good + "state: {store: redis, address: \"127.0.0.1:1\"}\n", "state (the store of shared health) changed"},
-		{"the admin token changes", strings.Replace(good, `admin: {listen: "127.0.0.1:0"}`, `admin: {listen: "127.0.0.1:0", token: "a-new-token-0123456789"}`, 1), "admin.listen or admin.token changed"},
+		{"the admin listener's new address is taken", strings.Replace(good, `admin: {listen: "127.0.0.1:0"}`, fmt.Sprintf(`admin: {listen: %q}`, strings.TrimPrefix(a.url(), "http://")), 1), "admin.listen"},
 		{"a certificate that does not load", good, "listeners.secure.tls"},
 		{"a new endpoint, then a certificate that does not load", withC, "listeners.secure.tls"},
 	} {
@@ -586,5 +587,142 @@ listeners:
 	})
 	if strings.Contains(r.logs.String(), "listener stopped") {
 		t.Fatalf("a handed-over listener was taken for one that failed:\n%s", r.logs.String())
+	}
+}
+
+// A reload applies the admin section as nginx applies what its reload
+// reads: a new token holds from the next request on every connection,
+// the old one refused; a new address serves at once while the old
+// drains; off stops it and on starts it again. And the log's format
+// changes with the next line.
+func TestReloadChangesTheAdminListenerAndTheLogFormat(t *testing.T) {
+	a := newBackend(t, "a")
+	const first, second = "first-token-0123456789", "second-token-0123456789"
+	config := func(adminSection, format string) string {
+		return fmt.Sprintf(`admin: %s
+log: {format: %s}
+listeners:
+  - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
+pools:
+  - {name: app, endpoints: [{name: a, url: %q}]}
+`, adminSection, format, a.url())
+	}
+	r := startRotor(t, config(fmt.Sprintf(`{listen: "127.0.0.1:0", token: %q}`, first), "text"), nil)
+	// One keep-alive connection to the admin listener, for every
+	// request below until it moves.
+	var reused atomic.Int32
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	post := func(addr, path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+			if ci.Reused {
+				reused.Add(1)
+			}
+		}}))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const drain, undrain = "/admin/endpoints/app/a/drain", "/admin/endpoints/app/a/undrain"
+	at := r.Addr("admin").String()
+	if code := post(at, drain, second); code != 401 {
+		t.Fatalf("the token to come, before the reload: %d, want 401", code)
+	}
+
+	// The token and the format change; the reload asked for with the
+	// old token, the next request on the same connection needs the new.
+	r.rewrite(t, config(fmt.Sprintf(`{listen: "127.0.0.1:0", token: %q}`, second), "json"))
+	if code := post(at, "/admin/reload", first); code != 200 {
+		t.Fatalf("reload: %d\n%s", code, r.logs.String())
+	}
+	if code := post(at, drain, first); code != 401 {
+		t.Fatalf("the old token after the reload: %d, want 401", code)
+	}
+	if code := post(at, undrain, second); code != 200 {
+		t.Fatalf("the new token after the reload: %d, want 200", code)
+	}
+	if n := reused.Load(); n != 3 {
+		t.Fatalf("%d requests came on the connection the first opened, want 3: the connection open at the reload is what this checks", n)
+	}
+	if r.Addr("admin").String() != at {
+		t.Fatalf("the admin listener moved from %s to %s; its address was the same string", at, r.Addr("admin"))
+	}
+	lines := strings.Split(strings.TrimSpace(r.logs.String()), "\n")
+	if last := lines[len(lines)-1]; !json.Valid([]byte(last)) || !strings.Contains(last, `"msg":"reloaded"`) {
+		t.Fatalf("the log's last line, after a reload to log.format json, is %q", last)
+	}
+
+	// A new address: bound before anything changes, so one in use is
+	// refused, and the admin listener serves on where it was.
+	taken := strings.TrimPrefix(a.url(), "http://")
+	r.rewrite(t, config(fmt.Sprintf(`{listen: %q, token: %q}`, taken, second), "json"))
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), "admin.listen") {
+		t.Fatalf("reload to an admin address in use: %v, want a refusal naming admin.listen", err)
+	}
+	if got := r.Addr("admin").String(); got != at {
+		t.Fatalf("a refused reload moved the admin listener to %s", got)
+	}
+	if code := post(at, drain, second); code != 200 {
+		t.Fatalf("after a refused move: %d, want 200", code)
+	}
+	moved := freePort(t)
+	r.rewrite(t, config(fmt.Sprintf(`{listen: %q, token: %q}`, moved, second), "json"))
+	if code := post(at, "/admin/reload", second); code != 200 {
+		t.Fatalf("the reload that moves the admin listener, asked for at its old address: %d", code)
+	}
+	if got := r.Addr("admin").String(); got != moved {
+		t.Fatalf("admin listener at %s, want %s", got, moved)
+	}
+	if doc := statusDoc(t, r); !doc.Pools[0].Endpoints[0].Draining {
+		t.Fatalf("/status at the new address: %+v, want a draining", doc.Pools[0])
+	}
+	if code := post(moved, undrain, second); code != 200 {
+		t.Fatalf("a change at the new address: %d", code)
+	}
+	refused := func(addr string) func() bool {
+		return func() bool {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				conn.Close()
+			}
+			return err != nil
+		}
+	}
+	eventually(t, 3*time.Second, "the old admin address closed", refused(at))
+
+	// Off, then on again.
+	r.rewrite(t, config(`{listen: "off"}`, "json"))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Addr("admin"); got != nil {
+		t.Fatalf("admin.listen off: still at %s", got)
+	}
+	eventually(t, 3*time.Second, "the admin listener closed", refused(moved))
+	r.rewrite(t, config(`{listen: "127.0.0.1:0"}`, "text"))
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	back := "http://" + r.Addr("admin").String()
+	for _, path := range []string{"/status", "/ui/history"} {
+		if code, _ := get(t, back+path); code != 200 {
+			t.Fatalf("GET %s, admin on again: %d", path, code)
+		}
+	}
+	if code := post(r.Addr("admin").String(), drain, "any"); code != 200 {
+		t.Fatalf("no token, on loopback: a change is let through; got %d", code)
+	}
+	lines = strings.Split(strings.TrimSpace(r.logs.String()), "\n")
+	if last := lines[len(lines)-1]; json.Valid([]byte(last)) || !strings.Contains(last, "msg=reloaded") {
+		t.Fatalf("the log's last line, back to text: %q", last)
+	}
+	if strings.Contains(r.logs.String(), "listener stopped") {
+		t.Fatalf("the moved admin listener was taken for one that failed:\n%s", r.logs.String())
 	}
 }

@@ -42,6 +42,7 @@ type Server struct {
 	path    string
 	getenv  func(string) string
 	log     *slog.Logger
+	logs    *logs // log.format in force: a reload changes it, as level
 	level   *slog.LevelVar
 	metrics *admin.Metrics
 	shared  *shared.Client // the Redis state store; nil: in memory
@@ -57,9 +58,8 @@ type Server struct {
 	started     bool                   // guarded by mu: Start has bound the listeners
 	retiring    sync.WaitGroup         // listeners a reload removed, draining
 	checkers    []*check.Checker       // guarded by mu
-	admin       *http.Server           // guarded by mu
+	admin       *adminServer           // guarded by mu; nil: admin.listen is off
 	history     *admin.History         // guarded by mu; sampled while the admin listener runs
-	adminAddr   net.Addr               // guarded by mu
 	stopping    bool                   // guarded by mu
 
 	reload atomic.Pointer[admin.ReloadStatus]
@@ -140,12 +140,8 @@ func Check(path string, getenv func(string) string) error {
 
 func (s *Server) setLog(l config.Log, out io.Writer) {
 	_ = s.level.UnmarshalText([]byte(l.Level))
-	opts := &slog.HandlerOptions{Level: s.level}
-	if l.Format == "json" {
-		s.log = slog.New(slog.NewJSONHandler(out, opts))
-	} else {
-		s.log = slog.New(slog.NewTextHandler(out, opts))
-	}
+	s.logs = newLogs(out, s.level, l.Format)
+	s.log = s.logs.logger()
 }
 
 // Log returns the server's logger.
@@ -162,7 +158,7 @@ func (s *Server) Addr(name string) net.Addr {
 		}
 	}
 	if name == "admin" && s.admin != nil {
-		return s.adminAddr
+		return s.admin.addr
 	}
 	return nil
 }
@@ -239,14 +235,7 @@ func (s *Server) Start() error {
 	s.started = true
 	s.storeListenerViews()
 	if adminLn != nil {
-		s.history = admin.NewHistory(s.Pools, historyEvery, historyKeep)
-		s.history.Start()
-		tcpAddr, _ := adminLn.Addr().(*net.TCPAddr)
-		opts := admin.Options{Token: cfg.Admin.Token, Loopback: tcpAddr != nil && tcpAddr.IP.IsLoopback(), History: s.history}
-		s.admin = &http.Server{Handler: admin.Handler(s, s.metrics, opts), ReadHeaderTimeout: 10 * time.Second}
-		s.adminAddr = adminLn.Addr()
-		go s.serve("admin", nil, func() error { return s.admin.Serve(adminLn) })
-		s.log.Info("admin listening", "addr", adminLn.Addr().String())
+		s.admin = s.startAdmin(adminLn, cfg.Admin)
 	}
 	s.startChecks(rt)
 	s.startDiscovery()
@@ -428,12 +417,22 @@ func (s *Server) reloadOnce() error {
 	running := map[string]*listener{}
 	bound := map[string]*net.TCPListener{}
 	taken := map[string]*listener{}
+	var adminLn net.Listener // the admin listener's, at a new address
 	closeBound := func() {
 		for _, ln := range bound {
 			ln.Close()
 		}
+		if adminLn != nil {
+			adminLn.Close()
+		}
 	}
+	was := s.rt.Load().cfg
 	if s.started {
+		if cfg.Admin.Listen != was.Admin.Listen && cfg.Admin.Listen != "off" {
+			if adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+				return fmt.Errorf("admin.listen: %w", err)
+			}
+		}
 		now := map[string]string{}
 		for _, l := range cfg.Listeners {
 			now[l.Name] = l.Listen
@@ -514,9 +513,11 @@ func (s *Server) reloadOnce() error {
 			s.retire(li)
 		}
 		s.storeListenerViews()
+		s.reloadAdmin(was.Admin, cfg.Admin, adminLn)
 	}
 	s.commitDiscovery(ds)
 	s.level.Set(levelOf(cfg.Log.Level))
+	s.logs.setFormat(cfg.Log.Format)
 	if s.started {
 		s.startChecks(rt)
 	}
@@ -586,9 +587,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	s.retiring.Wait() // listeners a reload removed, each within its own bound
 	if adminSrv != nil {
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		_ = adminSrv.Shutdown(actx)
+		actx, cancel := context.WithTimeout(ctx, adminDrain)
+		_ = adminSrv.http.Shutdown(actx)
 		cancel()
+	}
+	if history != nil {
 		history.Stop()
 	}
 	s.mu.Lock()
