@@ -22,6 +22,8 @@ func Classify(err error, ctx context.Context) health.ErrorKind {
 	switch {
 	case err == nil:
 		return health.NoError
+	case errors.Is(err, ErrSpoolRead):
+		return health.Local // the body's file failed here
 	case ctx.Err() == context.Canceled || errors.Is(err, context.Canceled):
 		return health.Canceled
 	case errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
@@ -53,23 +55,27 @@ func IsDialError(err error) bool {
 
 // Statuses rotor answers with when no endpoint did.
 const (
-	StatusBadRequest         = 400
-	StatusBadGateway         = 502
-	StatusServiceUnavailable = 503
-	StatusGatewayTimeout     = 504
+	StatusBadRequest          = 400
+	StatusInternalServerError = 500
+	StatusBadGateway          = 502
+	StatusServiceUnavailable  = 503
+	StatusGatewayTimeout      = 504
 	// StatusClientClosed is nginx's 499: the client went away before the
 	// answer. It is logged and counted, never sent.
 	StatusClientClosed = 499
 )
 
 // Status maps an error to the status the client gets: 503 when no endpoint
-// can take the request, 400 when the client's request was at fault, 499
-// when the client went away, 504 on a timeout, 502 for anything else an
-// endpoint did wrong.
+// can take the request, 500 when rotor failed it itself (the body's file
+// did not read back, as nginx's 500), 400 when the client's request was
+// at fault, 499 when the client went away, 504 on a timeout, 502 for
+// anything else an endpoint did wrong.
 func Status(err error, kind health.ErrorKind) int {
 	switch {
 	case errors.Is(err, balance.ErrNoEndpoint), errors.Is(err, balance.ErrRejected):
 		return StatusServiceUnavailable
+	case errors.Is(err, ErrSpoolRead):
+		return StatusInternalServerError
 	case kind == health.Client:
 		return StatusBadRequest
 	case kind == health.Canceled:

@@ -3,7 +3,10 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -45,6 +48,7 @@ func TestClassifyAndStatus(t *testing.T) {
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, dialErr := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
+	spoolErr := &url.Error{Op: "Post", URL: "http://127.0.0.1:1/", Err: fmt.Errorf("%w: %w", proxy.ErrSpoolRead, io.ErrUnexpectedEOF)}
 	tests := []struct {
 		name   string
 		err    error
@@ -59,6 +63,11 @@ func TestClassifyAndStatus(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, ctx, health.Timeout, 504},
 		{"client gone", errors.New("read: connection reset"), canceled, health.Canceled, 499},
 		{"reset", errors.New("read: connection reset"), ctx, health.Broken, 502},
+		// The body's file failed to read back, as net/http's transport
+		// wraps it: rotor's own fault, 500 (nginx's), whatever the
+		// client's context says.
+		{"body file", spoolErr, ctx, health.Local, 500},
+		{"body file, client gone", spoolErr, canceled, health.Local, 500},
 	}
 	for _, tt := range tests {
 		kind := proxy.Classify(tt.err, tt.ctx)

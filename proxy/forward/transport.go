@@ -221,9 +221,9 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 		case err != nil && isResolveError(err):
 			o.Err = health.Local // the target's name, not the route
 			trip.Reason = "resolve"
-		case err != nil && errors.Is(err, proxy.ErrSpoolRead):
-			o.Err = health.Local // the body's file failed here
-			trip.Reason = "local"
+		case o.Err == health.Local:
+			// Rotor's own fault (Classify: the body's file), not the
+			// client's, whatever else ended meanwhile.
 		case err != nil && proxy.BrokeTry(body, req.Context()):
 			o.Err = health.Client
 			trip.Reason = proxy.ClientReason(body.Err())

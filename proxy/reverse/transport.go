@@ -121,8 +121,9 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		end := time.Now()
 		kind := proxy.Classify(err, client)
 		switch {
-		case err != nil && errors.Is(err, proxy.ErrSpoolRead):
-			kind = health.Local // the body's file failed here
+		case kind == health.Local:
+			// Rotor's own fault (Classify: the body's file), whatever
+			// else ended meanwhile.
 		case err != nil && proxy.BrokeTry(info.body, client):
 			kind = health.Client // the client's body broke the try
 		case err != nil && ctx.Err() != nil && client.Err() == nil:
