@@ -56,7 +56,7 @@ type Server struct {
 	discoverers map[string]*discoverer // guarded by mu
 	listeners   []*listener            // guarded by mu; bound by Start, changed by reloads
 	started     bool                   // guarded by mu: Start has bound the listeners
-	retiring    sync.WaitGroup         // listeners a reload removed, draining
+	retiring    sync.WaitGroup         // listeners (and admin servers) a reload removed, draining
 	checkers    []*check.Checker       // guarded by mu
 	admin       *adminServer           // guarded by mu; nil: admin.listen is off
 	history     *admin.History         // guarded by mu; sampled while the admin listener runs
