@@ -1,6 +1,6 @@
 module github.com/rotor-lb/rotor/bench/libs
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/buraksezer/consistent v0.10.0
