@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -31,7 +32,9 @@ func (s *Server) startAdmin(ln net.Listener, c config.Admin) *adminServer {
 		s.history.Start()
 	}
 	a := &adminServer{addr: ln.Addr()}
-	a.http = &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	a.http = &http.Server{Handler: a, ReadHeaderTimeout: adminBounds.head, ReadTimeout: adminBounds.read,
+		WriteTimeout: adminBounds.write, IdleTimeout: adminBounds.idle, MaxHeaderBytes: adminBounds.headBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.setAdmin(a, c)
 	go s.serve("admin", nil, func() error { return a.http.Serve(ln) })
 	s.log.Info("admin listening", "addr", a.addr.String())
@@ -84,6 +87,16 @@ func (s *Server) reloadAdmin(was, c config.Admin, ln net.Listener) {
 		s.history = nil
 	}
 }
+
+// adminBounds are what the admin listener's clients get: a request's
+// head within 10 s and 64 KiB (its requests carry no body to speak of),
+// the whole request within 30 s and its answer too (a client that reads
+// none of /metrics holds nothing past it), and a keep-alive connection
+// idle for 60 s closed, as a listener's by default (timeouts.idle).
+var adminBounds = struct {
+	head, read, write, idle time.Duration
+	headBytes               int
+}{10 * time.Second, 30 * time.Second, 30 * time.Second, config.DefaultIdle, 64 << 10}
 
 // adminDrain bounds how long an admin server that stops (at shutdown, or
 // moved by a reload) waits for its requests in flight.
