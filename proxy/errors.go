@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/rotor-lb/rotor/balance"
 	"github.com/rotor-lb/rotor/health"
@@ -102,3 +103,28 @@ func Reason(err error, kind health.ErrorKind) string {
 	}
 	return kind.String()
 }
+
+// AcceptBackoff is an accept loop's wait after an Accept that failed for
+// want of something that comes back: descriptors (EMFILE, ENFILE), kernel
+// memory (ENOBUFS, ENOMEM), or a timeout. The loop waits and accepts
+// again, as nginx and net/http's server do, where returning would end the
+// listener; a client that opens connections until rotor runs out of
+// descriptors stops none of them.
+type AcceptBackoff struct{ delay time.Duration }
+
+// Wait reports whether the loop outlives err, and if so waits first:
+// 5 ms, twice as long each time in a row, at most a second. It returns
+// the wait, for the loop's log.
+func (b *AcceptBackoff) Wait(err error) (time.Duration, bool) {
+	var ne net.Error
+	if !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) &&
+		!errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ENOMEM) {
+		return 0, false
+	}
+	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)
+	time.Sleep(b.delay)
+	return b.delay, true
+}
+
+// Accepted starts the waits over: an Accept succeeded.
+func (b *AcceptBackoff) Accepted() { b.delay = 0 }

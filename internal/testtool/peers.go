@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -228,4 +230,29 @@ func ServeTCP(t testing.TB, serve func(c net.Conn)) net.Listener {
 	}()
 	t.Cleanup(func() { ln.Close() })
 	return ln
+}
+
+// FailAccepts is ln with its next Accepts failing, one for each of errs,
+// as the kernel's accept fails (out of descriptors, EMFILE, say), before
+// it accepts as ln does.
+func FailAccepts(ln net.Listener, errs ...syscall.Errno) net.Listener {
+	return &failAccepts{Listener: ln, errs: errs}
+}
+
+type failAccepts struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []syscall.Errno
+}
+
+func (f *failAccepts) Accept() (net.Conn, error) {
+	f.mu.Lock()
+	if len(f.errs) > 0 {
+		errno := f.errs[0]
+		f.errs = f.errs[1:]
+		f.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: f.Addr(), Err: os.NewSyscallError("accept4", errno)}
+	}
+	f.mu.Unlock()
+	return f.Listener.Accept()
 }

@@ -135,24 +135,20 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 		go s.HTTP.Serve(s.handoff) //nolint:errcheck // ends with the handoff listener
 		go s.ticker()
 	})
-	var delay time.Duration
+	var backoff proxy.AcceptBackoff
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.inShutdown.Load() {
 				return http.ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-				// Out of descriptors, as net/http waits it out.
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.logf("h1: accept error: %v; retrying in %v", err, delay)
-				time.Sleep(delay)
+			if delay, ok := backoff.Wait(err); ok {
+				s.logf("h1: accept error: %v; retried after %v", err, delay)
 				continue
 			}
 			return err
 		}
-		delay = 0
+		backoff.Accepted()
 		tc, ok := nc.(*net.TCPConn)
 		if !ok {
 			s.giveAll(nc, cfg)

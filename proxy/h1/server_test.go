@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1603,5 +1604,45 @@ func TestLongHeads(t *testing.T) {
 			io.WriteString(c, head("/6k", 6<<10))
 			check("/6k", 6<<10, false)
 		})
+	}
+}
+
+// An Accept that fails for want of descriptors or kernel memory is
+// waited out (net/http's server does, nginx too): the listener serves the
+// next connection. Any other failure ends Serve with it.
+func TestServerOutlivesAcceptFailures(t *testing.T) {
+	serve := func(errs ...syscall.Errno) (string, chan error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := h1.NewServer(&http.Server{ErrorLog: discardLog, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "ok")
+		})})
+		served := make(chan error, 1)
+		go func() { served <- s.Serve(testtool.FailAccepts(ln, errs...)) }()
+		t.Cleanup(func() { s.Close() })
+		return ln.Addr().String(), served
+	}
+	addr, served := serve(syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM)
+	c, br := dial(t, addr)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if _, body := readAnswer(t, br); body != "ok" {
+		t.Fatalf("after four failed Accepts: %q", body)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v", err)
+	default:
+	}
+
+	_, served = serve(syscall.EINVAL)
+	select {
+	case err := <-served:
+		if !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("Serve returned %v, want the EINVAL it cannot outlive", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still runs after an Accept failed with EINVAL")
 	}
 }

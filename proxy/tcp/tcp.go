@@ -6,12 +6,10 @@ package tcp
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
@@ -56,22 +54,19 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.mu.Lock()
 	p.ln = ln
 	p.mu.Unlock()
-	var backoff time.Duration
+	var backoff proxy.AcceptBackoff
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if p.done.Load() {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
+			if _, ok := backoff.Wait(err); ok {
 				continue
 			}
 			return err
 		}
-		backoff = 0
+		backoff.Accepted()
 		p.wg.Add(1)
 		go p.handle(c)
 	}

@@ -3,8 +3,10 @@ package tcp_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,5 +59,56 @@ func TestShutdownDrainsThenCuts(t *testing.T) {
 	}
 	if p.Bytes.Load() == 0 {
 		t.Fatal("no bytes counted")
+	}
+}
+
+// An Accept that fails for want of descriptors or kernel memory is waited
+// out: the listener proxies the next connection. Any other failure ends
+// Serve with it.
+func TestServeOutlivesAcceptFailures(t *testing.T) {
+	echo := testtool.Echo(t)
+	bp := balance.NewPool("db", balance.Options{})
+	_ = bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "e"}}})
+	pool := &tcp.Pool{Pool: &proxy.Pool{Name: "db", Snapshot: bp.Snapshot(), Attempts: 1}, Addrs: map[string]string{"e": echo}, Connect: time.Second}
+	serve := func(errs ...syscall.Errno) (*tcp.Proxy, string, chan error) {
+		p := tcp.New("db", func() *tcp.Pool { return pool }, proxy.Options{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- p.Serve(testtool.FailAccepts(ln, errs...)) }()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = p.Shutdown(ctx)
+		})
+		return p, ln.Addr().String(), done
+	}
+	_, addr, done := serve(syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintln(c, "hello")
+	if line, _ := bufio.NewReader(c).ReadString('\n'); line != "hello\n" {
+		t.Fatalf("after four failed Accepts: echo %q", line)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned %v", err)
+	default:
+	}
+
+	_, _, done = serve(syscall.EINVAL)
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("Serve returned %v, want the EINVAL it cannot outlive", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve still runs after an Accept failed with EINVAL")
 	}
 }
