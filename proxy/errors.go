@@ -23,8 +23,8 @@ func Classify(err error, ctx context.Context) health.ErrorKind {
 	switch {
 	case err == nil:
 		return health.NoError
-	case errors.Is(err, ErrSpoolRead):
-		return health.Local // the body's file failed here
+	case ownFault(err):
+		return health.Local // this host's failure, not the endpoint's
 	case ctx.Err() == context.Canceled || errors.Is(err, context.Canceled):
 		return health.Canceled
 	case errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
@@ -66,16 +66,31 @@ const (
 	StatusClientClosed = 499
 )
 
+// ownFault reports whether err is this host's failure, neither the
+// client's nor an endpoint's: the body's file did not read back
+// (ErrSpoolRead), or a socket could not be had for want of descriptors,
+// kernel memory or local ports (a dial's EMFILE, EADDRNOTAVAIL).
+func ownFault(err error) bool {
+	return errors.Is(err, ErrSpoolRead) || short(err) || errors.Is(err, syscall.EADDRNOTAVAIL)
+}
+
+// short reports whether err says this host ran short of descriptors
+// (EMFILE, ENFILE) or kernel memory (ENOBUFS, ENOMEM), which come back.
+func short(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
 // Status maps an error to the status the client gets: 503 when no endpoint
-// can take the request, 500 when rotor failed it itself (the body's file
-// did not read back, as nginx's 500), 400 when the client's request was
+// can take the request, 500 when rotor failed it itself (ownFault, as
+// nginx's 500), 400 when the client's request was
 // at fault, 499 when the client went away, 504 on a timeout, 502 for
 // anything else an endpoint did wrong.
 func Status(err error, kind health.ErrorKind) int {
 	switch {
 	case errors.Is(err, balance.ErrNoEndpoint), errors.Is(err, balance.ErrRejected):
 		return StatusServiceUnavailable
-	case errors.Is(err, ErrSpoolRead):
+	case ownFault(err):
 		return StatusInternalServerError
 	case kind == health.Client:
 		return StatusBadRequest
@@ -117,8 +132,7 @@ type AcceptBackoff struct{ delay time.Duration }
 // the wait, for the loop's log.
 func (b *AcceptBackoff) Wait(err error) (time.Duration, bool) {
 	var ne net.Error
-	if !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) &&
-		!errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ENOMEM) {
+	if !(errors.As(err, &ne) && ne.Timeout()) && !short(err) {
 		return 0, false
 	}
 	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)

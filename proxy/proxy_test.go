@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,9 @@ func TestClassifyAndStatus(t *testing.T) {
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, dialErr := net.DialTimeout("tcp", "127.0.0.1:1", time.Second)
+	dialShort := func(errno syscall.Errno) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", errno)}
+	}
 	spoolErr := &url.Error{Op: "Post", URL: "http://127.0.0.1:1/", Err: fmt.Errorf("%w: %w", proxy.ErrSpoolRead, io.ErrUnexpectedEOF)}
 	tests := []struct {
 		name   string
@@ -68,6 +73,10 @@ func TestClassifyAndStatus(t *testing.T) {
 		// client's context says.
 		{"body file", spoolErr, ctx, health.Local, 500},
 		{"body file, client gone", spoolErr, canceled, health.Local, 500},
+		// No socket to dial with (descriptors, ports): this host's
+		// shortage, not the endpoint's.
+		{"out of descriptors", dialShort(syscall.EMFILE), ctx, health.Local, 500},
+		{"out of local ports", dialShort(syscall.EADDRNOTAVAIL), ctx, health.Local, 500},
 	}
 	for _, tt := range tests {
 		kind := proxy.Classify(tt.err, tt.ctx)
