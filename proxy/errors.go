@@ -83,9 +83,9 @@ func short(err error) bool {
 
 // Status maps an error to the status the client gets: 503 when no endpoint
 // can take the request, 500 when rotor failed it itself (ownFault, as
-// nginx's 500), 400 when the client's request was
-// at fault, 499 when the client went away, 504 on a timeout, 502 for
-// anything else an endpoint did wrong.
+// nginx's 500), 400 when the client's request was at fault, 499 when the
+// client went away, 504 on a timeout, 502 for anything else an endpoint
+// did wrong.
 func Status(err error, kind health.ErrorKind) int {
 	switch {
 	case errors.Is(err, balance.ErrNoEndpoint), errors.Is(err, balance.ErrRejected):

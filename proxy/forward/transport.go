@@ -222,8 +222,9 @@ func (t *Transport) roundTrip(req *http.Request, body *proxy.Body) (resp *http.R
 			o.Err = health.Local // the target's name, not the route
 			trip.Reason = "resolve"
 		case o.Err == health.Local:
-			// Rotor's own fault (Classify: the body's file), not the
-			// client's, whatever else ended meanwhile.
+			// Rotor's own fault (Classify: the body's file, or no
+			// socket to be had), not the client's, whatever else ended
+			// meanwhile.
 		case err != nil && proxy.BrokeTry(body, req.Context()):
 			o.Err = health.Client
 			trip.Reason = proxy.ClientReason(body.Err())

@@ -122,8 +122,8 @@ func (h *Handler) roundTrip(out *http.Request, info *reqInfo, cancel context.Can
 		kind := proxy.Classify(err, client)
 		switch {
 		case kind == health.Local:
-			// Rotor's own fault (Classify: the body's file), whatever
-			// else ended meanwhile.
+			// Rotor's own fault (Classify: the body's file, or no
+			// socket to be had), whatever else ended meanwhile.
 		case err != nil && proxy.BrokeTry(info.body, client):
 			kind = health.Client // the client's body broke the try
 		case err != nil && ctx.Err() != nil && client.Err() == nil:
