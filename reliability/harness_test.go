@@ -133,7 +133,8 @@ func start(t *testing.T, cfg string, env ...string) *proc {
 		}
 		select {
 		case err := <-p.done:
-			t.Fatalf("rotor exited (%v):\n%s", err, logs)
+			p.done <- err // for the cleanup, which waits for it
+			t.Fatalf("rotor exited (%v):\n%s", err, p.logs.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
