@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rotor-lb/rotor/health"
+	"github.com/rotor-lb/rotor/proxy"
 )
 
 // Spec is what to check and how often.
@@ -96,6 +97,12 @@ func (c *Checker) round(ctx context.Context) {
 			defer wg.Done()
 			err := c.probe(ctx, tg)
 			if ctx.Err() != nil {
+				return
+			}
+			if proxy.HostShort(err) {
+				// The probe could not be sent (no descriptor, say):
+				// it says nothing of the endpoint, neither way.
+				c.log.Warn("health check not sent: this host ran short", "endpoint", tg.Name, "error", redact(err))
 				return
 			}
 			c.record(tg, err)

@@ -68,17 +68,16 @@ const (
 
 // ownFault reports whether err is this host's failure, neither the
 // client's nor an endpoint's: the body's file did not read back
-// (ErrSpoolRead), or a socket could not be had for want of descriptors,
-// kernel memory or local ports (a dial's EMFILE, EADDRNOTAVAIL).
-func ownFault(err error) bool {
-	return errors.Is(err, ErrSpoolRead) || short(err) || errors.Is(err, syscall.EADDRNOTAVAIL)
-}
+// (ErrSpoolRead), or the host ran short (HostShort).
+func ownFault(err error) bool { return errors.Is(err, ErrSpoolRead) || HostShort(err) }
 
-// short reports whether err says this host ran short of descriptors
-// (EMFILE, ENFILE) or kernel memory (ENOBUFS, ENOMEM), which come back.
-func short(err error) bool {
+// HostShort reports whether err says this host ran short of what a
+// socket needs, which comes back: descriptors (EMFILE, ENFILE), kernel
+// memory (ENOBUFS, ENOMEM) or local ports for a dial (EADDRNOTAVAIL). It
+// says nothing of the peer.
+func HostShort(err error) bool {
 	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EADDRNOTAVAIL)
 }
 
 // Status maps an error to the status the client gets: 503 when no endpoint
@@ -120,8 +119,8 @@ func Reason(err error, kind health.ErrorKind) string {
 }
 
 // AcceptBackoff is an accept loop's wait after an Accept that failed for
-// want of something that comes back: descriptors (EMFILE, ENFILE), kernel
-// memory (ENOBUFS, ENOMEM), or a timeout. The loop waits and accepts
+// want of something that comes back (HostShort: descriptors, kernel
+// memory), or a timeout. The loop waits and accepts
 // again, as nginx and net/http's server do, where returning would end the
 // listener; a client that opens connections until rotor runs out of
 // descriptors stops none of them.
@@ -132,7 +131,7 @@ type AcceptBackoff struct{ delay time.Duration }
 // the wait, for the loop's log.
 func (b *AcceptBackoff) Wait(err error) (time.Duration, bool) {
 	var ne net.Error
-	if !(errors.As(err, &ne) && ne.Timeout()) && !short(err) {
+	if !(errors.As(err, &ne) && ne.Timeout()) && !HostShort(err) {
 		return 0, false
 	}
 	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)

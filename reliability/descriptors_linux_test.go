@@ -19,8 +19,10 @@ import (
 // holds, so a client's connections take the last ones): its accept loops
 // wait it out, a request that then needs a new connection to its backend
 // is answered 500 as its own failure (nginx's), not charged to the
-// backend, whose breaker (threshold 1) stays closed; once the clients
-// close, every listener serves again.
+// backend, whose breaker (threshold 1) stays closed, and the health
+// checks that cannot be sent meanwhile count neither way (fall 1 would
+// mark it down, rise 100 keep it there); once the clients close, every
+// listener serves again.
 func TestOutOfDescriptors(t *testing.T) {
 	a := newBackend(t, "a")
 	p := start(t, fmt.Sprintf(`admin: {listen: "127.0.0.1:0"}
@@ -30,7 +32,9 @@ pools:
   - name: app
     endpoints: [{name: a, url: %q}]
     retries: {attempts: 1}
-    health: {breaker: {threshold: 1, cooldown: 1m}}
+    health:
+      breaker: {threshold: 1, cooldown: 1m}
+      check: {path: /, interval: 50ms, timeout: 50ms, fall: 1, rise: 100}
 `, a.URL))
 	pid := p.cmd.Process.Pid
 	open := func() int {
@@ -79,6 +83,7 @@ pools:
 		t.Fatalf("a request whose backend connection could not be had: %d, want 500", resp.StatusCode)
 	}
 
+	time.Sleep(300 * time.Millisecond) // six rounds of checks
 	for _, c := range clients {
 		c.Close()
 	}
@@ -99,7 +104,10 @@ pools:
 		t.Fatal(err)
 	}
 	if ep := doc.Pools[0].Endpoints[0]; ep.Breaker != "closed" || ep.Down || ep.Failures != 0 {
-		t.Fatalf("a after rotor's own shortage: %+v, want its breaker closed and no failure charged", ep)
+		t.Fatalf("a after rotor's own shortage: %+v, want it up, its breaker closed and no failure charged\n%s", ep, p.logs.String())
+	}
+	if !strings.Contains(p.logs.String(), "health check not sent") {
+		t.Fatalf("no check met the shortage:\n%s", p.logs.String())
 	}
 	for range 5 {
 		if code, _ := getBody(t, p.url("web")+"/"); code != 200 {
