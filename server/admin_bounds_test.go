@@ -1,50 +1,30 @@
-package server
+package server_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotor-lb/rotor/server"
 )
 
 // What a client of the admin listener sends, and how long it holds a
 // connection, is bounded: a head too large is refused with 431, a head
 // too slow and a keep-alive connection left idle are closed.
 func TestAdminListenerBoundsItsClients(t *testing.T) {
-	was := adminBounds
-	t.Cleanup(func() { adminBounds = was })
-	adminBounds.head, adminBounds.idle, adminBounds.headBytes = 300*time.Millisecond, 300*time.Millisecond, 4<<10
-
-	path := filepath.Join(t.TempDir(), "rotor.yaml")
-	cfg := `admin: {listen: "127.0.0.1:0"}
+	server.SetAdminBounds(t, 300*time.Millisecond, 300*time.Millisecond, 4<<10)
+	r := startRotor(t, `admin: {listen: "127.0.0.1:0"}
 listeners:
   - {name: web, kind: http, listen: "127.0.0.1:0", pool: app}
 pools:
   - {name: app, endpoints: [{name: a, url: "http://127.0.0.1:1"}]}
-`
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(path, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
-	addr := s.Addr("admin").String()
+`, nil)
+	addr := r.Addr("admin").String()
 	dial := func() (net.Conn, *bufio.Reader) {
 		t.Helper()
 		c, err := net.Dial("tcp", addr)
