@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"syscall"
@@ -124,19 +125,29 @@ func Reason(err error, kind health.ErrorKind) string {
 // again, as nginx and net/http's server do, where returning would end the
 // listener; a client that opens connections until rotor runs out of
 // descriptors stops none of them.
-type AcceptBackoff struct{ delay time.Duration }
+type AcceptBackoff struct {
+	// Log, when set, is told of the failures, one a second at most, as
+	// nginx logs its accept() failures (an operator learns the host ran
+	// short); a second's failures may come between accepts that succeed.
+	Log    *slog.Logger
+	delay  time.Duration
+	logged time.Time
+}
 
 // Wait reports whether the loop outlives err, and if so waits first:
-// 5 ms, twice as long each time in a row, at most a second. It returns
-// the wait, for the loop's log.
-func (b *AcceptBackoff) Wait(err error) (time.Duration, bool) {
+// 5 ms, twice as long each time in a row, at most a second.
+func (b *AcceptBackoff) Wait(err error) bool {
 	var ne net.Error
 	if !(errors.As(err, &ne) && ne.Timeout()) && !HostShort(err) {
-		return 0, false
+		return false
 	}
 	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)
+	if now := time.Now(); b.Log != nil && now.Sub(b.logged) >= time.Second {
+		b.logged = now
+		b.Log.Warn("accept failed: waiting to accept again", "error", err, "wait", b.delay)
+	}
 	time.Sleep(b.delay)
-	return b.delay, true
+	return true
 }
 
 // Accepted starts the waits over: an Accept succeeded.

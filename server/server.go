@@ -339,6 +339,7 @@ func (s *Server) serveCleartext(li *listener, ln *view) {
 // limits, as the handler (limits) holds those it reads.
 func (s *Server) shortServer(l config.Listener, hs *http.Server) *h1.Server {
 	short := h1.NewServer(hs)
+	short.Log = s.log.With("listener", l.Name)
 	short.SetBodyLimits(l.Timeouts.Body, l.MaxBodyBytes)
 	return short
 }

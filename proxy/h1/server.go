@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -53,6 +54,9 @@ import (
 // read the next head into, as the answer's header map is.
 type Server struct {
 	HTTP *http.Server
+	// Log, when set, is told when accepting fails for want of
+	// descriptors or memory (proxy.AcceptBackoff).
+	Log *slog.Logger
 	// The bounds on request bodies (SetBodyLimits), which may change while
 	// it serves: bodyTimeout in nanoseconds, maxBody in bytes.
 	bodyTimeoutNs atomic.Int64
@@ -135,15 +139,14 @@ func (s *Server) serve(ln net.Listener, cfg *tls.Config) error {
 		go s.HTTP.Serve(s.handoff) //nolint:errcheck // ends with the handoff listener
 		go s.ticker()
 	})
-	var backoff proxy.AcceptBackoff
+	backoff := proxy.AcceptBackoff{Log: s.Log}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.inShutdown.Load() {
 				return http.ErrServerClosed
 			}
-			if delay, ok := backoff.Wait(err); ok {
-				s.logf("h1: accept error: %v; retried after %v", err, delay)
+			if backoff.Wait(err) {
 				continue
 			}
 			return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -1611,6 +1612,7 @@ func TestLongHeads(t *testing.T) {
 // waited out (net/http's server does, nginx too): the listener serves the
 // next connection. Any other failure ends Serve with it.
 func TestServerOutlivesAcceptFailures(t *testing.T) {
+	logs := &testtool.Buffer{}
 	serve := func(errs ...syscall.Errno) (string, chan error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -1619,6 +1621,7 @@ func TestServerOutlivesAcceptFailures(t *testing.T) {
 		s := h1.NewServer(&http.Server{ErrorLog: discardLog, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "ok")
 		})})
+		s.Log = slog.New(slog.NewTextHandler(logs, nil))
 		served := make(chan error, 1)
 		go func() { served <- s.Serve(testtool.FailAccepts(ln, errs...)) }()
 		t.Cleanup(func() { s.Close() })
@@ -1634,6 +1637,11 @@ func TestServerOutlivesAcceptFailures(t *testing.T) {
 	case err := <-served:
 		t.Fatalf("Serve returned %v", err)
 	default:
+	}
+	// The first failure is logged, the next three (within a second)
+	// are not.
+	if n := strings.Count(logs.String(), `msg="accept failed: waiting to accept again" error="accept tcp`); n != 1 || !strings.Contains(logs.String(), "too many open files") {
+		t.Fatalf("%d warnings, want 1 naming the first error:\n%s", n, logs.String())
 	}
 
 	_, served = serve(syscall.EINVAL)

@@ -55,13 +55,16 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.ln = ln
 	p.mu.Unlock()
 	var backoff proxy.AcceptBackoff
+	if p.log != nil {
+		backoff.Log = p.log.With("listener", p.name)
+	}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if p.done.Load() {
 				return nil
 			}
-			if _, ok := backoff.Wait(err); ok {
+			if backoff.Wait(err) {
 				continue
 			}
 			return err

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,8 +72,9 @@ func TestServeOutlivesAcceptFailures(t *testing.T) {
 	bp := balance.NewPool("db", balance.Options{})
 	_ = bp.Configure(balance.Config{Policy: &balance.RoundRobin{}, Endpoints: []balance.EndpointConfig{{Name: "e"}}})
 	pool := &tcp.Pool{Pool: &proxy.Pool{Name: "db", Snapshot: bp.Snapshot(), Attempts: 1}, Addrs: map[string]string{"e": echo}, Connect: time.Second}
+	logs := &testtool.Buffer{}
 	serve := func(errs ...syscall.Errno) (*tcp.Proxy, string, chan error) {
-		p := tcp.New("db", func() *tcp.Pool { return pool }, proxy.Options{})
+		p := tcp.New("db", func() *tcp.Pool { return pool }, proxy.Options{Log: slog.New(slog.NewTextHandler(logs, nil))})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -100,6 +103,9 @@ func TestServeOutlivesAcceptFailures(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Serve returned %v", err)
 	default:
+	}
+	if n := strings.Count(logs.String(), "accept failed"); n != 1 || !strings.Contains(logs.String(), "listener=db") {
+		t.Fatalf("%d warnings, want 1 naming the listener:\n%s", n, logs.String())
 	}
 
 	_, _, done = serve(syscall.EINVAL)
