@@ -121,10 +121,10 @@ func Reason(err error, kind health.ErrorKind) string {
 
 // AcceptBackoff is an accept loop's wait after an Accept that failed for
 // want of something that comes back (HostShort: descriptors, kernel
-// memory), or a timeout. The loop waits and accepts
-// again, as nginx and net/http's server do, where returning would end the
-// listener; a client that opens connections until rotor runs out of
-// descriptors stops none of them.
+// memory), or a timeout. The loop waits and accepts again, as nginx and
+// net/http's server do, where returning would end the listener; a client
+// that opens connections until rotor runs out of descriptors stops none
+// of them.
 type AcceptBackoff struct {
 	// Log, when set, is told of the failures, one a second at most, as
 	// nginx logs its accept() failures (an operator learns the host ran

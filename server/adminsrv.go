@@ -76,11 +76,7 @@ func (s *Server) reloadAdmin(was, c config.Admin, ln net.Listener) {
 	s.retiring.Add(1)
 	go func() {
 		defer s.retiring.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), adminDrain)
-		defer cancel()
-		if err := old.http.Shutdown(ctx); err != nil {
-			_ = old.http.Close()
-		}
+		old.stop(context.Background())
 	}()
 	if s.admin == nil {
 		s.history.Stop()
@@ -98,6 +94,16 @@ var adminBounds = struct {
 	headBytes               int
 }{10 * time.Second, 30 * time.Second, 30 * time.Second, config.DefaultIdle, 64 << 10}
 
-// adminDrain bounds how long an admin server that stops (at shutdown, or
-// moved by a reload) waits for its requests in flight.
+// stop lets a's requests in flight finish within adminDrain (and ctx),
+// then closes what is left: at shutdown, or once a reload moved it.
+func (a *adminServer) stop(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, adminDrain)
+	defer cancel()
+	if err := a.http.Shutdown(ctx); err != nil {
+		_ = a.http.Close()
+	}
+}
+
+// adminDrain bounds how long an admin server that stops waits for its
+// requests in flight.
 const adminDrain = time.Second

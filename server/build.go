@@ -539,11 +539,9 @@ func keyFunc(k config.Key) reverse.KeyFunc {
 }
 
 // sameServer reports why config b differs from a, the one in force, in a
-// way a reload cannot apply, or "" when it does not. (A listener is kept
-// when b has one of its name at its address; one whose servers must
-// change, newServers, hands its socket to new ones. Every other listener
-// of b is new, bound by the reload, and every other of a is removed,
-// drained.)
+// way a reload cannot apply, or "" when it does not: only the state store
+// (every pool keeps the store it was made with). Listeners, the admin
+// listener and the log's format all change with a reload.
 func sameServer(a, b *config.File) string {
 	if !sameState(a.State, b.State) {
 		return "state (the store of shared health) changed"

@@ -588,9 +588,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	s.retiring.Wait() // listeners a reload removed, each within its own bound
 	if adminSrv != nil {
-		actx, cancel := context.WithTimeout(ctx, adminDrain)
-		_ = adminSrv.http.Shutdown(actx)
-		cancel()
+		adminSrv.stop(ctx)
 	}
 	if history != nil {
 		history.Stop()
